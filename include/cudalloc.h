@@ -1,0 +1,91 @@
+/*
+ * cudalloc: a caching, size-binned device-memory pool for any CUDA program.
+ *
+ * Most programs never include this header: preloading libcudalloc.so is
+ * enough. A program that wants to steer the pool (empty the cache, read
+ * statistics, print the report) may link against the library, or, when it is
+ * only preloaded, look the functions up with dlsym(RTLD_DEFAULT, "cudalloc_...")
+ * and do nothing when they are absent.
+ *
+ * Every function here is thread-safe and never calls into CUDA from a thread
+ * that does not already use it.
+ */
+#ifndef CUDALLOC_H
+#define CUDALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CUDALLOC_VERSION_MAJOR 0
+#define CUDALLOC_VERSION_MINOR 1
+#define CUDALLOC_VERSION_PATCH 0
+
+#if defined(__GNUC__)
+#define CUDALLOC_API __attribute__((visibility("default")))
+#else
+#define CUDALLOC_API
+#endif
+
+/* The highest device number (exclusive) the library keeps a pool for. */
+#define CUDALLOC_MAX_DEVICES 64
+
+/* One quantity seen three ways: now, at its highest, and summed over all
+ * increments since the process started. */
+typedef struct cudalloc_stat {
+  uint64_t current;
+  uint64_t peak;
+  uint64_t total;
+} cudalloc_stat;
+
+/* Statistics of one device's pool. Byte counts are exact. */
+typedef struct cudalloc_device_stats {
+  int device;
+  cudalloc_stat requested_bytes; /* as the program asked for them */
+  cudalloc_stat allocated_bytes; /* as the pool rounded them */
+  cudalloc_stat reserved_bytes;  /* held from the driver, in use or cached */
+  cudalloc_stat blocks;          /* live blocks handed to the program */
+  cudalloc_stat segments;        /* driver allocations the pool holds */
+  uint64_t allocs;               /* allocation requests served */
+  uint64_t frees;                /* blocks given back by the program */
+  uint64_t cache_hits;           /* requests served without the driver */
+  uint64_t backend_allocs;       /* segments asked of the driver */
+  uint64_t backend_frees;        /* segments given back to the driver */
+  uint64_t oom_retries;          /* driver out-of-memory answers retried */
+  uint64_t gc_segments_released; /* segments given back by the threshold */
+  uint64_t failed_allocs;        /* requests that ended in out of memory */
+  uint64_t free_cached_bytes;    /* reserved but not handed out */
+  uint64_t largest_free_block;   /* biggest single cached block */
+  double fragmentation;          /* 1 - largest_free_block / free_cached_bytes */
+} cudalloc_device_stats;
+
+/* The library's version as "MAJOR.MINOR.PATCH". */
+CUDALLOC_API const char *cudalloc_version(void);
+
+/* Gives every fully free cached segment back to the driver, on every device.
+ * Returns the number of bytes given back. */
+CUDALLOC_API uint64_t cudalloc_empty_cache(void);
+
+/* Fills *out with the statistics of `device`'s pool. `out_size` is
+ * sizeof(cudalloc_device_stats) as the caller knows it, so that older callers
+ * keep working when the struct grows. Returns 0 on success, -1 when `device`
+ * is out of range or has no pool yet (then *out is zeroed, device set). */
+CUDALLOC_API int cudalloc_get_stats(int device, cudalloc_device_stats *out,
+                                    size_t out_size);
+
+/* Writes the per-device memory summary to the library's log (stderr unless
+ * configured otherwise). */
+CUDALLOC_API void cudalloc_print_stats(void);
+
+/* Writes the report of live device allocations (the leak report at exit
+ * prints the same) to the library's log. */
+CUDALLOC_API void cudalloc_print_report(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CUDALLOC_H */

@@ -1,0 +1,102 @@
+/*
+ * The pool: a caching, size-binned allocator of device address space.
+ *
+ * One pool serves one device. It carves segments, asked of a backend, into
+ * blocks; freed blocks are cached and merged with free neighbours, and whole
+ * free segments go back to the backend only on demand, under the garbage
+ * collection threshold, under the memory limit, or when the backend runs out.
+ *
+ * The pool holds no CUDA type and makes no CUDA call; addresses are plain
+ * 64-bit integers. Every function is thread-safe (one mutex per pool).
+ */
+#ifndef CA_POOL_H
+#define CA_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "cudalloc.h"
+
+/* Requests are rounded up to this many bytes. */
+#define CA_GRANULE 512u
+/* Requests up to this size are served from the small pool. */
+#define CA_SMALL_REQUEST (1u << 20)
+/* Segment size for the small pool. */
+#define CA_SMALL_SEGMENT (2u << 20)
+/* Requests below this size get segments of CA_MEDIUM_SEGMENT. */
+#define CA_MEDIUM_REQUEST (10u << 20)
+#define CA_MEDIUM_SEGMENT (20u << 20)
+/* Larger requests get a segment of their own, rounded up to this. */
+#define CA_LARGE_ROUND (2u << 20)
+/* A large-pool block splits only if more than this would remain. */
+#define CA_LARGE_MIN_REMAINDER (1u << 20)
+/* A request at or above max_split_size takes a cached oversize block only if
+ * it wastes less than this. */
+#define CA_OVERSIZE_MAX_WASTE (20u << 20)
+
+typedef struct ca_pool_options {
+  uint64_t max_split_size; /* UINT64_MAX: every block may be split */
+  double gc_threshold;     /* 0: off; else a fraction in (0,1) of budget */
+  uint64_t memory_limit;   /* 0: none; else the cap on reserved bytes */
+  bool hold_freed;         /* keep freed blocks out of reuse until the
+                              backend's synchronize has returned 0 */
+} ca_pool_options;
+
+/* A live block as the leak report and the tests see it. */
+typedef struct ca_live_block {
+  uint64_t addr;
+  uint64_t requested; /* bytes the program asked for */
+  uint64_t size;      /* bytes the block spans (rounded) */
+  uint64_t seq;       /* allocation number within this pool, from 1 */
+  uint64_t time_ns;   /* CLOCK_MONOTONIC when allocated */
+  int device;
+} ca_live_block;
+
+typedef struct ca_pool ca_pool;
+
+/* Creates an empty pool for `device`; reserves nothing yet. The backend must
+ * outlive the pool. Returns NULL only when the host is out of memory. */
+ca_pool *ca_pool_create(const ca_backend *backend, int device,
+                        const ca_pool_options *options);
+
+/* Gives every segment back to the backend and frees the pool. Live blocks
+ * die with it. */
+void ca_pool_destroy(ca_pool *pool);
+
+/* Forgets every segment without giving any back: the device already freed
+ * them (a context reset). The pool stays usable and starts empty. */
+void ca_pool_drop_all(ca_pool *pool);
+
+/* Serves `size` bytes (0 is served as one granule). Returns 0 and the block's
+ * address, or the backend's status: its oom_code when neither the cache nor
+ * the backend (after giving back every free segment, once) can serve it. */
+int ca_pool_alloc(ca_pool *pool, uint64_t size, uint64_t *addr);
+
+/* Takes back the live block starting at `addr`. Returns false, changing
+ * nothing, when no live block of this pool starts there. */
+bool ca_pool_free(ca_pool *pool, uint64_t addr);
+
+/* Whether a live block of this pool starts at `addr`; its details if so. */
+bool ca_pool_lookup(ca_pool *pool, uint64_t addr, ca_live_block *out);
+
+/* Gives every fully free segment back. Returns the bytes given back. */
+uint64_t ca_pool_empty_cache(ca_pool *pool);
+
+/* Fills *out (zeroing what it does not set). */
+void ca_pool_get_stats(ca_pool *pool, cudalloc_device_stats *out);
+
+/* Calls fn once per live block, under the pool's lock: fn must not call back
+ * into the pool. Returns the number of live blocks. */
+size_t ca_pool_foreach_live(ca_pool *pool,
+                            void (*fn)(const ca_live_block *b, void *arg),
+                            void *arg);
+
+/* Checks every invariant the pool relies on (blocks tile each segment, no
+ * two live blocks overlap, bins hold exactly the free blocks, counters add
+ * up). Returns true when consistent; otherwise writes the first broken rule
+ * into why (if not NULL). For tests. */
+bool ca_pool_check(ca_pool *pool, char *why, size_t why_len);
+
+#endif /* CA_POOL_H */

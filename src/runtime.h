@@ -1,0 +1,21 @@
+/*
+ * The process-wide state: settings, the backend in use and one pool per
+ * device, created on first use.
+ */
+#ifndef CA_RUNTIME_H
+#define CA_RUNTIME_H
+
+#include <stdbool.h>
+
+#include "config.h"
+#include "pool.h"
+
+/* The pool serving `device`, created on first use with the CUDA backend and
+ * the process's settings. NULL when `device` is outside
+ * [0, CUDALLOC_MAX_DEVICES) or the host is out of memory. */
+ca_pool *ca_runtime_pool(int device);
+
+/* The pool serving `device` if one exists already; never creates one. */
+ca_pool *ca_runtime_pool_if_any(int device);
+
+#endif /* CA_RUNTIME_H */

@@ -1,0 +1,85 @@
+/*
+ * The CUDA backend: the real driver functions, and the backend contract
+ * (backend.h) implemented on top of them.
+ *
+ * This is the only part of the library that owns pointers to CUDA driver
+ * functions. They are resolved once, lazily (never in a constructor, so a
+ * process that never uses CUDA never loads libcuda because of us), from
+ * libcuda.so.1, with the real dlsym, so that our own look-ups never meet our
+ * dlsym replacement. The hook and intercept layers call the real functions
+ * through ca_driver() when they pass a call through.
+ */
+#ifndef CA_BACKEND_CUDA_H
+#define CA_BACKEND_CUDA_H
+
+#include <cuda.h>
+
+#include "backend.h"
+
+/* The real driver functions. A field is NULL when the loaded libcuda does not
+ * export that function (an old driver, or a test's mock); every caller checks
+ * before calling. `handle` is NULL when libcuda could not be loaded at all. */
+typedef struct ca_driver_api {
+  void *handle;
+
+  /* The handled functions, each the exact export of the same name. */
+  CUresult (*get_proc_address)(const char *symbol, void **pfn, int version,
+                               cuuint64_t flags);
+  CUresult (*get_proc_address_v2)(const char *symbol, void **pfn, int version,
+                                  cuuint64_t flags,
+                                  CUdriverProcAddressQueryResult *status);
+  CUresult (*mem_alloc)(CUdeviceptr *dptr, size_t size);
+  CUresult (*mem_free)(CUdeviceptr dptr);
+  CUresult (*mem_get_info)(size_t *free_bytes, size_t *total_bytes);
+  CUresult (*mem_alloc_pitch)(CUdeviceptr *dptr, size_t *pitch, size_t width,
+                              size_t height, unsigned int element_size);
+  CUresult (*mem_alloc_managed)(CUdeviceptr *dptr, size_t size,
+                                unsigned int flags);
+  CUresult (*mem_alloc_async)(CUdeviceptr *dptr, size_t size, CUstream stream);
+  CUresult (*mem_alloc_async_ptsz)(CUdeviceptr *dptr, size_t size,
+                                   CUstream stream);
+  CUresult (*mem_alloc_from_pool_async)(CUdeviceptr *dptr, size_t size,
+                                        CUmemoryPool pool, CUstream stream);
+  CUresult (*mem_alloc_from_pool_async_ptsz)(CUdeviceptr *dptr, size_t size,
+                                             CUmemoryPool pool,
+                                             CUstream stream);
+  CUresult (*mem_free_async)(CUdeviceptr dptr, CUstream stream);
+  CUresult (*mem_free_async_ptsz)(CUdeviceptr dptr, CUstream stream);
+  CUresult (*mem_create)(CUmemGenericAllocationHandle *handle, size_t size,
+                         const CUmemAllocationProp *prop,
+                         unsigned long long flags);
+  CUresult (*mem_release)(CUmemGenericAllocationHandle handle);
+
+  /* What the backend and the policy need besides. */
+  CUresult (*ctx_get_current)(CUcontext *ctx);
+  CUresult (*ctx_get_device)(CUdevice *device);
+  CUresult (*ctx_synchronize)(void);
+  CUresult (*ctx_push_current)(CUcontext ctx);
+  CUresult (*ctx_pop_current)(CUcontext *ctx);
+  CUresult (*device_get)(CUdevice *device, int ordinal);
+  CUresult (*device_primary_ctx_retain)(CUcontext *ctx, CUdevice device);
+  CUresult (*device_primary_ctx_get_state)(CUdevice device,
+                                           unsigned int *flags, int *active);
+  CUresult (*stream_is_capturing)(CUstream stream,
+                                  CUstreamCaptureStatus *status);
+  CUresult (*get_error_name)(CUresult error, const char **name);
+} ca_driver_api;
+
+/* The real driver functions, resolved on the first call (thread-safe, once).
+ * Never NULL; see ca_driver_api for missing functions. */
+const ca_driver_api *ca_driver(void);
+
+/* The real address of libcuda's export `name` (looked up in libcuda itself,
+ * never through our dlsym), or NULL. */
+void *ca_driver_symbol(const char *name);
+
+/* The device of the calling thread's current context. Returns CUDA_SUCCESS
+ * and stores it, or the driver's error (no context current, not
+ * initialized). Never touches *device on failure. */
+CUresult ca_driver_current_device(int *device);
+
+/* The backend over the real driver; the pool's production backend. Status
+ * codes are CUresult; oom_code is CUDA_ERROR_OUT_OF_MEMORY. */
+const ca_backend *ca_backend_cuda(void);
+
+#endif /* CA_BACKEND_CUDA_H */

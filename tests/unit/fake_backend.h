@@ -1,0 +1,61 @@
+/*
+ * A fake backend: simulated device memory for driving the pool without a GPU.
+ *
+ * Each device has a capacity; reserve hands out fresh, never-reused address
+ * ranges (or real host memory, with host_backed, so tests can write through
+ * the pointers), remembers every live segment, and refuses with
+ * CA_FAKE_OOM past the capacity. Tests can inject failures, make synchronize
+ * refuse (as during a stream capture), and read call counts. Thread-safe.
+ */
+#ifndef CA_FAKE_BACKEND_H
+#define CA_FAKE_BACKEND_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+#define CA_FAKE_OOM 2 /* what CUDA calls CUDA_ERROR_OUT_OF_MEMORY */
+#define CA_FAKE_DEVICES 4
+#define CA_FAKE_MAX_SEGMENTS 8192
+
+typedef struct ca_fake_segment {
+  uint64_t addr, size;
+  int device;
+} ca_fake_segment;
+
+typedef struct ca_fake_backend {
+  ca_backend backend; /* hand &fake->backend to the pool */
+  pthread_mutex_t lock;
+  bool host_backed;
+  uint64_t capacity[CA_FAKE_DEVICES];
+  uint64_t used[CA_FAKE_DEVICES];
+  uint64_t next_addr[CA_FAKE_DEVICES];
+  ca_fake_segment segments[CA_FAKE_MAX_SEGMENTS];
+  int nsegments;
+  /* Call counts. */
+  int reserves, releases, mem_infos, syncs, refused_syncs;
+  int bad_releases; /* releases of unknown ranges or with a wrong size */
+  /* Injection: the next `fail_reserves` reserves return `fail_code`. */
+  int fail_reserves;
+  int fail_code;
+  /* While true, synchronize refuses, as during a stream capture. */
+  bool refuse_sync;
+  /* The order in which segments were released, for LRU tests. */
+  uint64_t released_addrs[CA_FAKE_MAX_SEGMENTS];
+} ca_fake_backend;
+
+/* Sets up a fake with `capacity` bytes per device. `with_sync` installs a
+ * synchronize entry (the pool then holds freed blocks when asked to). */
+void ca_fake_init(ca_fake_backend *f, uint64_t capacity, bool with_sync,
+                  bool host_backed);
+
+/* Frees host memory still held by a host-backed fake. */
+void ca_fake_fini(ca_fake_backend *f);
+
+/* Whether [addr, addr + size) lies inside one live segment of `device`. */
+bool ca_fake_owns(ca_fake_backend *f, int device, uint64_t addr,
+                  uint64_t size);
+
+#endif /* CA_FAKE_BACKEND_H */

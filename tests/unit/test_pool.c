@@ -1,0 +1,533 @@
+/*
+ * The pool, driven through the fake backend: what a program sees of it
+ * (addresses, errors) and what the statistics say.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "fake_backend.h"
+#include "pool.h"
+
+#define KiB (1024ull)
+#define MiB (1024ull * 1024)
+
+typedef struct fixture {
+  ca_fake_backend fake;
+  ca_pool *pool;
+} fixture;
+
+static fixture *fixture_new(uint64_t capacity, ca_pool_options opt,
+                            bool with_sync) {
+  fixture *fx = calloc(1, sizeof(*fx));
+  assert_non_null(fx);
+  ca_fake_init(&fx->fake, capacity, with_sync, false);
+  fx->pool = ca_pool_create(&fx->fake.backend, 0, &opt);
+  assert_non_null(fx->pool);
+  return fx;
+}
+
+static ca_pool_options default_options(void) {
+  return (ca_pool_options){.max_split_size = UINT64_MAX};
+}
+
+static void fixture_free(fixture *fx) {
+  char why[256];
+  assert_true(ca_pool_check(fx->pool, why, sizeof(why)));
+  ca_pool_destroy(fx->pool);
+  assert_int_equal(fx->fake.nsegments, 0); /* everything given back */
+  assert_int_equal(fx->fake.bad_releases, 0);
+  ca_fake_fini(&fx->fake);
+  free(fx);
+}
+
+static uint64_t must_alloc(fixture *fx, uint64_t size) {
+  uint64_t addr = 0;
+  assert_int_equal(ca_pool_alloc(fx->pool, size, &addr), 0);
+  assert_true(ca_fake_owns(&fx->fake, 0, addr, size ? size : 1));
+  return addr;
+}
+
+static cudalloc_device_stats stats_of(fixture *fx) {
+  cudalloc_device_stats s;
+  ca_pool_get_stats(fx->pool, &s);
+  return s;
+}
+
+static void assert_consistent(fixture *fx) {
+  char why[256] = "";
+  if (!ca_pool_check(fx->pool, why, sizeof(why)))
+    fail_msg("pool inconsistent: %s", why);
+}
+
+/* Requests are rounded to 512 B; the program's own size is kept too. */
+static void rounds_requests_to_the_granule(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(1024 * MiB, default_options(), false);
+  uint64_t sizes[] = {0, 1, 511, 512, 513, 4096 + 1};
+  uint64_t rounded[] = {512, 512, 512, 512, 1024, 4608};
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    ca_live_block b;
+    uint64_t addr = must_alloc(fx, sizes[i]);
+    assert_true(ca_pool_lookup(fx->pool, addr, &b));
+    assert_int_equal(b.size, rounded[i]);
+    assert_int_equal(b.requested, sizes[i]);
+    assert_int_equal(addr % 512, 0);
+  }
+  cudalloc_device_stats s = stats_of(fx);
+  assert_int_equal(s.requested_bytes.current, 0 + 1 + 511 + 512 + 513 + 4097);
+  assert_int_equal(s.allocated_bytes.current, 512 * 4 + 1024 + 4608);
+  fixture_free(fx);
+}
+
+/* Small requests share 2 MiB segments; medium ones share 20 MiB segments;
+ * large ones get a segment of their own rounded to 2 MiB. */
+static void sizes_segments_like_pytorch(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(4096 * MiB, default_options(), false);
+  for (int i = 0; i < 4096; i++)
+    must_alloc(fx, 512); /* 4096 x 512 B fill one 2 MiB segment exactly */
+  assert_int_equal(fx->fake.reserves, 1);
+  must_alloc(fx, 1 * MiB);
+  assert_int_equal(fx->fake.reserves, 2);
+  assert_int_equal(fx->fake.segments[1].size, 2 * MiB);
+  must_alloc(fx, 1 * MiB + 1);
+  assert_int_equal(fx->fake.segments[2].size, 20 * MiB);
+  must_alloc(fx, 25 * MiB);
+  assert_int_equal(fx->fake.segments[3].size, 26 * MiB);
+  must_alloc(fx, 30 * MiB);
+  assert_int_equal(fx->fake.segments[4].size, 30 * MiB);
+  assert_int_equal(stats_of(fx).segments.current, 5);
+  fixture_free(fx);
+}
+
+/* A freed block is served again without the backend. */
+static void serves_repeat_requests_from_the_cache(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(1024 * MiB, default_options(), false);
+  uint64_t sizes[] = {256, 64 * KiB, 3 * MiB, 64 * MiB};
+  for (size_t i = 0; i < 4; i++) {
+    uint64_t a = must_alloc(fx, sizes[i]);
+    assert_true(ca_pool_free(fx->pool, a));
+    int reserves = fx->fake.reserves;
+    for (int k = 0; k < 100; k++) {
+      uint64_t b = must_alloc(fx, sizes[i]);
+      assert_int_equal(b, a);
+      assert_true(ca_pool_free(fx->pool, b));
+    }
+    assert_int_equal(fx->fake.reserves, reserves);
+  }
+  cudalloc_device_stats s = stats_of(fx);
+  /* 64 KiB came from the segment the 256 B request opened. */
+  assert_int_equal(s.cache_hits, 401);
+  assert_int_equal(s.backend_allocs, 3);
+  assert_int_equal(s.backend_frees, 0);
+  assert_int_equal(s.allocs, 404);
+  assert_int_equal(s.frees, 404);
+  fixture_free(fx);
+}
+
+/* A same-sized request between class boundaries still finds the block it
+ * freed, rather than growing: repeated workloads must not leak segments. */
+static void reuses_exact_sizes_between_class_boundaries(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(1024 * MiB, default_options(), false);
+  uint64_t odd = 4 * MiB + 100 * KiB; /* not on a class boundary */
+  uint64_t a[4];
+  for (int i = 0; i < 4; i++)
+    a[i] = must_alloc(fx, odd); /* four blocks from one 20 MiB segment */
+  assert_int_equal(fx->fake.reserves, 1);
+  assert_true(ca_pool_free(fx->pool, a[1]));
+  assert_int_equal(must_alloc(fx, odd), a[1]);
+  assert_int_equal(fx->fake.reserves, 1);
+  fixture_free(fx);
+}
+
+/* Freed blocks merge with free neighbours; a fully free segment is one
+ * block again. */
+static void splits_and_merges_within_a_segment(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(1024 * MiB, default_options(), false);
+  uint64_t a = must_alloc(fx, 512 * KiB);
+  uint64_t b = must_alloc(fx, 512 * KiB);
+  uint64_t c = must_alloc(fx, 512 * KiB);
+  assert_int_equal(fx->fake.reserves, 1);
+  assert_int_equal(b, a + 512 * KiB);
+  assert_int_equal(c, b + 512 * KiB);
+  assert_true(ca_pool_free(fx->pool, b));
+  assert_int_equal(stats_of(fx).largest_free_block, 512 * KiB);
+  assert_true(ca_pool_free(fx->pool, a)); /* merges with b */
+  assert_int_equal(stats_of(fx).largest_free_block, 1 * MiB);
+  assert_consistent(fx);
+  assert_true(ca_pool_free(fx->pool, c)); /* merges both sides */
+  cudalloc_device_stats s = stats_of(fx);
+  assert_int_equal(s.largest_free_block, 2 * MiB);
+  assert_int_equal(s.free_cached_bytes, 2 * MiB);
+  assert_true(s.fragmentation == 0.0);
+  /* The whole segment can serve one 1 MiB request at its start. */
+  assert_int_equal(must_alloc(fx, 1 * MiB), a);
+  fixture_free(fx);
+}
+
+/* In the large pool a block splits only when more than 1 MiB would remain. */
+static void large_blocks_split_only_for_a_worthwhile_rest(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(1024 * MiB, default_options(), false);
+  uint64_t a = must_alloc(fx, 2 * MiB); /* from a new 20 MiB segment */
+  assert_true(ca_pool_free(fx->pool, a));
+  ca_live_block info;
+  uint64_t b = must_alloc(fx, 19 * MiB + 512 * KiB); /* 512 KiB would remain */
+  assert_true(ca_pool_lookup(fx->pool, b, &info));
+  assert_int_equal(info.size, 20 * MiB);
+  assert_true(ca_pool_free(fx->pool, b));
+  uint64_t c = must_alloc(fx, 18 * MiB); /* 2 MiB remain: split */
+  assert_true(ca_pool_lookup(fx->pool, c, &info));
+  assert_int_equal(info.size, 18 * MiB);
+  assert_int_equal(must_alloc(fx, 2 * MiB), c + 18 * MiB);
+  assert_int_equal(fx->fake.reserves, 1);
+  fixture_free(fx);
+}
+
+/* max_split_size: cached blocks that large are never split and serve only
+ * requests at or above it, wasting under 20 MiB. */
+static void honours_max_split_size(void **state) {
+  (void)state;
+  ca_pool_options opt = default_options();
+  opt.max_split_size = 40 * MiB;
+  fixture *fx = fixture_new(4096 * MiB, opt, false);
+  uint64_t big = must_alloc(fx, 50 * MiB);
+  assert_true(ca_pool_free(fx->pool, big));
+  /* A request below max_split_size does not take the oversize block. */
+  uint64_t small = must_alloc(fx, 30 * MiB);
+  assert_true(small != big);
+  assert_int_equal(fx->fake.reserves, 2);
+  /* A request above it takes the block whole when the waste is < 20 MiB. */
+  ca_live_block info;
+  uint64_t again = must_alloc(fx, 45 * MiB);
+  assert_int_equal(again, big);
+  assert_true(ca_pool_lookup(fx->pool, again, &info));
+  assert_int_equal(info.size, 50 * MiB);
+  assert_true(ca_pool_free(fx->pool, again));
+  /* Not when it would waste 20 MiB or more. */
+  uint64_t huge = must_alloc(fx, 100 * MiB);
+  assert_true(ca_pool_free(fx->pool, huge));
+  int reserves = fx->fake.reserves;
+  assert_true(must_alloc(fx, 60 * MiB) != huge);
+  assert_int_equal(fx->fake.reserves, reserves + 1);
+  assert_int_equal(must_alloc(fx, 85 * MiB), huge);
+  assert_int_equal(fx->fake.reserves, reserves + 1);
+  fixture_free(fx);
+}
+
+/* Before a new segment would pass threshold x budget, the least recently
+ * freed segments are given back, oldest first, and only as many as needed. */
+static void garbage_collects_oldest_segments_first(void **state) {
+  (void)state;
+  ca_pool_options opt = default_options();
+  opt.gc_threshold = 0.5;
+  fixture *fx = fixture_new(1000 * MiB, opt, false); /* budget: 500 MiB */
+  uint64_t a[10];
+  for (int i = 0; i < 10; i++)
+    a[i] = must_alloc(fx, 40 * MiB);
+  int order[10] = {3, 7, 1, 9, 0, 2, 4, 5, 6, 8};
+  for (int i = 0; i < 10; i++)
+    assert_true(ca_pool_free(fx->pool, a[order[i]]));
+  /* 400 MiB cached; 200 MiB more needs reserved <= 300 MiB first. */
+  must_alloc(fx, 200 * MiB);
+  assert_int_equal(fx->fake.releases, 3);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(fx->fake.released_addrs[i], a[order[i]]);
+  cudalloc_device_stats s = stats_of(fx);
+  assert_int_equal(s.gc_segments_released, 3);
+  assert_int_equal(s.reserved_bytes.current, 280 * MiB + 200 * MiB);
+  fixture_free(fx);
+}
+
+/* With memory_limit_mb the budget is the limit, not the device's size. */
+static void garbage_collection_budget_is_the_limit_when_set(void **state) {
+  (void)state;
+  ca_pool_options opt = default_options();
+  opt.gc_threshold = 0.5;
+  opt.memory_limit = 200 * MiB;
+  fixture *fx = fixture_new(1000 * MiB, opt, false);
+  uint64_t a = must_alloc(fx, 80 * MiB);
+  assert_true(ca_pool_free(fx->pool, a));
+  must_alloc(fx, 90 * MiB); /* 80 + 90 > 100: the cached 80 MiB goes */
+  assert_int_equal(fx->fake.releases, 1);
+  assert_int_equal(fx->fake.mem_infos, 0);
+  fixture_free(fx);
+}
+
+/* memory_limit_mb caps reserved memory: the cache is given back first, and
+ * past that the request fails with the backend's out-of-memory code. */
+static void enforces_the_memory_limit(void **state) {
+  (void)state;
+  ca_pool_options opt = default_options();
+  opt.memory_limit = 100 * MiB;
+  fixture *fx = fixture_new(1000 * MiB, opt, false);
+  uint64_t big = must_alloc(fx, 90 * MiB);
+  assert_true(ca_pool_free(fx->pool, big));
+  /* Small requests need 2 MiB segments: the cached 90 MiB must make room. */
+  for (int i = 0; i < 12; i++)
+    must_alloc(fx, 1 * MiB);
+  assert_int_equal(fx->fake.releases, 1);
+  assert_int_equal(stats_of(fx).reserved_bytes.current, 12 * MiB);
+  uint64_t addr = 0;
+  assert_int_equal(ca_pool_alloc(fx->pool, 90 * MiB, &addr), CA_FAKE_OOM);
+  cudalloc_device_stats s = stats_of(fx);
+  assert_int_equal(s.failed_allocs, 1);
+  assert_true(s.reserved_bytes.peak <= 100 * MiB);
+  /* A medium request that fits only without its 20 MiB segment still
+   * succeeds with a smaller one. */
+  must_alloc(fx, 80 * MiB);
+  assert_int_equal(ca_pool_alloc(fx->pool, 3 * MiB, &addr), 0);
+  assert_true(stats_of(fx).reserved_bytes.current <= 100 * MiB);
+  fixture_free(fx);
+}
+
+/* When the backend runs out, every cached segment is given back and the
+ * request is retried once; other errors pass through unchanged. */
+static void retries_once_after_out_of_memory(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(21 * MiB, default_options(), false);
+  uint64_t a = must_alloc(fx, 19 * MiB);
+  assert_true(ca_pool_free(fx->pool, a));
+  must_alloc(fx, 4 * KiB); /* needs 2 MiB more than the device has */
+  cudalloc_device_stats s = stats_of(fx);
+  assert_int_equal(s.oom_retries, 1);
+  assert_int_equal(s.backend_frees, 1);
+  uint64_t addr = 0;
+  assert_int_equal(ca_pool_alloc(fx->pool, 50 * MiB, &addr), CA_FAKE_OOM);
+  assert_int_equal(stats_of(fx).oom_retries, 2);
+  assert_int_equal(stats_of(fx).failed_allocs, 1);
+  fx->fake.fail_reserves = 1;
+  fx->fake.fail_code = 201; /* CUDA_ERROR_INVALID_CONTEXT */
+  assert_int_equal(ca_pool_alloc(fx->pool, 8 * MiB, &addr), 201);
+  assert_int_equal(stats_of(fx).oom_retries, 2);
+  fixture_free(fx);
+}
+
+/* A medium request near the device's end gets a smaller segment on retry. */
+static void retries_with_the_smallest_segment(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(10 * MiB, default_options(), false);
+  must_alloc(fx, 3 * MiB); /* the 20 MiB segment cannot be had; 4 MiB can */
+  assert_int_equal(fx->fake.segments[0].size, 4 * MiB);
+  fixture_free(fx);
+}
+
+/* Emptying the cache gives back exactly the fully free segments. */
+static void empty_cache_gives_back_free_segments_only(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(1024 * MiB, default_options(), false);
+  uint64_t keep = must_alloc(fx, 4 * KiB);
+  uint64_t drop1 = must_alloc(fx, 64 * MiB);
+  uint64_t drop2 = must_alloc(fx, 2 * MiB);
+  assert_true(ca_pool_free(fx->pool, drop1));
+  assert_true(ca_pool_free(fx->pool, drop2));
+  assert_int_equal(ca_pool_empty_cache(fx->pool), 64 * MiB + 20 * MiB);
+  cudalloc_device_stats s = stats_of(fx);
+  assert_int_equal(s.reserved_bytes.current, 2 * MiB);
+  assert_int_equal(s.blocks.current, 1);
+  assert_true(ca_pool_lookup(fx->pool, keep, NULL));
+  assert_int_equal(ca_pool_empty_cache(fx->pool), 0);
+  fixture_free(fx);
+}
+
+/* Every statistic as current/peak/total, and fragmentation. */
+static void keeps_statistics(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(1024 * MiB, default_options(), false);
+  uint64_t a[4];
+  for (int i = 0; i < 4; i++)
+    a[i] = must_alloc(fx, 512 * KiB - 100);
+  assert_true(ca_pool_free(fx->pool, a[0]));
+  assert_true(ca_pool_free(fx->pool, a[2]));
+  cudalloc_device_stats s = stats_of(fx);
+  assert_int_equal(s.device, 0);
+  assert_int_equal(s.requested_bytes.current, 2 * (512 * KiB - 100));
+  assert_int_equal(s.requested_bytes.peak, 4 * (512 * KiB - 100));
+  assert_int_equal(s.requested_bytes.total, 4 * (512 * KiB - 100));
+  assert_int_equal(s.allocated_bytes.current, 1 * MiB);
+  assert_int_equal(s.allocated_bytes.peak, 2 * MiB);
+  assert_int_equal(s.reserved_bytes.current, 2 * MiB);
+  assert_int_equal(s.blocks.current, 2);
+  assert_int_equal(s.blocks.peak, 4);
+  assert_int_equal(s.blocks.total, 4);
+  assert_int_equal(s.segments.current, 1);
+  assert_int_equal(s.segments.total, 1);
+  assert_int_equal(s.free_cached_bytes, 1 * MiB);
+  assert_int_equal(s.largest_free_block, 512 * KiB);
+  assert_true(s.fragmentation > 0.499 && s.fragmentation < 0.501);
+  fixture_free(fx);
+}
+
+/* Frees of pointers the pool did not hand out change nothing. */
+static void refuses_pointers_it_does_not_own(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(1024 * MiB, default_options(), false);
+  uint64_t a = must_alloc(fx, 4 * KiB);
+  assert_false(ca_pool_free(fx->pool, 0));
+  assert_false(ca_pool_free(fx->pool, a + 512)); /* interior pointer */
+  assert_false(ca_pool_free(fx->pool, 0x1234));
+  assert_true(ca_pool_free(fx->pool, a));
+  assert_false(ca_pool_free(fx->pool, a)); /* double free */
+  assert_int_equal(stats_of(fx).frees, 1);
+  fixture_free(fx);
+}
+
+static void count_live(const ca_live_block *b, void *arg) {
+  uint64_t *seqs = arg;
+  assert_true(b->seq >= 1 && b->seq <= 3);
+  seqs[b->seq - 1] = b->requested;
+}
+
+/* The live table gives the leak report size, sequence and time. */
+static void lists_live_blocks(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(1024 * MiB, default_options(), false);
+  uint64_t a = must_alloc(fx, 100);
+  must_alloc(fx, 200);
+  must_alloc(fx, 300);
+  ca_live_block info;
+  assert_true(ca_pool_lookup(fx->pool, a, &info));
+  assert_int_equal(info.seq, 1);
+  assert_true(info.time_ns > 0);
+  uint64_t seen[3] = {0};
+  assert_int_equal(ca_pool_foreach_live(fx->pool, count_live, seen), 3);
+  assert_int_equal(seen[0], 100);
+  assert_int_equal(seen[1], 200);
+  assert_int_equal(seen[2], 300);
+  fixture_free(fx);
+}
+
+/* Two devices, two pools on one backend: nothing crosses over. */
+static void keeps_devices_apart(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(1024 * MiB, default_options(), false);
+  ca_pool_options opt = default_options();
+  ca_pool *other = ca_pool_create(&fx->fake.backend, 1, &opt);
+  uint64_t a = must_alloc(fx, 4 * KiB), b = 0;
+  assert_int_equal(ca_pool_alloc(other, 4 * KiB, &b), 0);
+  assert_true(ca_fake_owns(&fx->fake, 1, b, 4 * KiB));
+  assert_false(ca_pool_free(other, a));
+  assert_false(ca_pool_free(fx->pool, b));
+  cudalloc_device_stats s;
+  ca_pool_get_stats(other, &s);
+  assert_int_equal(s.device, 1);
+  assert_int_equal(s.blocks.current, 1);
+  assert_int_equal(stats_of(fx).blocks.current, 1);
+  assert_true(ca_pool_free(other, b));
+  ca_pool_destroy(other);
+  fixture_free(fx);
+}
+
+/* With hold_freed, a freed block is reused only after the backend has
+ * synchronized, one synchronization covering every block freed before it;
+ * while synchronizing is refused (a capture), the pool grows instead. */
+static void holds_freed_blocks_until_synchronized(void **state) {
+  (void)state;
+  ca_pool_options opt = default_options();
+  opt.hold_freed = true;
+  fixture *fx = fixture_new(1024 * MiB, opt, true);
+  uint64_t a[4];
+  for (int i = 0; i < 4; i++)
+    a[i] = must_alloc(fx, 512 * KiB); /* fills one 2 MiB segment */
+  assert_true(ca_pool_free(fx->pool, a[1]));
+  assert_true(ca_pool_free(fx->pool, a[3]));
+  assert_int_equal(fx->fake.syncs, 0);
+  assert_consistent(fx);
+  assert_int_equal(must_alloc(fx, 512 * KiB), a[3]); /* after one sync */
+  assert_int_equal(must_alloc(fx, 512 * KiB), a[1]); /* no second sync */
+  assert_int_equal(fx->fake.syncs, 1);
+  assert_int_equal(fx->fake.reserves, 1);
+  /* During a capture the held block stays held. */
+  assert_true(ca_pool_free(fx->pool, a[0]));
+  fx->fake.refuse_sync = true;
+  uint64_t b = must_alloc(fx, 512 * KiB);
+  assert_true(b != a[0]);
+  assert_int_equal(fx->fake.reserves, 2);
+  assert_consistent(fx);
+  fx->fake.refuse_sync = false;
+  assert_true(ca_pool_empty_cache(fx->pool) == 0); /* a[0]'s segment busy */
+  assert_consistent(fx);
+  fixture_free(fx);
+}
+
+/* After a context reset the driver has freed everything: the pool forgets
+ * its segments without giving them back and starts afresh. */
+static void drop_all_forgets_without_releasing(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(1024 * MiB, default_options(), false);
+  uint64_t a = must_alloc(fx, 4 * KiB);
+  must_alloc(fx, 64 * MiB);
+  ca_pool_drop_all(fx->pool);
+  assert_int_equal(fx->fake.releases, 0);
+  cudalloc_device_stats s = stats_of(fx);
+  assert_int_equal(s.reserved_bytes.current, 0);
+  assert_int_equal(s.blocks.current, 0);
+  assert_int_equal(s.blocks.peak, 2);
+  assert_false(ca_pool_free(fx->pool, a));
+  assert_consistent(fx);
+  fx->fake.nsegments = 0; /* the "driver" freed them */
+  must_alloc(fx, 4 * KiB);
+  assert_int_equal(fx->fake.reserves, 3);
+  fixture_free(fx);
+}
+
+/* A long random run keeps every invariant. */
+static void survives_random_operations(void **state) {
+  (void)state;
+  ca_pool_options opt = default_options();
+  opt.max_split_size = 48 * MiB;
+  opt.gc_threshold = 0.6;
+  fixture *fx = fixture_new(8192 * MiB, opt, false);
+  uint64_t slot[64] = {0};
+  uint64_t rng = 42;
+  for (int op = 0; op < 50000; op++) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    int i = (int)((rng >> 33) % 64);
+    if (slot[i]) {
+      assert_true(ca_pool_free(fx->pool, slot[i]));
+      slot[i] = 0;
+    } else {
+      /* log-uniform from 256 B to 64 MiB */
+      double u = (double)((rng >> 11) & 0xFFFFF) / (double)0x100000;
+      uint64_t size = (uint64_t)(256.0 * __builtin_exp2(u * 18.0));
+      assert_int_equal(ca_pool_alloc(fx->pool, size, &slot[i]), 0);
+    }
+    if (op % 5000 == 0)
+      assert_consistent(fx);
+  }
+  fixture_free(fx);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(rounds_requests_to_the_granule),
+      cmocka_unit_test(sizes_segments_like_pytorch),
+      cmocka_unit_test(serves_repeat_requests_from_the_cache),
+      cmocka_unit_test(reuses_exact_sizes_between_class_boundaries),
+      cmocka_unit_test(splits_and_merges_within_a_segment),
+      cmocka_unit_test(large_blocks_split_only_for_a_worthwhile_rest),
+      cmocka_unit_test(honours_max_split_size),
+      cmocka_unit_test(garbage_collects_oldest_segments_first),
+      cmocka_unit_test(garbage_collection_budget_is_the_limit_when_set),
+      cmocka_unit_test(enforces_the_memory_limit),
+      cmocka_unit_test(retries_once_after_out_of_memory),
+      cmocka_unit_test(retries_with_the_smallest_segment),
+      cmocka_unit_test(empty_cache_gives_back_free_segments_only),
+      cmocka_unit_test(keeps_statistics),
+      cmocka_unit_test(refuses_pointers_it_does_not_own),
+      cmocka_unit_test(lists_live_blocks),
+      cmocka_unit_test(keeps_devices_apart),
+      cmocka_unit_test(holds_freed_blocks_until_synchronized),
+      cmocka_unit_test(drop_all_forgets_without_releasing),
+      cmocka_unit_test(survives_random_operations),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,152 @@
+/*
+ * The live table of passed-through allocations (see track.h).
+ */
+#include "track.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "uthash.h"
+
+typedef struct ca__entry {
+  ca_tracked t;
+  UT_hash_handle hh;
+  struct ca__entry *next_free;
+} ca__entry;
+
+/* Entries come from chunks of this many and go back to a free list, so a
+ * program that allocates and frees in a loop costs no malloc per call. */
+#define CA__CHUNK 128
+
+static pthread_mutex_t ca__lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t ca__fork_once = PTHREAD_ONCE_INIT;
+static ca__entry *ca__by_addr;   /* uthash head: device addresses */
+static ca__entry *ca__by_handle; /* uthash head: cuMemCreate handles */
+static ca__entry *ca__free_list;
+static uint64_t ca__seq;
+
+/* A fork while another thread holds the lock would leave the child's copy
+ * locked forever; taking it around fork keeps the table whole in both. */
+static void ca__fork_prepare(void) { pthread_mutex_lock(&ca__lock); }
+static void ca__fork_release(void) { pthread_mutex_unlock(&ca__lock); }
+static void ca__register_fork(void) {
+  pthread_atfork(ca__fork_prepare, ca__fork_release, ca__fork_release);
+}
+
+static void ca__lock_table(void) {
+  pthread_once(&ca__fork_once, ca__register_fork);
+  pthread_mutex_lock(&ca__lock);
+}
+
+static void ca__unlock_table(void) { pthread_mutex_unlock(&ca__lock); }
+
+/* Under the lock. */
+static ca__entry *ca__take_entry(void) {
+  if (ca__free_list == NULL) {
+    ca__entry *chunk = calloc(CA__CHUNK, sizeof(*chunk));
+    if (chunk == NULL)
+      return NULL;
+    for (int i = 0; i < CA__CHUNK; i++) {
+      chunk[i].next_free = ca__free_list;
+      ca__free_list = &chunk[i];
+    }
+  }
+  ca__entry *e = ca__free_list;
+  ca__free_list = e->next_free;
+  return e;
+}
+
+/* Under the lock. */
+static void ca__give_entry(ca__entry *e) {
+  e->next_free = ca__free_list;
+  ca__free_list = e;
+}
+
+static uint64_t ca__now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+const char *ca_track_kind_name(ca_track_kind kind) {
+  switch (kind) {
+  case CA_TRACK_PITCH:
+    return "pitch";
+  case CA_TRACK_MANAGED:
+    return "managed";
+  case CA_TRACK_ASYNC:
+    return "async";
+  case CA_TRACK_POOL_ASYNC:
+    return "pool-async";
+  case CA_TRACK_VMM:
+    return "vmm";
+  }
+  return "?";
+}
+
+void ca_track_add(ca_track_kind kind, uint64_t key, uint64_t size,
+                  int device) {
+  uint64_t now = ca__now_ns();
+  ca__lock_table();
+  ca__entry **head = kind == CA_TRACK_VMM ? &ca__by_handle : &ca__by_addr;
+  ca__entry *e = NULL;
+  HASH_FIND(hh, *head, &key, sizeof(key), e);
+  if (e == NULL) {
+    e = ca__take_entry();
+    if (e != NULL) {
+      e->t.key = key;
+      HASH_ADD(hh, *head, t.key, sizeof(e->t.key), e);
+    }
+  }
+  if (e != NULL) {
+    e->t.size = size;
+    e->t.seq = ++ca__seq;
+    e->t.time_ns = now;
+    e->t.device = device;
+    e->t.kind = kind;
+  }
+  ca__unlock_table();
+}
+
+static bool ca__forget(ca__entry **head, uint64_t key, ca_tracked *out) {
+  ca__lock_table();
+  ca__entry *e = NULL;
+  HASH_FIND(hh, *head, &key, sizeof(key), e);
+  if (e != NULL) {
+    if (out != NULL)
+      *out = e->t;
+    HASH_DEL(*head, e);
+    ca__give_entry(e);
+  }
+  ca__unlock_table();
+  return e != NULL;
+}
+
+bool ca_track_forget_addr(uint64_t addr, ca_tracked *out) {
+  return ca__forget(&ca__by_addr, addr, out);
+}
+
+bool ca_track_forget_handle(uint64_t handle, ca_tracked *out) {
+  return ca__forget(&ca__by_handle, handle, out);
+}
+
+size_t ca_track_foreach(void (*fn)(const ca_tracked *t, void *arg),
+                        void *arg) {
+  size_t n = 0;
+  ca__lock_table();
+  ca__entry *heads[2] = {ca__by_addr, ca__by_handle};
+  for (int i = 0; i < 2; i++) {
+    for (ca__entry *e = heads[i]; e != NULL; e = e->hh.next, n++)
+      fn(&e->t, arg);
+  }
+  ca__unlock_table();
+  return n;
+}
+
+size_t ca_track_count(void) {
+  ca__lock_table();
+  size_t n = HASH_COUNT(ca__by_addr) + HASH_COUNT(ca__by_handle);
+  ca__unlock_table();
+  return n;
+}

@@ -1,0 +1,310 @@
+/*
+ * The CUDA backend (see backend_cuda.h): the real driver functions, and the
+ * pool's backend on top of them.
+ */
+#include "backend_cuda.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "cudalloc.h"
+#include "hooks.h"
+
+static ca_driver_api ca__api;
+static pthread_once_t ca__api_once = PTHREAD_ONCE_INIT;
+
+/* The primary context of each device, retained once by us the first time a
+ * segment of that device had to be released or synchronized from a thread
+ * with no context of that device current, and kept for the process's life. */
+static _Atomic(CUcontext) ca__primary[CUDALLOC_MAX_DEVICES];
+
+/* ------------------------------------------------------------------------ */
+/* Resolving the driver                                                      */
+
+/* libcuda.so.1 as the program already loaded it (found by soname, so a copy
+ * loaded from an explicit path counts too); loading it ourselves only when
+ * nothing did, which happens only when our exports are called directly by a
+ * program that did not load the driver. */
+static void *ca__open_libcuda(void) {
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (h == NULL)
+    h = dlopen("libcuda.so.1", RTLD_NOW);
+  return h;
+}
+
+/* Stores the export `name` into the function pointer at `slot`. Function and
+ * object pointers have the same representation on every platform CUDA runs
+ * on (POSIX requires it for dlsym); memcpy says so without a cast warning. */
+static void ca__resolve(void *slot, size_t slot_size, const char *name) {
+  void *sym = ca_real_dlsym(ca__api.handle, name);
+  if (slot_size == sizeof(sym))
+    memcpy(slot, &sym, sizeof(sym));
+}
+
+#define CA__RESOLVE(field, name) ca__resolve(&ca__api.field, sizeof(ca__api.field), name)
+
+static void ca__api_init(void) {
+  ca__api.handle = ca__open_libcuda();
+  if (ca__api.handle == NULL)
+    return;
+  CA__RESOLVE(get_proc_address, "cuGetProcAddress");
+  CA__RESOLVE(get_proc_address_v2, "cuGetProcAddress_v2");
+  CA__RESOLVE(mem_alloc, "cuMemAlloc_v2");
+  CA__RESOLVE(mem_free, "cuMemFree_v2");
+  CA__RESOLVE(mem_get_info, "cuMemGetInfo_v2");
+  CA__RESOLVE(mem_alloc_pitch, "cuMemAllocPitch_v2");
+  CA__RESOLVE(mem_alloc_managed, "cuMemAllocManaged");
+  CA__RESOLVE(mem_alloc_async, "cuMemAllocAsync");
+  CA__RESOLVE(mem_alloc_async_ptsz, "cuMemAllocAsync_ptsz");
+  CA__RESOLVE(mem_alloc_from_pool_async, "cuMemAllocFromPoolAsync");
+  CA__RESOLVE(mem_alloc_from_pool_async_ptsz, "cuMemAllocFromPoolAsync_ptsz");
+  CA__RESOLVE(mem_free_async, "cuMemFreeAsync");
+  CA__RESOLVE(mem_free_async_ptsz, "cuMemFreeAsync_ptsz");
+  CA__RESOLVE(mem_create, "cuMemCreate");
+  CA__RESOLVE(mem_release, "cuMemRelease");
+  CA__RESOLVE(ctx_get_current, "cuCtxGetCurrent");
+  CA__RESOLVE(ctx_get_device, "cuCtxGetDevice");
+  CA__RESOLVE(ctx_synchronize, "cuCtxSynchronize");
+  CA__RESOLVE(ctx_push_current, "cuCtxPushCurrent_v2");
+  CA__RESOLVE(ctx_pop_current, "cuCtxPopCurrent_v2");
+  CA__RESOLVE(device_get, "cuDeviceGet");
+  CA__RESOLVE(device_primary_ctx_retain, "cuDevicePrimaryCtxRetain");
+  CA__RESOLVE(device_primary_ctx_get_state, "cuDevicePrimaryCtxGetState");
+  CA__RESOLVE(stream_is_capturing, "cuStreamIsCapturing");
+  CA__RESOLVE(get_error_name, "cuGetErrorName");
+}
+
+/* A forked child cannot use the parent's contexts (CUDA does not survive
+ * fork), so it must not believe it still holds them. */
+static void ca__forget_contexts_in_child(void) {
+  for (int i = 0; i < CUDALLOC_MAX_DEVICES; i++)
+    atomic_store(&ca__primary[i], NULL);
+}
+
+static void ca__init_once(void) {
+  ca__api_init();
+  pthread_atfork(NULL, NULL, ca__forget_contexts_in_child);
+}
+
+const ca_driver_api *ca_driver(void) {
+  pthread_once(&ca__api_once, ca__init_once);
+  return &ca__api;
+}
+
+void *ca_driver_symbol(const char *name) {
+  const ca_driver_api *d = ca_driver();
+  return d->handle != NULL ? ca_real_dlsym(d->handle, name) : NULL;
+}
+
+CUresult ca_driver_current_device(int *device) {
+  const ca_driver_api *d = ca_driver();
+  if (d->ctx_get_current == NULL || d->ctx_get_device == NULL)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  CUcontext ctx = NULL;
+  CUresult r = d->ctx_get_current(&ctx);
+  if (r != CUDA_SUCCESS)
+    return r;
+  if (ctx == NULL)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  CUdevice dev = 0;
+  r = d->ctx_get_device(&dev);
+  if (r != CUDA_SUCCESS)
+    return r;
+  *device = (int)dev;
+  return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Running a driver call in the right context                               */
+
+/* The primary context of `device`, retained on first need. It is never
+ * created by us: when the device's primary context is not active, no memory
+ * can live in it and nothing of ours needs it, and creating one costs
+ * hundreds of milliseconds and device memory. */
+static CUresult ca__primary_context(int device, CUcontext *out) {
+  CUcontext ctx = atomic_load(&ca__primary[device]);
+  if (ctx != NULL) {
+    *out = ctx;
+    return CUDA_SUCCESS;
+  }
+  const ca_driver_api *d = ca_driver();
+  if (d->device_get == NULL || d->device_primary_ctx_retain == NULL)
+    return CUDA_ERROR_NOT_SUPPORTED;
+  CUdevice dev = 0;
+  CUresult r = d->device_get(&dev, device);
+  if (r != CUDA_SUCCESS)
+    return r;
+  if (d->device_primary_ctx_get_state != NULL) {
+    unsigned int flags = 0;
+    int active = 0;
+    r = d->device_primary_ctx_get_state(dev, &flags, &active);
+    if (r != CUDA_SUCCESS)
+      return r;
+    if (!active)
+      return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  r = d->device_primary_ctx_retain(&ctx, dev);
+  if (r != CUDA_SUCCESS)
+    return r;
+  /* Two threads may race here; both retained, and the primary context is
+   * one object, so the loser's extra reference is harmless: it lives as
+   * long as the process, like the winner's. */
+  CUcontext expected = NULL;
+  atomic_compare_exchange_strong(&ca__primary[device], &expected, ctx);
+  *out = ctx;
+  return CUDA_SUCCESS;
+}
+
+/* Whether the calling thread's current context belongs to `device`. */
+static int ca__current_is(int device) {
+  int cur = -1;
+  return ca_driver_current_device(&cur) == CUDA_SUCCESS && cur == device;
+}
+
+/* One driver call of the backend, with its arguments. */
+typedef struct ca__call {
+  int kind;
+  uint64_t size;
+  uint64_t addr;
+  size_t free_bytes, total_bytes;
+} ca__call;
+
+enum { CA__RESERVE, CA__RELEASE, CA__MEM_INFO, CA__SYNC };
+
+static CUresult ca__do(const ca_driver_api *d, ca__call *c);
+
+/* Runs `c` with a context of `device` current: the caller's own when it
+ * already is one (the normal case: the pool reserves inside cuMemAlloc), else
+ * the device's primary context, pushed for the call and popped after (from
+ * cudalloc_empty_cache on any thread, or at exit). */
+static CUresult ca__in_device(int device, ca__call *c) {
+  if (device < 0 || device >= CUDALLOC_MAX_DEVICES)
+    return CUDA_ERROR_INVALID_DEVICE;
+  const ca_driver_api *d = ca_driver();
+  if (ca__current_is(device))
+    return ca__do(d, c);
+  if (d->ctx_push_current == NULL || d->ctx_pop_current == NULL)
+    return CUDA_ERROR_NOT_SUPPORTED;
+  CUcontext ctx = NULL;
+  CUresult r = ca__primary_context(device, &ctx);
+  if (r != CUDA_SUCCESS)
+    return r;
+  r = d->ctx_push_current(ctx);
+  if (r != CUDA_SUCCESS)
+    return r;
+  r = ca__do(d, c);
+  CUcontext popped = NULL;
+  d->ctx_pop_current(&popped);
+  return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Stream capture                                                            */
+
+/* Whether a stream capture is active that a context-wide synchronization
+ * would invalidate. Synchronizing a device invalidates every capture on it,
+ * from any thread and in any capture mode, so the check must come before the
+ * call: cuCtxSynchronize reports the capture only by breaking it.
+ *
+ * The driver has no query for "any capture in this context". Asked about the
+ * legacy stream, cuStreamIsCapturing answers CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+ * while any blocking stream of the context captures, without invalidating it;
+ * asked about the per-thread default stream, it answers for that stream. A
+ * capture on a non-blocking stream of another thread is invisible to both; a
+ * later refinement can count captures by hooking cuStreamBeginCapture. A
+ * driver without the query is taken to have no capture. */
+static int ca__capturing(const ca_driver_api *d) {
+  if (d->stream_is_capturing == NULL)
+    return 0;
+  CUstream streams[2] = {CU_STREAM_LEGACY, CU_STREAM_PER_THREAD};
+  for (int i = 0; i < 2; i++) {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult r = d->stream_is_capturing(streams[i], &status);
+    if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)
+      return 1;
+    if (r == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE)
+      return 1;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The backend                                                               */
+
+static CUresult ca__do(const ca_driver_api *d, ca__call *c) {
+  switch (c->kind) {
+  case CA__RESERVE: {
+    if (d->mem_alloc == NULL)
+      return CUDA_ERROR_NOT_INITIALIZED;
+    CUdeviceptr p = 0;
+    CUresult r = d->mem_alloc(&p, (size_t)c->size);
+    c->addr = (uint64_t)p;
+    return r;
+  }
+  case CA__RELEASE:
+    if (d->mem_free == NULL)
+      return CUDA_ERROR_NOT_INITIALIZED;
+    return d->mem_free((CUdeviceptr)c->addr);
+  case CA__MEM_INFO:
+    if (d->mem_get_info == NULL)
+      return CUDA_ERROR_NOT_INITIALIZED;
+    return d->mem_get_info(&c->free_bytes, &c->total_bytes);
+  case CA__SYNC:
+    if (d->ctx_synchronize == NULL)
+      return CUDA_ERROR_NOT_INITIALIZED;
+    if (ca__capturing(d))
+      return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    return d->ctx_synchronize();
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+static int ca__reserve(void *ctx, int device, uint64_t size, uint64_t *addr) {
+  (void)ctx;
+  if (size > (uint64_t)SIZE_MAX)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  ca__call c = {.kind = CA__RESERVE, .size = size};
+  CUresult r = ca__in_device(device, &c);
+  if (r == CUDA_SUCCESS)
+    *addr = c.addr;
+  return (int)r;
+}
+
+static int ca__release(void *ctx, int device, uint64_t addr, uint64_t size) {
+  (void)ctx;
+  (void)size;
+  ca__call c = {.kind = CA__RELEASE, .addr = addr};
+  return (int)ca__in_device(device, &c);
+}
+
+static int ca__mem_info(void *ctx, int device, uint64_t *free_bytes,
+                        uint64_t *total_bytes) {
+  (void)ctx;
+  ca__call c = {.kind = CA__MEM_INFO};
+  CUresult r = ca__in_device(device, &c);
+  if (r == CUDA_SUCCESS) {
+    *free_bytes = c.free_bytes;
+    *total_bytes = c.total_bytes;
+  }
+  return (int)r;
+}
+
+static int ca__synchronize(void *ctx, int device) {
+  (void)ctx;
+  ca__call c = {.kind = CA__SYNC};
+  return (int)ca__in_device(device, &c);
+}
+
+static const ca_backend ca__backend = {
+    .ctx = NULL,
+    .oom_code = CUDA_ERROR_OUT_OF_MEMORY,
+    .reserve = ca__reserve,
+    .release = ca__release,
+    .mem_info = ca__mem_info,
+    .synchronize = ca__synchronize,
+};
+
+const ca_backend *ca_backend_cuda(void) { return &ca__backend; }

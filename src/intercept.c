@@ -1,0 +1,222 @@
+/*
+ * The policy behind each handled driver call (see intercept.h).
+ *
+ * The real functions are reached through the backend's table (ca_driver());
+ * this file decides only whether to call them, and what to record.
+ */
+#include "intercept.h"
+
+#include <stdint.h>
+
+#include "backend_cuda.h"
+#include "config.h"
+#include "cudalloc.h"
+#include "pool.h"
+#include "runtime.h"
+#include "track.h"
+
+/* What a call to a driver function that the loaded driver lacks returns:
+ * only reachable through our exports, by a program that never loaded a
+ * driver, or one too old for the function. */
+static CUresult ca__missing(void) {
+  return ca_driver()->handle == NULL ? CUDA_ERROR_NOT_INITIALIZED
+                                     : CUDA_ERROR_NOT_FOUND;
+}
+
+/* Calls the real driver function `field` with the given arguments. */
+#define CA__REAL(field, ...)                                                  \
+  (ca_driver()->field != NULL ? ca_driver()->field(__VA_ARGS__)               \
+                              : ca__missing())
+
+static bool ca__enabled(void) { return ca_config_get()->enabled; }
+
+/* The device of the current context, or -1: tracking wants a best guess,
+ * and a failed query must not change the program's result. */
+static int ca__device_or_unknown(void) {
+  int device = -1;
+  if (ca_driver_current_device(&device) != CUDA_SUCCESS)
+    return -1;
+  return device;
+}
+
+/* Gives a block back to the pool that owns it, trying the current device's
+ * pool first (the usual owner) and then every other. Returns false when no
+ * pool owns `dptr`: it came from the driver by another path. */
+static bool ca__pool_free(CUdeviceptr dptr) {
+  int current = ca__device_or_unknown();
+  if (current >= 0) {
+    ca_pool *pool = ca_runtime_pool_if_any(current);
+    if (pool != NULL && ca_pool_free(pool, (uint64_t)dptr))
+      return true;
+  }
+  for (int device = 0; device < CUDALLOC_MAX_DEVICES; device++) {
+    if (device == current)
+      continue;
+    ca_pool *pool = ca_runtime_pool_if_any(device);
+    if (pool != NULL && ca_pool_free(pool, (uint64_t)dptr))
+      return true;
+  }
+  return false;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Pooled                                                                    */
+
+CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
+  if (!ca__enabled())
+    return CA__REAL(mem_alloc, dptr, size);
+  if (dptr == NULL)
+    return CUDA_ERROR_INVALID_VALUE;
+  /* The driver's own answer to a zero-byte request (an error) is the one
+   * the program would have seen without us. */
+  if (size == 0)
+    return CA__REAL(mem_alloc, dptr, size);
+  /* Without a current context the driver knows the right error
+   * (not initialized, invalid context); let it say so. */
+  int device = -1;
+  if (ca_driver_current_device(&device) != CUDA_SUCCESS)
+    return CA__REAL(mem_alloc, dptr, size);
+  ca_pool *pool = ca_runtime_pool(device);
+  if (pool == NULL)
+    return CA__REAL(mem_alloc, dptr, size);
+  uint64_t addr = 0;
+  int status = ca_pool_alloc(pool, (uint64_t)size, &addr);
+  if (status == 0)
+    *dptr = (CUdeviceptr)addr;
+  return (CUresult)status;
+}
+
+CUresult ca_on_mem_free(CUdeviceptr dptr) {
+  /* cuMemFree(0) gets the driver's own answer, whatever it is. */
+  if (!ca__enabled() || dptr == 0)
+    return CA__REAL(mem_free, dptr);
+  if (ca__pool_free(dptr))
+    return CUDA_SUCCESS;
+  /* Not ours: pitched, managed or stream-ordered memory (cudaFree accepts
+   * them all), or a bad pointer the driver will reject. */
+  CUresult r = CA__REAL(mem_free, dptr);
+  if (r == CUDA_SUCCESS)
+    ca_track_forget_addr((uint64_t)dptr, NULL);
+  return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Adjusted                                                                  */
+
+/* Free memory as the program should see it: what the driver has free plus
+ * what the pool holds cached (this process's to use without the driver),
+ * never above total. Under memory_limit the limit is the total, and free is
+ * what the limit leaves beside the pool's in-use blocks; it never exceeds
+ * what the device itself can still give, since a limit cannot create
+ * memory. */
+static void ca__adjust_info(const cudalloc_device_stats *s, uint64_t limit,
+                            uint64_t *free_bytes, uint64_t *total_bytes) {
+  uint64_t cached = s->free_cached_bytes;
+  uint64_t free_now = *free_bytes + cached;
+  if (free_now > *total_bytes)
+    free_now = *total_bytes;
+  if (limit > 0) {
+    uint64_t reserved = s->reserved_bytes.current;
+    uint64_t in_use = reserved > cached ? reserved - cached : 0;
+    uint64_t left = limit > in_use ? limit - in_use : 0;
+    if (free_now > left)
+      free_now = left;
+    *total_bytes = limit;
+  }
+  *free_bytes = free_now;
+}
+
+CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes) {
+  CUresult r = CA__REAL(mem_get_info, free_bytes, total_bytes);
+  if (r != CUDA_SUCCESS || !ca__enabled())
+    return r;
+  int device = -1;
+  if (ca_driver_current_device(&device) != CUDA_SUCCESS)
+    return r;
+  cudalloc_device_stats stats = {0};
+  ca_pool *pool = ca_runtime_pool_if_any(device);
+  if (pool != NULL)
+    ca_pool_get_stats(pool, &stats);
+  uint64_t free_now = *free_bytes, total = *total_bytes;
+  ca__adjust_info(&stats, ca_config_get()->memory_limit, &free_now, &total);
+  *free_bytes = (size_t)free_now;
+  *total_bytes = (size_t)total;
+  return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Passed through, tracked                                                   */
+
+CUresult ca_on_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width,
+                               size_t height, unsigned int element_size) {
+  CUresult r = CA__REAL(mem_alloc_pitch, dptr, pitch, width, height,
+                        element_size);
+  if (r == CUDA_SUCCESS && ca__enabled())
+    ca_track_add(CA_TRACK_PITCH, (uint64_t)*dptr, (uint64_t)*pitch * height,
+                 ca__device_or_unknown());
+  return r;
+}
+
+CUresult ca_on_mem_alloc_managed(CUdeviceptr *dptr, size_t size,
+                                 unsigned int flags) {
+  CUresult r = CA__REAL(mem_alloc_managed, dptr, size, flags);
+  if (r == CUDA_SUCCESS && ca__enabled())
+    ca_track_add(CA_TRACK_MANAGED, (uint64_t)*dptr, size,
+                 ca__device_or_unknown());
+  return r;
+}
+
+CUresult ca_on_mem_alloc_async(CUdeviceptr *dptr, size_t size,
+                               CUstream stream, bool ptsz) {
+  CUresult r = ptsz ? CA__REAL(mem_alloc_async_ptsz, dptr, size, stream)
+                    : CA__REAL(mem_alloc_async, dptr, size, stream);
+  if (r == CUDA_SUCCESS && ca__enabled())
+    ca_track_add(CA_TRACK_ASYNC, (uint64_t)*dptr, size,
+                 ca__device_or_unknown());
+  return r;
+}
+
+CUresult ca_on_mem_alloc_from_pool_async(CUdeviceptr *dptr, size_t size,
+                                         CUmemoryPool pool, CUstream stream,
+                                         bool ptsz) {
+  CUresult r =
+      ptsz ? CA__REAL(mem_alloc_from_pool_async_ptsz, dptr, size, pool, stream)
+           : CA__REAL(mem_alloc_from_pool_async, dptr, size, pool, stream);
+  if (r == CUDA_SUCCESS && ca__enabled())
+    ca_track_add(CA_TRACK_POOL_ASYNC, (uint64_t)*dptr, size,
+                 ca__device_or_unknown());
+  return r;
+}
+
+CUresult ca_on_mem_free_async(CUdeviceptr dptr, CUstream stream, bool ptsz) {
+  /* A pooled block freed stream-ordered: the pool's hold-until-synchronized
+   * rule already keeps it from reuse while queued work may still touch it,
+   * so it is taken back like cuMemFree. */
+  if (ca__enabled() && dptr != 0 && ca__pool_free(dptr))
+    return CUDA_SUCCESS;
+  CUresult r = ptsz ? CA__REAL(mem_free_async_ptsz, dptr, stream)
+                    : CA__REAL(mem_free_async, dptr, stream);
+  if (r == CUDA_SUCCESS && ca__enabled())
+    ca_track_forget_addr((uint64_t)dptr, NULL);
+  return r;
+}
+
+CUresult ca_on_mem_create(CUmemGenericAllocationHandle *handle, size_t size,
+                          const CUmemAllocationProp *prop,
+                          unsigned long long flags) {
+  CUresult r = CA__REAL(mem_create, handle, size, prop, flags);
+  if (r == CUDA_SUCCESS && ca__enabled()) {
+    int device = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE
+                     ? prop->location.id
+                     : -1;
+    ca_track_add(CA_TRACK_VMM, (uint64_t)*handle, size, device);
+  }
+  return r;
+}
+
+CUresult ca_on_mem_release(CUmemGenericAllocationHandle handle) {
+  CUresult r = CA__REAL(mem_release, handle);
+  if (r == CUDA_SUCCESS && ca__enabled())
+    ca_track_forget_handle((uint64_t)handle, NULL);
+  return r;
+}

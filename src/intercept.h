@@ -1,0 +1,38 @@
+/*
+ * The policy: what happens to each handled driver call, once the hook layer
+ * has caught it. Pooled (cuMemAlloc_v2, cuMemFree_v2), adjusted
+ * (cuMemGetInfo_v2), or passed to the real driver and tracked (everything
+ * else). With `enabled:0` every handler is a plain pass-through.
+ *
+ * Each handler has the driver function's contract: same arguments, same
+ * result codes. The `ptsz` flag selects the per-thread-default-stream twin
+ * of the real function, so a pass-through keeps the program's stream
+ * semantics.
+ */
+#ifndef CA_INTERCEPT_H
+#define CA_INTERCEPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <cuda.h>
+
+CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size);
+CUresult ca_on_mem_free(CUdeviceptr dptr);
+CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes);
+CUresult ca_on_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width,
+                               size_t height, unsigned int element_size);
+CUresult ca_on_mem_alloc_managed(CUdeviceptr *dptr, size_t size,
+                                 unsigned int flags);
+CUresult ca_on_mem_alloc_async(CUdeviceptr *dptr, size_t size,
+                               CUstream stream, bool ptsz);
+CUresult ca_on_mem_alloc_from_pool_async(CUdeviceptr *dptr, size_t size,
+                                         CUmemoryPool pool, CUstream stream,
+                                         bool ptsz);
+CUresult ca_on_mem_free_async(CUdeviceptr dptr, CUstream stream, bool ptsz);
+CUresult ca_on_mem_create(CUmemGenericAllocationHandle *handle, size_t size,
+                          const CUmemAllocationProp *prop,
+                          unsigned long long flags);
+CUresult ca_on_mem_release(CUmemGenericAllocationHandle handle);
+
+#endif /* CA_INTERCEPT_H */

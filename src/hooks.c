@@ -1,0 +1,577 @@
+/*
+ * The hook layer: the three ways a program's driver calls reach us, all
+ * ending in one table of handled functions.
+ *
+ *  1. Exported driver names (cuMemAlloc_v2, ...) for programs linked to
+ *     libcuda: as a preloaded library we come before libcuda in the global
+ *     scope, so their references bind to us.
+ *  2. Our dlsym: a program asking libcuda (or RTLD_DEFAULT) for a handled
+ *     name gets our hook. The CUDA runtime, static or shared, reaches the
+ *     driver only this way: one dlsym of cuGetProcAddress_v2.
+ *  3. Our cuGetProcAddress(_v2): every other driver function comes through
+ *     it; we route by the pointer the real look-up returns.
+ *
+ * This file is the only one that knows about dlsym and cuGetProcAddress.
+ * Each hook is a one-line call into the policy (intercept.c).
+ */
+#include "hooks.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda.h>
+
+#include "backend_cuda.h"
+#include "config.h"
+#include "intercept.h"
+#include "log.h"
+
+/* cuda.h maps the name cuGetProcAddress to cuGetProcAddress_v2 for callers;
+ * we define both exports, so the name must mean itself here. */
+#undef cuGetProcAddress
+
+/* ------------------------------------------------------------------------ */
+/* The hooks                                                                 */
+
+/* Each hook is file-static, so its address is ours whatever the symbol
+ * search order of the process: the exported driver names below are aliases
+ * of these, and dlsym/cuGetProcAddress hand out these same addresses. */
+
+static CUresult CUDAAPI ca__mem_alloc(CUdeviceptr *dptr, size_t size) {
+  return ca_on_mem_alloc(dptr, size);
+}
+static CUresult CUDAAPI ca__mem_free(CUdeviceptr dptr) {
+  return ca_on_mem_free(dptr);
+}
+static CUresult CUDAAPI ca__mem_get_info(size_t *free_bytes,
+                                         size_t *total_bytes) {
+  return ca_on_mem_get_info(free_bytes, total_bytes);
+}
+static CUresult CUDAAPI ca__mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch,
+                                            size_t width, size_t height,
+                                            unsigned int element_size) {
+  return ca_on_mem_alloc_pitch(dptr, pitch, width, height, element_size);
+}
+static CUresult CUDAAPI ca__mem_alloc_managed(CUdeviceptr *dptr, size_t size,
+                                              unsigned int flags) {
+  return ca_on_mem_alloc_managed(dptr, size, flags);
+}
+static CUresult CUDAAPI ca__mem_alloc_async(CUdeviceptr *dptr, size_t size,
+                                            CUstream stream) {
+  return ca_on_mem_alloc_async(dptr, size, stream, false);
+}
+static CUresult CUDAAPI ca__mem_alloc_async_ptsz(CUdeviceptr *dptr,
+                                                 size_t size,
+                                                 CUstream stream) {
+  return ca_on_mem_alloc_async(dptr, size, stream, true);
+}
+static CUresult CUDAAPI ca__mem_alloc_from_pool_async(CUdeviceptr *dptr,
+                                                      size_t size,
+                                                      CUmemoryPool pool,
+                                                      CUstream stream) {
+  return ca_on_mem_alloc_from_pool_async(dptr, size, pool, stream, false);
+}
+static CUresult CUDAAPI ca__mem_alloc_from_pool_async_ptsz(CUdeviceptr *dptr,
+                                                           size_t size,
+                                                           CUmemoryPool pool,
+                                                           CUstream stream) {
+  return ca_on_mem_alloc_from_pool_async(dptr, size, pool, stream, true);
+}
+static CUresult CUDAAPI ca__mem_free_async(CUdeviceptr dptr, CUstream stream) {
+  return ca_on_mem_free_async(dptr, stream, false);
+}
+static CUresult CUDAAPI ca__mem_free_async_ptsz(CUdeviceptr dptr,
+                                                CUstream stream) {
+  return ca_on_mem_free_async(dptr, stream, true);
+}
+static CUresult CUDAAPI ca__mem_create(CUmemGenericAllocationHandle *handle,
+                                       size_t size,
+                                       const CUmemAllocationProp *prop,
+                                       unsigned long long flags) {
+  return ca_on_mem_create(handle, size, prop, flags);
+}
+static CUresult CUDAAPI ca__mem_release(CUmemGenericAllocationHandle handle) {
+  return ca_on_mem_release(handle);
+}
+static CUresult CUDAAPI ca__get_proc_address(const char *symbol, void **pfn,
+                                             int version, cuuint64_t flags);
+static CUresult CUDAAPI
+ca__get_proc_address_v2(const char *symbol, void **pfn, int version,
+                        cuuint64_t flags,
+                        CUdriverProcAddressQueryResult *status);
+
+/* The one table of handled functions: the libcuda export and our hook for
+ * it. Every other part of this file (exports, dlsym, cuGetProcAddress)
+ * works from it. */
+typedef struct ca__hook {
+  const char *name;
+  void *hook;
+} ca__hook;
+
+static const ca__hook ca__hooks[] = {
+    {"cuMemAlloc_v2", (void *)ca__mem_alloc},
+    {"cuMemFree_v2", (void *)ca__mem_free},
+    {"cuMemGetInfo_v2", (void *)ca__mem_get_info},
+    {"cuMemAllocPitch_v2", (void *)ca__mem_alloc_pitch},
+    {"cuMemAllocManaged", (void *)ca__mem_alloc_managed},
+    {"cuMemAllocAsync", (void *)ca__mem_alloc_async},
+    {"cuMemAllocAsync_ptsz", (void *)ca__mem_alloc_async_ptsz},
+    {"cuMemAllocFromPoolAsync", (void *)ca__mem_alloc_from_pool_async},
+    {"cuMemAllocFromPoolAsync_ptsz",
+     (void *)ca__mem_alloc_from_pool_async_ptsz},
+    {"cuMemFreeAsync", (void *)ca__mem_free_async},
+    {"cuMemFreeAsync_ptsz", (void *)ca__mem_free_async_ptsz},
+    {"cuMemCreate", (void *)ca__mem_create},
+    {"cuMemRelease", (void *)ca__mem_release},
+    {"cuGetProcAddress", (void *)ca__get_proc_address},
+    {"cuGetProcAddress_v2", (void *)ca__get_proc_address_v2},
+};
+
+#define CA__NHOOKS (sizeof(ca__hooks) / sizeof(ca__hooks[0]))
+
+/* Our hook for the libcuda export `name`, or NULL. Called for every dlsym in
+ * the process, so names that cannot be ours ("cuM..." and "cuG..." only)
+ * leave after three character compares. */
+static void *ca__hook_for_name(const char *name) {
+  if (name == NULL || name[0] != 'c' || name[1] != 'u' ||
+      (name[2] != 'M' && name[2] != 'G'))
+    return NULL;
+  for (size_t i = 0; i < CA__NHOOKS; i++) {
+    if (strcmp(name, ca__hooks[i].name) == 0)
+      return ca__hooks[i].hook;
+  }
+  return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Way 1: the exported driver names                                          */
+
+/* Prototypes cuda.h declares only when CUDA_API_PER_THREAD_DEFAULT_STREAM is
+ * defined (which would in turn hide the plain names and turn
+ * cuGetProcAddress_v2 into an inline wrapper), and the four-argument
+ * cuGetProcAddress, which it declares only for the driver's own build. The
+ * signatures are cuda.h 13's. */
+CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
+                                      CUstream hStream);
+CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr,
+                                              size_t bytesize,
+                                              CUmemoryPool pool,
+                                              CUstream hStream);
+CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
+CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn,
+                                  int cudaVersion, cuuint64_t flags);
+
+/* Exports `name` (declared above or by cuda.h, so the compiler checks that
+ * the hook has the driver's exact prototype) as an alias of `hook`. */
+#define CA__EXPORT(name, hook, params)                                        \
+  __attribute__((visibility("default"), alias(#hook))) CUresult CUDAAPI name  \
+      params
+
+CA__EXPORT(cuMemAlloc_v2, ca__mem_alloc, (CUdeviceptr *, size_t));
+CA__EXPORT(cuMemFree_v2, ca__mem_free, (CUdeviceptr));
+CA__EXPORT(cuMemGetInfo_v2, ca__mem_get_info, (size_t *, size_t *));
+CA__EXPORT(cuMemAllocPitch_v2, ca__mem_alloc_pitch,
+           (CUdeviceptr *, size_t *, size_t, size_t, unsigned int));
+CA__EXPORT(cuMemAllocManaged, ca__mem_alloc_managed,
+           (CUdeviceptr *, size_t, unsigned int));
+CA__EXPORT(cuMemAllocAsync, ca__mem_alloc_async,
+           (CUdeviceptr *, size_t, CUstream));
+CA__EXPORT(cuMemAllocAsync_ptsz, ca__mem_alloc_async_ptsz,
+           (CUdeviceptr *, size_t, CUstream));
+CA__EXPORT(cuMemAllocFromPoolAsync, ca__mem_alloc_from_pool_async,
+           (CUdeviceptr *, size_t, CUmemoryPool, CUstream));
+CA__EXPORT(cuMemAllocFromPoolAsync_ptsz, ca__mem_alloc_from_pool_async_ptsz,
+           (CUdeviceptr *, size_t, CUmemoryPool, CUstream));
+CA__EXPORT(cuMemFreeAsync, ca__mem_free_async, (CUdeviceptr, CUstream));
+CA__EXPORT(cuMemFreeAsync_ptsz, ca__mem_free_async_ptsz,
+           (CUdeviceptr, CUstream));
+CA__EXPORT(cuMemCreate, ca__mem_create,
+           (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+            unsigned long long));
+CA__EXPORT(cuMemRelease, ca__mem_release, (CUmemGenericAllocationHandle));
+CA__EXPORT(cuGetProcAddress, ca__get_proc_address,
+           (const char *, void **, int, cuuint64_t));
+CA__EXPORT(cuGetProcAddress_v2, ca__get_proc_address_v2,
+           (const char *, void **, int, cuuint64_t,
+            CUdriverProcAddressQueryResult *));
+
+/* ------------------------------------------------------------------------ */
+/* Saying, once per way in, that it works                                    */
+
+enum { CA__VIA_DLSYM, CA__VIA_GET_PROC_ADDRESS, CA__VIA_COUNT };
+static const char *const ca__via_name[CA__VIA_COUNT] = {"dlsym",
+                                                        "cuGetProcAddress"};
+static atomic_bool ca__via_seen[CA__VIA_COUNT];
+
+/* With verbose:1 the first hook handed out by each way in is reported (the
+ * GPU checks read it to tell which way a program reached us); with
+ * verbose:2, every one. Silent otherwise. */
+static void ca__note_hooked(int via, const char *name) {
+  int verbose = ca_config_get()->verbose;
+  if (verbose <= 0)
+    return;
+  bool first = !atomic_exchange(&ca__via_seen[via], true);
+  if (first || verbose >= 2)
+    ca_log("hooked %s via %s", name, ca__via_name[via]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The real dlsym                                                            */
+
+typedef void *(*ca__dlsym_fn)(void *, const char *);
+
+static _Atomic(ca__dlsym_fn) ca__real_dlsym_fn;
+
+/* The versions dlsym has had: GLIBC_2.34 since it moved into libc, and the
+ * architectures' base versions before that (x86-64, aarch64 and ppc64le,
+ * i386, s390x). */
+static const char *const ca__dlsym_versions[] = {
+    "GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0", "GLIBC_2.2"};
+
+static void *ca__dlvsym_any(void *handle) {
+  for (size_t i = 0; i < sizeof(ca__dlsym_versions) / sizeof(char *); i++) {
+    void *sym = dlvsym(handle, "dlsym", ca__dlsym_versions[i]);
+    if (sym != NULL)
+      return sym;
+  }
+  return NULL;
+}
+
+/* Finds the C library's dlsym with dlvsym, which we do not replace: first
+ * the next definition after us (the C library, or another interposer
+ * preloaded after us, which we then chain to), then in libc or libdl
+ * themselves, for when the C library comes before us in the search order
+ * (we were linked, not preloaded). Never through the public dlsym, which is
+ * ours and would recurse; never __libc_dlsym or _dl_sym, gone since 2.34. */
+static ca__dlsym_fn ca__find_real_dlsym(void) {
+  void *sym = ca__dlvsym_any(RTLD_NEXT);
+  const char *libs[] = {"libc.so.6", "libdl.so.2"};
+  for (size_t i = 0; sym == NULL && i < 2; i++) {
+    void *h = dlopen(libs[i], RTLD_LAZY | RTLD_NOLOAD);
+    if (h != NULL) {
+      sym = ca__dlvsym_any(h);
+      dlclose(h);
+    }
+  }
+  ca__dlsym_fn fn;
+  memcpy(&fn, &sym, sizeof(fn));
+  return fn;
+}
+
+/* Resolved without a lock: dlsym may be called while a lock of ours or of
+ * the program is held (a malloc replacement's initialization, for one), and
+ * the look-up is idempotent, so two threads racing both store one answer. */
+static ca__dlsym_fn ca__real_dlsym(void) {
+  ca__dlsym_fn fn = atomic_load_explicit(&ca__real_dlsym_fn,
+                                         memory_order_acquire);
+  if (fn == NULL) {
+    fn = ca__find_real_dlsym();
+    atomic_store_explicit(&ca__real_dlsym_fn, fn, memory_order_release);
+  }
+  return fn;
+}
+
+void *ca_real_dlsym(void *handle, const char *name) {
+  ca__dlsym_fn fn = ca__real_dlsym();
+  return fn != NULL ? fn(handle, name) : NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Way 2: our dlsym                                                          */
+
+/* Whether `sym` lies in a libcuda (libcuda.so, libcuda.so.1, or a mock of
+ * that name): only the driver's own functions are replaced, never another
+ * interposer's. */
+static bool ca__in_libcuda(void *sym) {
+  Dl_info info;
+  if (dladdr(sym, &info) == 0 || info.dli_fname == NULL)
+    return false;
+  const char *base = strrchr(info.dli_fname, '/');
+  base = base != NULL ? base + 1 : info.dli_fname;
+  return strncmp(base, "libcuda.so", 10) == 0;
+}
+
+/* `name` if the object `map` itself defines it (not one of its
+ * dependencies), else NULL. */
+static void *ca__defined_in(struct link_map *map, const char *name) {
+  if (map->l_name == NULL || map->l_name[0] == '\0')
+    return NULL;
+  void *h = dlopen(map->l_name, RTLD_LAZY | RTLD_NOLOAD);
+  if (h == NULL)
+    return NULL;
+  void *sym = ca_real_dlsym(h, name);
+  dlclose(h);
+  Dl_info info;
+  struct link_map *owner = NULL;
+  if (sym == NULL ||
+      dladdr1(sym, &info, (void **)&owner, RTLD_DL_LINKMAP) == 0 ||
+      owner != map)
+    return NULL;
+  return sym;
+}
+
+/* dlsym(RTLD_NEXT, name) as seen from `caller`: the first object after the
+ * caller's, in load order, that defines `name`. Used only for the handled
+ * names (every other RTLD_NEXT look-up reaches the real dlsym with the
+ * caller intact; see the entry stub below), where the answer a program can
+ * expect is our export, another interposer's, or libcuda's. A call of the
+ * real dlsym from here would search after libcudalloc instead, and find
+ * nothing when libcuda is not in the global scope. */
+static void *ca__next_after(const void *caller, const char *name) {
+  Dl_info info;
+  struct link_map *map = NULL;
+  if (dladdr1(caller, &info, (void **)&map, RTLD_DL_LINKMAP) == 0 ||
+      map == NULL)
+    return NULL;
+  for (struct link_map *l = map->l_next; l != NULL; l = l->l_next) {
+    void *sym = ca__defined_in(l, name);
+    if (sym != NULL)
+      return sym;
+  }
+  return NULL;
+}
+
+/* A handled name: the real answer, with libcuda's function replaced by our
+ * hook. A program asking for a handled name never gets NULL from us when it
+ * would have got libcuda's function, and never gets our hook when it would
+ * have got NULL (no driver loaded: it must see that). */
+static void *ca__dlsym_handled(ca__dlsym_fn real, void *handle,
+                               const char *name, const void *caller,
+                               void *hook) {
+  void *sym = handle == RTLD_NEXT ? ca__next_after(caller, name)
+                                  : real(handle, name);
+  if (sym == NULL || sym == hook || !ca__in_libcuda(sym))
+    return sym;
+  ca__note_hooked(CA__VIA_DLSYM, name);
+  return hook;
+}
+
+/* The body of our dlsym, called by the entry stub with the caller's return
+ * address. Returns 1 with the final answer in *out, or 0 with the real dlsym
+ * in *out: the stub then jumps to it with the program's own arguments and
+ * return address, so the real dlsym sees the original caller. */
+__attribute__((visibility("hidden"))) int
+ca_hooks_dlsym_route(void *handle, const char *name, const void *caller,
+                     void **out) {
+  ca__dlsym_fn real = ca__real_dlsym();
+  if (real == NULL) {
+    *out = NULL;
+    return 1;
+  }
+  void *hook = ca__hook_for_name(name);
+  if (hook == NULL) {
+    memcpy(out, &real, sizeof(real));
+    return 0;
+  }
+  *out = ca__dlsym_handled(real, handle, name, caller, hook);
+  return 1;
+}
+
+/*
+ * The entry stub: the exported dlsym.
+ *
+ * dlsym(RTLD_NEXT, ...) and dlsym(RTLD_DEFAULT, ...) resolve relative to the
+ * object that called dlsym, which glibc finds from the return address
+ * (__builtin_return_address(0) inside dlsym). A replacement that calls the
+ * real dlsym makes libcudalloc the caller: RTLD_NEXT then searches after us
+ * (a library loaded RTLD_LOCAL, as Python loads extensions, would get
+ * symbols from the global scope instead of its own dependencies; a PyTorch
+ * import livelocked this way in another interposer), and RTLD_DEFAULT loses
+ * the caller's local scope and namespace.
+ *
+ * So the real dlsym must be entered by a jump, not a call, with the
+ * program's return address still in place. C cannot promise a tail call
+ * (-O0, sanitizers), so the stub is written in assembly: it saves the
+ * arguments, asks ca_hooks_dlsym_route what to do, restores the arguments
+ * and either returns the routed answer or jumps to the real dlsym. Every
+ * look-up we do not handle is then exactly the program's own, down to
+ * dlerror(). The alternative we rejected, re-implementing RTLD_NEXT by
+ * walking the link maps, cannot see glibc's private scope lists (local
+ * scopes, namespaces), so it is used only for the handled names, where any
+ * answer but libcuda's or an interposer's is impossible anyway.
+ *
+ * On an architecture without a stub the fallback is a C function, which
+ * forwards RTLD_NEXT through the same link-map walk and everything else
+ * from our own frame; RTLD_DEFAULT then resolves from our scope.
+ */
+#if defined(__x86_64__)
+#if defined(__CET__) && (__CET__ & 1)
+#define CA__ENDBR "endbr64\n\t"
+#else
+#define CA__ENDBR ""
+#endif
+__asm__(".text\n\t"
+        ".globl dlsym\n\t"
+        ".type dlsym, @function\n\t"
+        ".p2align 4\n"
+        "dlsym:\n\t"
+        ".cfi_startproc\n\t" CA__ENDBR
+        /* Save the arguments; 2 pushes + 24 bytes keep %rsp 16-aligned at
+         * the call, with a slot for *out at 0(%rsp). */
+        "pushq %rdi\n\t"
+        ".cfi_adjust_cfa_offset 8\n\t"
+        "pushq %rsi\n\t"
+        ".cfi_adjust_cfa_offset 8\n\t"
+        "subq $24, %rsp\n\t"
+        ".cfi_adjust_cfa_offset 24\n\t"
+        "movq 40(%rsp), %rdx\n\t" /* the program's return address */
+        "movq %rsp, %rcx\n\t"     /* out */
+        "call ca_hooks_dlsym_route\n\t"
+        "movq (%rsp), %r11\n\t"
+        "addq $24, %rsp\n\t"
+        ".cfi_adjust_cfa_offset -24\n\t"
+        "popq %rsi\n\t"
+        ".cfi_adjust_cfa_offset -8\n\t"
+        "popq %rdi\n\t"
+        ".cfi_adjust_cfa_offset -8\n\t"
+        "testl %eax, %eax\n\t"
+        "jz 1f\n\t"
+        "movq %r11, %rax\n\t"
+        "ret\n"
+        "1:\n\t"
+        "jmp *%r11\n\t"
+        ".cfi_endproc\n\t"
+        ".size dlsym, .-dlsym\n\t"
+        ".previous");
+#elif defined(__aarch64__)
+#if defined(__ARM_FEATURE_BTI_DEFAULT) && __ARM_FEATURE_BTI_DEFAULT
+#define CA__BTI "hint 34\n\t" /* bti c */
+#else
+#define CA__BTI ""
+#endif
+__asm__(".text\n\t"
+        ".globl dlsym\n\t"
+        ".type dlsym, %function\n\t"
+        ".p2align 2\n"
+        "dlsym:\n\t"
+        ".cfi_startproc\n\t" CA__BTI
+        "stp x29, x30, [sp, #-48]!\n\t"
+        ".cfi_def_cfa_offset 48\n\t"
+        ".cfi_offset 29, -48\n\t"
+        ".cfi_offset 30, -40\n\t"
+        "mov x29, sp\n\t"
+        "stp x0, x1, [sp, #16]\n\t"
+        "mov x2, x30\n\t" /* the program's return address */
+        "add x3, sp, #32\n\t"
+        "bl ca_hooks_dlsym_route\n\t"
+        "mov w17, w0\n\t"
+        "ldr x16, [sp, #32]\n\t"
+        "ldp x0, x1, [sp, #16]\n\t"
+        "ldp x29, x30, [sp], #48\n\t"
+        ".cfi_def_cfa_offset 0\n\t"
+        ".cfi_restore 29\n\t"
+        ".cfi_restore 30\n\t"
+        "cbz w17, 1f\n\t"
+        "mov x0, x16\n\t"
+        "ret\n"
+        "1:\n\t"
+        "br x16\n\t"
+        ".cfi_endproc\n\t"
+        ".size dlsym, .-dlsym\n\t"
+        ".previous");
+#else
+__attribute__((visibility("default"))) void *dlsym(void *restrict handle,
+                                                   const char *restrict name) {
+  const void *caller = __builtin_return_address(0);
+  void *out = NULL;
+  if (ca_hooks_dlsym_route(handle, name, caller, &out))
+    return out;
+  if (handle == RTLD_NEXT)
+    return ca__next_after(caller, name);
+  ca__dlsym_fn real;
+  memcpy(&real, &out, sizeof(real));
+  return real(handle, name);
+}
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Way 3: our cuGetProcAddress                                               */
+
+/* The real address of every handled export, sorted, with its hook: the
+ * real cuGetProcAddress answers with exactly one of libcuda's exports, so
+ * the returned address names the variant the driver chose for the asked
+ * version and flags (cuMemAllocAsync or its _ptsz twin, cuGetProcAddress or
+ * _v2; cuMemAlloc below version 3020 is the 32-bit v1 export, not in the
+ * table, and stays the driver's). */
+typedef struct ca__route {
+  uintptr_t real;
+  void *hook;
+} ca__route;
+
+static ca__route ca__routes[CA__NHOOKS];
+static size_t ca__nroutes;
+static pthread_once_t ca__routes_once = PTHREAD_ONCE_INIT;
+
+static int ca__route_cmp(const void *a, const void *b) {
+  uintptr_t x = ((const ca__route *)a)->real;
+  uintptr_t y = ((const ca__route *)b)->real;
+  return (x > y) - (x < y);
+}
+
+static void ca__routes_build(void) {
+  for (size_t i = 0; i < CA__NHOOKS; i++) {
+    void *real = ca_driver_symbol(ca__hooks[i].name);
+    if (real == NULL)
+      continue;
+    ca__routes[ca__nroutes].real = (uintptr_t)real;
+    ca__routes[ca__nroutes].hook = ca__hooks[i].hook;
+    ca__nroutes++;
+  }
+  qsort(ca__routes, ca__nroutes, sizeof(ca__routes[0]), ca__route_cmp);
+}
+
+/* Our hook for the libcuda function at `real`, or NULL. */
+static void *ca__hook_for_address(void *real) {
+  pthread_once(&ca__routes_once, ca__routes_build);
+  ca__route key = {.real = (uintptr_t)real};
+  ca__route *r = bsearch(&key, ca__routes, ca__nroutes, sizeof(ca__routes[0]),
+                         ca__route_cmp);
+  return r != NULL ? r->hook : NULL;
+}
+
+/* After a successful real look-up: hands back our hook in place of the
+ * driver's function when we handle that exact export. */
+static void ca__reroute(const char *symbol, void **pfn) {
+  if (pfn == NULL || *pfn == NULL)
+    return;
+  void *hook = ca__hook_for_address(*pfn);
+  if (hook == NULL)
+    return;
+  *pfn = hook;
+  ca__note_hooked(CA__VIA_GET_PROC_ADDRESS, symbol != NULL ? symbol : "?");
+}
+
+/* Both versions call the real function of the same version with the
+ * program's arguments unchanged (symbolStatus may be NULL: the runtime
+ * passes NULL), so the driver alone decides the answer; cuGetProcAddress
+ * may come before cuInit, and nothing here needs an initialized driver. */
+static CUresult CUDAAPI ca__get_proc_address(const char *symbol, void **pfn,
+                                             int version, cuuint64_t flags) {
+  const ca_driver_api *d = ca_driver();
+  if (d->get_proc_address == NULL)
+    return d->handle == NULL ? CUDA_ERROR_NOT_INITIALIZED
+                             : CUDA_ERROR_NOT_FOUND;
+  CUresult r = d->get_proc_address(symbol, pfn, version, flags);
+  if (r == CUDA_SUCCESS)
+    ca__reroute(symbol, pfn);
+  return r;
+}
+
+static CUresult CUDAAPI
+ca__get_proc_address_v2(const char *symbol, void **pfn, int version,
+                        cuuint64_t flags,
+                        CUdriverProcAddressQueryResult *status) {
+  const ca_driver_api *d = ca_driver();
+  if (d->get_proc_address_v2 == NULL)
+    return d->handle == NULL ? CUDA_ERROR_NOT_INITIALIZED
+                             : CUDA_ERROR_NOT_FOUND;
+  CUresult r = d->get_proc_address_v2(symbol, pfn, version, flags, status);
+  if (r == CUDA_SUCCESS)
+    ca__reroute(symbol, pfn);
+  return r;
+}

@@ -31,6 +31,12 @@
 #include "intercept.h"
 #include "log.h"
 
+/* The dlsym path runs before anything else in the process may be ready: a
+ * sanitizer runtime, preloaded ahead of us, resolves its interceptors with
+ * dlsym before it has set up its own shadow memory, so code on that path must
+ * not be instrumented (sanitizer builds of the library only). */
+#define CA__EARLY __attribute__((no_sanitize("address", "undefined", "thread")))
+
 /* cuda.h maps the name cuGetProcAddress to cuGetProcAddress_v2 for callers;
  * we define both exports, so the name must mean itself here. */
 #undef cuGetProcAddress
@@ -137,7 +143,7 @@ static const ca__hook ca__hooks[] = {
 /* Our hook for the libcuda export `name`, or NULL. Called for every dlsym in
  * the process, so names that cannot be ours ("cuM..." and "cuG..." only)
  * leave after three character compares. */
-static void *ca__hook_for_name(const char *name) {
+CA__EARLY static void *ca__hook_for_name(const char *name) {
   if (name == NULL || name[0] != 'c' || name[1] != 'u' ||
       (name[2] != 'M' && name[2] != 'G'))
     return NULL;
@@ -233,7 +239,7 @@ static _Atomic(ca__dlsym_fn) ca__real_dlsym_fn;
 static const char *const ca__dlsym_versions[] = {
     "GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0", "GLIBC_2.2"};
 
-static void *ca__dlvsym_any(void *handle) {
+CA__EARLY static void *ca__dlvsym_any(void *handle) {
   for (size_t i = 0; i < sizeof(ca__dlsym_versions) / sizeof(char *); i++) {
     void *sym = dlvsym(handle, "dlsym", ca__dlsym_versions[i]);
     if (sym != NULL)
@@ -248,7 +254,7 @@ static void *ca__dlvsym_any(void *handle) {
  * themselves, for when the C library comes before us in the search order
  * (we were linked, not preloaded). Never through the public dlsym, which is
  * ours and would recurse; never __libc_dlsym or _dl_sym, gone since 2.34. */
-static ca__dlsym_fn ca__find_real_dlsym(void) {
+CA__EARLY static ca__dlsym_fn ca__find_real_dlsym(void) {
   void *sym = ca__dlvsym_any(RTLD_NEXT);
   const char *libs[] = {"libc.so.6", "libdl.so.2"};
   for (size_t i = 0; sym == NULL && i < 2; i++) {
@@ -266,7 +272,7 @@ static ca__dlsym_fn ca__find_real_dlsym(void) {
 /* Resolved without a lock: dlsym may be called while a lock of ours or of
  * the program is held (a malloc replacement's initialization, for one), and
  * the look-up is idempotent, so two threads racing both store one answer. */
-static ca__dlsym_fn ca__real_dlsym(void) {
+CA__EARLY static ca__dlsym_fn ca__real_dlsym(void) {
   ca__dlsym_fn fn = atomic_load_explicit(&ca__real_dlsym_fn,
                                          memory_order_acquire);
   if (fn == NULL) {
@@ -355,7 +361,7 @@ static void *ca__dlsym_handled(ca__dlsym_fn real, void *handle,
  * address. Returns 1 with the final answer in *out, or 0 with the real dlsym
  * in *out: the stub then jumps to it with the program's own arguments and
  * return address, so the real dlsym sees the original caller. */
-__attribute__((visibility("hidden"))) int
+CA__EARLY __attribute__((visibility("hidden"))) int
 ca_hooks_dlsym_route(void *handle, const char *name, const void *caller,
                      void **out) {
   ca__dlsym_fn real = ca__real_dlsym();

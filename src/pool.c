@@ -15,13 +15,21 @@
  *   list: the garbage collector and the memory limit give those back first.
  * - With hold_freed, freed blocks wait in a FIFO until the backend confirms
  *   that device work queued before the free has finished.
+ * - Freed blocks are not merged at once: they wait, whole, in a LIFO "quick"
+ *   list per size class (deferred coalescing, as dlmalloc's fast bins), so
+ *   the steady state of a training loop, which frees and asks again for the
+ *   same sizes, costs a list push and a pop. Any request the quick lists and
+ *   the bins cannot serve first merges every quick block into the bins; so
+ *   does every operation that needs the merged picture (growing, giving
+ *   memory back, statistics).
  *
  * One mutex guards a pool. Block and segment records come from the pool's
  * own slabs, so serving a request never calls malloc.
  */
 #include "pool.h"
 
-#include <pthread.h>
+#include "lock.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +61,7 @@ static inline unsigned ca__hash_addr(uint64_t addr) {
 /* Records allocated at once when a slab runs dry. */
 #define CA__SLAB_BATCH 128
 
-enum { CA__FREE = 1, CA__LIVE, CA__HELD };
+enum { CA__FREE = 1, CA__LIVE, CA__HELD, CA__QUICK };
 
 typedef struct ca__segment ca__segment;
 typedef struct ca__heap ca__heap;
@@ -65,9 +73,10 @@ typedef struct ca__block {
   uint64_t seq;
   uint64_t time_ns;
   struct ca__block *prev, *next;           /* neighbours in the segment */
-  struct ca__block *link_prev, *link_next; /* bin, oversize or held list */
+  struct ca__block *link_prev, *link_next; /* bin, oversize, held or quick */
   ca__segment *seg;
   int state;
+  unsigned fl, sl; /* size class, while in the bins */
   UT_hash_handle hh; /* in the live table while CA__LIVE */
 } ca__block;
 
@@ -78,6 +87,7 @@ struct ca__segment {
   ca__block *first;
   ca__segment *prev, *next;         /* all segments of the pool */
   ca__segment *lru_prev, *lru_next; /* fully free segments, oldest first */
+  uint64_t last_free; /* free_tick of the latest free inside it */
   int in_lru;
 };
 
@@ -85,7 +95,11 @@ struct ca__heap {
   uint64_t fl_bitmap;
   uint32_t sl_bitmap[CA__FL_COUNT];
   ca__block *bins[CA__FL_COUNT][CA__SL_COUNT];
-  ca__block *oversize; /* ascending by size */
+  ca__block *oversize;    /* ascending by size */
+  ca__block *quick[CA__FL_COUNT][CA__SL_COUNT]; /* freed, not yet merged */
+  uint64_t quick_fl_bitmap;
+  uint32_t quick_sl_bitmap[CA__FL_COUNT];
+  uint64_t oversize_from; /* blocks this large are oversize */
   int large;
 };
 
@@ -96,7 +110,7 @@ typedef struct ca__slab {
 } ca__slab;
 
 struct ca_pool {
-  pthread_mutex_t lock;
+  ca_lock lock;
   const ca_backend *backend;
   int device;
   ca_pool_options opt;
@@ -105,9 +119,11 @@ struct ca_pool {
   ca__segment *lru_head, *lru_tail;
   ca__block *held_head, *held_tail;
   uint64_t held_bytes;
+  uint64_t quick_bytes;
   uint64_t generation; /* bumped by drop_all: lets a waiter see it */
   uint64_t gc_budget;  /* bytes; 0 until known */
   uint64_t next_seq;
+  uint64_t free_tick; /* counts frees: orders the LRU list */
   ca__block *live;     /* the live table */
   ca__block sentinel;  /* keeps the table allocated while it is empty */
   ca__slab block_slab, segment_slab;
@@ -194,8 +210,8 @@ static inline uint64_t ca__class_ceiling(uint64_t size) {
 
 /* ---- Free-block index ----------------------------------------------------- */
 
-static int ca__is_oversize(const ca_pool *p, const ca__heap *h, uint64_t size) {
-  return h->large && size >= p->opt.max_split_size;
+static inline int ca__is_oversize(const ca__heap *h, uint64_t size) {
+  return size >= h->oversize_from;
 }
 
 static void ca__link_remove(ca__block **head, ca__block *b) {
@@ -208,9 +224,9 @@ static void ca__link_remove(ca__block **head, ca__block *b) {
   b->link_prev = b->link_next = NULL;
 }
 
-static void ca__index_insert(ca_pool *p, ca__block *b) {
+static void ca__index_insert(ca__block *b) {
   ca__heap *h = b->seg->heap;
-  if (ca__is_oversize(p, h, b->size)) {
+  if (ca__is_oversize(h, b->size)) {
     ca__block **at = &h->oversize, *prev = NULL;
     while (*at && (*at)->size < b->size) {
       prev = *at;
@@ -225,6 +241,8 @@ static void ca__index_insert(ca_pool *p, ca__block *b) {
   }
   unsigned fl, sl;
   ca__class_of(b->size, &fl, &sl);
+  b->fl = fl;
+  b->sl = sl;
   ca__block **head = &h->bins[fl][sl];
   b->link_prev = NULL;
   b->link_next = *head;
@@ -235,14 +253,13 @@ static void ca__index_insert(ca_pool *p, ca__block *b) {
   h->fl_bitmap |= 1ull << fl;
 }
 
-static void ca__index_remove(ca_pool *p, ca__block *b) {
+static void ca__index_remove(ca__block *b) {
   ca__heap *h = b->seg->heap;
-  if (ca__is_oversize(p, h, b->size)) {
+  if (ca__is_oversize(h, b->size)) {
     ca__link_remove(&h->oversize, b);
     return;
   }
-  unsigned fl, sl;
-  ca__class_of(b->size, &fl, &sl);
+  unsigned fl = b->fl, sl = b->sl;
   ca__link_remove(&h->bins[fl][sl], b);
   if (!h->bins[fl][sl]) {
     h->sl_bitmap[fl] &= ~(1u << sl);
@@ -306,9 +323,68 @@ static ca__heap *ca__heap_for(ca_pool *p, uint64_t size) {
 
 static ca__block *ca__find(ca_pool *p, uint64_t size) {
   ca__heap *h = ca__heap_for(p, size);
-  if (ca__is_oversize(p, h, size))
+  if (ca__is_oversize(h, size))
     return ca__find_oversize(h, size);
   return ca__find_binned(h, size);
+}
+
+/* ---- Quick lists ---------------------------------------------------------- */
+
+/* Parks a freed block, unmerged, where a request of its exact size finds it
+ * first. */
+static void ca__quick_push(ca_pool *p, ca__block *b) {
+  ca__heap *h = b->seg->heap;
+  unsigned fl, sl;
+  ca__class_of(b->size, &fl, &sl);
+  b->state = CA__QUICK;
+  b->fl = fl;
+  b->sl = sl;
+  b->link_next = h->quick[fl][sl];
+  h->quick[fl][sl] = b;
+  h->quick_sl_bitmap[fl] |= 1u << sl;
+  h->quick_fl_bitmap |= 1ull << fl;
+  p->quick_bytes += b->size;
+}
+
+static ca__block *ca__quick_pop(ca_pool *p, ca__heap *h, unsigned fl,
+                                unsigned sl) {
+  ca__block *b = h->quick[fl][sl];
+  h->quick[fl][sl] = b->link_next;
+  b->link_next = NULL;
+  if (!h->quick[fl][sl]) {
+    h->quick_sl_bitmap[fl] &= ~(1u << sl);
+    if (!h->quick_sl_bitmap[fl])
+      h->quick_fl_bitmap &= ~(1ull << fl);
+  }
+  p->quick_bytes -= b->size;
+  return b;
+}
+
+/* The most recently freed block of exactly `size` bytes, if it heads its
+ * class's quick list. Oversize requests never get here. */
+static ca__block *ca__quick_take(ca_pool *p, uint64_t size) {
+  ca__heap *h = ca__heap_for(p, size);
+  unsigned fl, sl;
+  ca__class_of(size, &fl, &sl);
+  ca__block *b = h->quick[fl][sl];
+  if (!b || b->size != size)
+    return NULL;
+  return ca__quick_pop(p, h, fl, sl);
+}
+
+static void ca__block_make_free(ca_pool *p, ca__block *b);
+
+/* Merges every parked block into the bins. */
+static void ca__quick_flush(ca_pool *p) {
+  ca__heap *heaps[2] = {&p->small, &p->large};
+  for (int i = 0; i < 2; i++) {
+    ca__heap *h = heaps[i];
+    while (h->quick_fl_bitmap) {
+      unsigned fl = (unsigned)__builtin_ctzll(h->quick_fl_bitmap);
+      unsigned sl = (unsigned)__builtin_ctz(h->quick_sl_bitmap[fl]);
+      ca__block_make_free(p, ca__quick_pop(p, h, fl, sl));
+    }
+  }
 }
 
 /* ---- Segments ------------------------------------------------------------- */
@@ -332,14 +408,24 @@ static void ca__lru_remove(ca_pool *p, ca__segment *s) {
   s->in_lru = 0;
 }
 
+/* Files a segment that just became fully free by the time of its last free:
+ * parked frees merge late, so the latest-freed segment does not always come
+ * last. The search starts from the newest end, where it nearly always
+ * stops. */
 static void ca__lru_push(ca_pool *p, ca__segment *s) {
-  s->lru_next = NULL;
-  s->lru_prev = p->lru_tail;
-  if (p->lru_tail)
-    p->lru_tail->lru_next = s;
+  ca__segment *after = p->lru_tail;
+  while (after && after->last_free > s->last_free)
+    after = after->lru_prev;
+  s->lru_prev = after;
+  s->lru_next = after ? after->lru_next : p->lru_head;
+  if (s->lru_next)
+    s->lru_next->lru_prev = s;
+  else
+    p->lru_tail = s;
+  if (after)
+    after->lru_next = s;
   else
     p->lru_head = s;
-  p->lru_tail = s;
   s->in_lru = 1;
 }
 
@@ -356,7 +442,7 @@ static void ca__segment_unlink(ca_pool *p, ca__segment *s) {
  * the pool forgets the segment: keeping a segment the driver may have freed
  * would be worse than leaking one it did not. */
 static void ca__segment_release(ca_pool *p, ca__segment *s) {
-  ca__index_remove(p, s->first);
+  ca__index_remove(s->first);
   ca__lru_remove(p, s);
   ca__segment_unlink(p, s);
   p->backend->release(p->backend->ctx, p->device, s->addr, s->size);
@@ -401,7 +487,7 @@ static ca__block *ca__segment_new(ca_pool *p, ca__heap *h, uint64_t addr,
   b->size = size;
   b->seg = s;
   b->state = CA__FREE;
-  ca__index_insert(p, b);
+  ca__index_insert(b);
   ca__lru_push(p, s);
   p->stats.backend_allocs++;
   ca__stat_add(&p->stats.reserved_bytes, size);
@@ -423,17 +509,17 @@ static void ca__block_merge_next(ca_pool *p, ca__block *b) {
 /* Returns a block to the free index, merged with its free neighbours. */
 static void ca__block_make_free(ca_pool *p, ca__block *b) {
   if (b->next && b->next->state == CA__FREE) {
-    ca__index_remove(p, b->next);
+    ca__index_remove(b->next);
     ca__block_merge_next(p, b);
   }
   if (b->prev && b->prev->state == CA__FREE) {
     ca__block *prev = b->prev;
-    ca__index_remove(p, prev);
+    ca__index_remove(prev);
     ca__block_merge_next(p, prev);
     b = prev;
   }
   b->state = CA__FREE;
-  ca__index_insert(p, b);
+  ca__index_insert(b);
   if (ca__segment_is_free(b->seg))
     ca__lru_push(p, b->seg);
 }
@@ -446,15 +532,14 @@ static int ca__worth_splitting(const ca__heap *h, uint64_t rest) {
  * the rest when it is worth keeping. Oversize blocks are never split. */
 static void ca__block_take(ca_pool *p, ca__block *b, uint64_t size) {
   ca__heap *h = b->seg->heap;
-  int oversize = ca__is_oversize(p, h, b->size);
-  ca__index_remove(p, b);
+  int oversize = ca__is_oversize(h, b->size);
+  ca__index_remove(b);
   ca__lru_remove(p, b->seg);
   uint64_t rest = b->size - size;
   ca__block *r = NULL;
   if (!oversize && ca__worth_splitting(h, rest))
     r = ca__slab_get(&p->block_slab);
   if (r) {
-    memset(r, 0, sizeof(*r));
     r->addr = b->addr + size;
     r->size = rest;
     r->seg = b->seg;
@@ -465,7 +550,7 @@ static void ca__block_take(ca_pool *p, ca__block *b, uint64_t size) {
       b->next->prev = r;
     b->next = r;
     b->size = size;
-    ca__index_insert(p, r);
+    ca__index_insert(r);
   }
   b->state = CA__LIVE;
 }
@@ -483,9 +568,9 @@ static int ca__drain_held(ca_pool *p) {
   uint64_t bytes = p->held_bytes, generation = p->generation;
   p->held_head = p->held_tail = NULL;
   p->held_bytes = 0;
-  pthread_mutex_unlock(&p->lock);
+  ca_lock_release(&p->lock);
   int rc = p->backend->synchronize(p->backend->ctx, p->device);
-  pthread_mutex_lock(&p->lock);
+  ca_lock_acquire(&p->lock);
   if (generation != p->generation)
     return 0; /* drop_all forgot these blocks while we waited */
   if (rc != 0) {
@@ -503,8 +588,8 @@ static int ca__drain_held(ca_pool *p) {
   }
   while (list) {
     ca__block *next = list->link_next;
-    list->link_prev = list->link_next = NULL;
-    ca__block_make_free(p, list);
+    list->link_prev = NULL;
+    ca__quick_push(p, list);
     list = next;
   }
   return 1;
@@ -612,8 +697,11 @@ static int ca__grow(ca_pool *p, uint64_t size, ca__block **out) {
       return rc;
     p->stats.oom_retries++;
   }
-  if (p->held_head && ca__drain_held(p) && (*out = ca__find(p, size)))
-    return 0;
+  if (p->held_head && ca__drain_held(p)) {
+    ca__quick_flush(p);
+    if ((*out = ca__find(p, size)))
+      return 0;
+  }
   ca__release_lru(p, 0);
   seg = ca__segment_size_min(size);
   if (!ca__fits_limit(p, seg))
@@ -623,9 +711,11 @@ static int ca__grow(ca_pool *p, uint64_t size, ca__block **out) {
 
 /* ---- Public entry points -------------------------------------------------- */
 
-static void ca__heap_init(ca__heap *h, int large) {
+static void ca__heap_init(ca__heap *h, int large, uint64_t max_split_size) {
   memset(h, 0, sizeof(*h));
   h->large = large;
+  /* Small blocks are never large enough to be kept whole. */
+  h->oversize_from = large ? max_split_size : UINT64_MAX;
 }
 
 static int ca__live_init(ca_pool *p) {
@@ -640,14 +730,13 @@ ca_pool *ca_pool_create(const ca_backend *backend, int device,
   ca_pool *p = calloc(1, sizeof(*p));
   if (!p)
     return NULL;
-  pthread_mutex_init(&p->lock, NULL);
   p->backend = backend;
   p->device = device;
   p->opt = *options;
   if (!p->backend->synchronize)
     p->opt.hold_freed = false;
-  ca__heap_init(&p->small, 0);
-  ca__heap_init(&p->large, 1);
+  ca__heap_init(&p->small, 0, p->opt.max_split_size);
+  ca__heap_init(&p->large, 1, p->opt.max_split_size);
   p->block_slab.obj_size = sizeof(ca__block);
   p->segment_slab.obj_size = sizeof(ca__segment);
   p->stats.device = device;
@@ -672,11 +761,12 @@ static void ca__forget_all(ca_pool *p, int release) {
     ca__slab_put(&p->segment_slab, s);
   }
   HASH_CLEAR(hh, p->live);
-  ca__heap_init(&p->small, 0);
-  ca__heap_init(&p->large, 1);
+  ca__heap_init(&p->small, 0, p->opt.max_split_size);
+  ca__heap_init(&p->large, 1, p->opt.max_split_size);
   p->lru_head = p->lru_tail = NULL;
   p->held_head = p->held_tail = NULL;
   p->held_bytes = 0;
+  p->quick_bytes = 0;
   p->generation++;
 }
 
@@ -686,12 +776,11 @@ void ca_pool_destroy(ca_pool *p) {
   ca__forget_all(p, 1);
   ca__slab_destroy(&p->block_slab);
   ca__slab_destroy(&p->segment_slab);
-  pthread_mutex_destroy(&p->lock);
   free(p);
 }
 
 void ca_pool_drop_all(ca_pool *p) {
-  pthread_mutex_lock(&p->lock);
+  ca_lock_acquire(&p->lock);
   ca__forget_all(p, 0);
   ca__live_init(p);
   p->stats.requested_bytes.current = 0;
@@ -699,32 +788,60 @@ void ca_pool_drop_all(ca_pool *p) {
   p->stats.reserved_bytes.current = 0;
   p->stats.blocks.current = 0;
   p->stats.segments.current = 0;
-  pthread_mutex_unlock(&p->lock);
+  ca_lock_release(&p->lock);
 }
 
 /* Finds or makes a free block of at least `size` bytes. */
+/* Finds a free block of at least `size` bytes in the cache: the quick lists
+ * first, then the bins, then both again after merging parked blocks and,
+ * last, after waiting for held ones. */
+static ca__block *ca__find_cached(ca_pool *p, uint64_t size) {
+  ca__block *b = ca__find(p, size);
+  if (!b && p->quick_bytes) {
+    ca__quick_flush(p);
+    b = ca__find(p, size);
+  }
+  if (!b && p->held_head && ca__drain_held(p)) {
+    ca__quick_flush(p);
+    b = ca__find(p, size);
+  }
+  return b;
+}
+
+/* Finds or makes a free block of at least `size` bytes, out of every index. */
 static int ca__obtain(ca_pool *p, uint64_t size, ca__block **out) {
-  if ((*out = ca__find(p, size)) ||
-      (p->held_head && ca__drain_held(p) && (*out = ca__find(p, size)))) {
+  ca__block *b = ca__find_cached(p, size);
+  if (b) {
     p->stats.cache_hits++;
+    ca__block_take(p, b, size);
+    *out = b;
     return 0;
   }
-  return ca__grow(p, size, out);
+  int rc = ca__grow(p, size, &b);
+  if (rc == 0) {
+    ca__block_take(p, b, size);
+    *out = b;
+  }
+  return rc;
 }
 
 int ca_pool_alloc(ca_pool *p, uint64_t size, uint64_t *addr) {
   if (size > CA__MAX_REQUEST)
     return p->backend->oom_code;
   uint64_t rounded = ca__round_up(size ? size : 1, CA_GRANULE);
-  ca__block *b;
-  pthread_mutex_lock(&p->lock);
-  int rc = ca__obtain(p, rounded, &b);
-  if (rc != 0) {
-    p->stats.failed_allocs++;
-    pthread_mutex_unlock(&p->lock);
-    return rc;
+  ca_lock_acquire(&p->lock);
+  ca__block *b = ca__quick_take(p, rounded);
+  if (b) {
+    p->stats.cache_hits++;
+    b->state = CA__LIVE;
+  } else {
+    int rc = ca__obtain(p, rounded, &b);
+    if (rc != 0) {
+      p->stats.failed_allocs++;
+      ca_lock_release(&p->lock);
+      return rc;
+    }
   }
-  ca__block_take(p, b, rounded);
   b->requested = size;
   b->seq = ++p->next_seq;
   b->time_ns = ca__now_ns();
@@ -734,7 +851,7 @@ int ca_pool_alloc(ca_pool *p, uint64_t size, uint64_t *addr) {
   ca__stat_add(&p->stats.allocated_bytes, b->size);
   ca__stat_add(&p->stats.blocks, 1);
   *addr = b->addr;
-  pthread_mutex_unlock(&p->lock);
+  ca_lock_release(&p->lock);
   return 0;
 }
 
@@ -746,13 +863,14 @@ static ca__block *ca__live_find(ca_pool *p, uint64_t addr) {
 }
 
 bool ca_pool_free(ca_pool *p, uint64_t addr) {
-  pthread_mutex_lock(&p->lock);
+  ca_lock_acquire(&p->lock);
   ca__block *b = ca__live_find(p, addr);
   if (!b) {
-    pthread_mutex_unlock(&p->lock);
+    ca_lock_release(&p->lock);
     return false;
   }
   HASH_DELETE(hh, p->live, b);
+  b->seg->last_free = ++p->free_tick;
   p->stats.frees++;
   ca__stat_sub(&p->stats.requested_bytes, b->requested);
   ca__stat_sub(&p->stats.allocated_bytes, b->size);
@@ -760,8 +878,8 @@ bool ca_pool_free(ca_pool *p, uint64_t addr) {
   if (p->opt.hold_freed)
     ca__hold(p, b);
   else
-    ca__block_make_free(p, b);
-  pthread_mutex_unlock(&p->lock);
+    ca__quick_push(p, b);
+  ca_lock_release(&p->lock);
   return true;
 }
 
@@ -776,20 +894,21 @@ static void ca__describe(const ca_pool *p, const ca__block *b,
 }
 
 bool ca_pool_lookup(ca_pool *p, uint64_t addr, ca_live_block *out) {
-  pthread_mutex_lock(&p->lock);
+  ca_lock_acquire(&p->lock);
   ca__block *b = ca__live_find(p, addr);
   if (b && out)
     ca__describe(p, b, out);
-  pthread_mutex_unlock(&p->lock);
+  ca_lock_release(&p->lock);
   return b != NULL;
 }
 
 uint64_t ca_pool_empty_cache(ca_pool *p) {
-  pthread_mutex_lock(&p->lock);
+  ca_lock_acquire(&p->lock);
   if (p->held_head)
     ca__drain_held(p);
+  ca__quick_flush(p);
   uint64_t released = ca__release_lru(p, 0);
-  pthread_mutex_unlock(&p->lock);
+  ca_lock_release(&p->lock);
   return released;
 }
 
@@ -811,12 +930,13 @@ static uint64_t ca__largest_free(const ca_pool *p) {
 }
 
 void ca_pool_get_stats(ca_pool *p, cudalloc_device_stats *out) {
-  pthread_mutex_lock(&p->lock);
+  ca_lock_acquire(&p->lock);
+  ca__quick_flush(p);
   *out = p->stats;
   out->free_cached_bytes =
       p->stats.reserved_bytes.current - p->stats.allocated_bytes.current;
   out->largest_free_block = ca__largest_free(p);
-  pthread_mutex_unlock(&p->lock);
+  ca_lock_release(&p->lock);
   out->fragmentation =
       out->free_cached_bytes
           ? 1.0 - (double)out->largest_free_block /
@@ -828,7 +948,7 @@ size_t ca_pool_foreach_live(ca_pool *p,
                             void (*fn)(const ca_live_block *b, void *arg),
                             void *arg) {
   size_t n = 0;
-  pthread_mutex_lock(&p->lock);
+  ca_lock_acquire(&p->lock);
   for (ca__block *b = p->live; b; b = b->hh.next) {
     if (b == &p->sentinel)
       continue;
@@ -837,7 +957,7 @@ size_t ca_pool_foreach_live(ca_pool *p,
     fn(&info, arg);
     n++;
   }
-  pthread_mutex_unlock(&p->lock);
+  ca_lock_release(&p->lock);
   return n;
 }
 
@@ -852,10 +972,10 @@ size_t ca_pool_foreach_live(ca_pool *p,
     }                                                                          \
   } while (0)
 
-static bool ca__in_index(const ca_pool *p, const ca__block *b) {
+static bool ca__in_index(const ca__block *b) {
   const ca__heap *h = b->seg->heap;
   const ca__block *it;
-  if (ca__is_oversize(p, h, b->size)) {
+  if (ca__is_oversize(h, b->size)) {
     it = h->oversize;
   } else {
     unsigned fl, sl;
@@ -880,7 +1000,7 @@ static size_t ca__count_index(const ca__heap *h) {
 }
 
 static bool ca__check_locked(ca_pool *p, char *why, size_t why_len) {
-  uint64_t reserved = 0, live = 0, free_bytes = 0, held = 0;
+  uint64_t reserved = 0, live = 0, free_bytes = 0, held = 0, quick = 0;
   size_t nfree = 0, nlive = 0, nseg = 0;
   for (ca__segment *s = p->segments; s; s = s->next, nseg++) {
     uint64_t at = s->addr;
@@ -896,7 +1016,7 @@ static bool ca__check_locked(ca_pool *p, char *why, size_t why_len) {
                 "two free neighbours at %#llx were not merged",
                 (unsigned long long)b->addr);
       if (b->state == CA__FREE) {
-        CA__CHECK(ca__in_index(p, b), "free block %#llx not indexed",
+        CA__CHECK(ca__in_index(b), "free block %#llx not indexed",
                   (unsigned long long)b->addr);
         free_bytes += b->size;
         nfree++;
@@ -905,6 +1025,8 @@ static bool ca__check_locked(ca_pool *p, char *why, size_t why_len) {
                   (unsigned long long)b->addr);
         live += b->size;
         nlive++;
+      } else if (b->state == CA__QUICK) {
+        quick += b->size;
       } else {
         held += b->size;
       }
@@ -922,13 +1044,14 @@ static bool ca__check_locked(ca_pool *p, char *why, size_t why_len) {
   CA__CHECK(nlive + 1 == HASH_COUNT(p->live), "live table size %u != %zu",
             HASH_COUNT(p->live) - 1, nlive);
   CA__CHECK(held == p->held_bytes, "held bytes disagree");
+  CA__CHECK(quick == p->quick_bytes, "parked bytes disagree");
   CA__CHECK(reserved == p->stats.reserved_bytes.current,
             "reserved %llu != stats %llu", (unsigned long long)reserved,
             (unsigned long long)p->stats.reserved_bytes.current);
   CA__CHECK(live == p->stats.allocated_bytes.current,
             "allocated %llu != stats %llu", (unsigned long long)live,
             (unsigned long long)p->stats.allocated_bytes.current);
-  CA__CHECK(reserved == live + free_bytes + held,
+  CA__CHECK(reserved == live + free_bytes + held + quick,
             "reserved != live + cached + held");
   CA__CHECK(nlive == p->stats.blocks.current, "block count disagrees");
   CA__CHECK(nseg == p->stats.segments.current, "segment count disagrees");
@@ -936,8 +1059,8 @@ static bool ca__check_locked(ca_pool *p, char *why, size_t why_len) {
 }
 
 bool ca_pool_check(ca_pool *p, char *why, size_t why_len) {
-  pthread_mutex_lock(&p->lock);
+  ca_lock_acquire(&p->lock);
   bool ok = ca__check_locked(p, why, why_len);
-  pthread_mutex_unlock(&p->lock);
+  ca_lock_release(&p->lock);
   return ok;
 }

@@ -1,0 +1,64 @@
+/*
+ * The process-wide state (see runtime.h).
+ *
+ * Pools are created on first use and live until the process ends: a program
+ * may free device memory from exit handlers, after our destructors would have
+ * run, so nothing here is torn down at exit.
+ */
+#include "runtime.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "backend_cuda.h"
+
+static _Atomic(ca_pool *) ca__pools[CUDALLOC_MAX_DEVICES];
+static pthread_mutex_t ca__pools_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t ca__fork_once = PTHREAD_ONCE_INIT;
+
+/* A forked child cannot use its parent's CUDA context, and another thread
+ * may have held a pool's lock at the fork: the child forgets the parent's
+ * pools without touching them and starts afresh. */
+static void ca__forget_pools_in_child(void) {
+  pthread_mutex_init(&ca__pools_lock, NULL);
+  for (int d = 0; d < CUDALLOC_MAX_DEVICES; d++)
+    atomic_store(&ca__pools[d], NULL);
+}
+
+static void ca__register_fork_handler(void) {
+  pthread_atfork(NULL, NULL, ca__forget_pools_in_child);
+}
+
+static ca_pool_options ca__pool_options(void) {
+  const ca_config *c = ca_config_get();
+  return (ca_pool_options){
+      .max_split_size = c->max_split_size,
+      .gc_threshold = c->gc_threshold,
+      .memory_limit = c->memory_limit,
+      /* cudaFree waits for the device; a pooled free does not, so a block
+       * is reused only after the backend has synchronized. */
+      .hold_freed = true,
+  };
+}
+
+ca_pool *ca_runtime_pool_if_any(int device) {
+  if (device < 0 || device >= CUDALLOC_MAX_DEVICES)
+    return NULL;
+  return atomic_load_explicit(&ca__pools[device], memory_order_acquire);
+}
+
+ca_pool *ca_runtime_pool(int device) {
+  ca_pool *pool = ca_runtime_pool_if_any(device);
+  if (pool || device < 0 || device >= CUDALLOC_MAX_DEVICES)
+    return pool;
+  pthread_once(&ca__fork_once, ca__register_fork_handler);
+  pthread_mutex_lock(&ca__pools_lock);
+  pool = atomic_load(&ca__pools[device]);
+  if (!pool) {
+    ca_pool_options opt = ca__pool_options();
+    pool = ca_pool_create(ca_backend_cuda(), device, &opt);
+    atomic_store_explicit(&ca__pools[device], pool, memory_order_release);
+  }
+  pthread_mutex_unlock(&ca__pools_lock);
+  return pool;
+}

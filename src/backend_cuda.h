@@ -12,6 +12,9 @@
 #ifndef CA_BACKEND_CUDA_H
 #define CA_BACKEND_CUDA_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #include <cuda.h>
 
 #include "backend.h"
@@ -77,6 +80,13 @@ void *ca_driver_symbol(const char *name);
  * and stores it, or the driver's error (no context current, not
  * initialized). Never touches *device on failure. */
 CUresult ca_driver_current_device(int *device);
+
+/* Whether `addr` is the base of a segment this backend reserved for a pool
+ * and still holds. The driver would free such an address if asked, behind
+ * the pool's back (a program freeing a pooled pointer twice); the policy
+ * refuses it instead. Interior addresses need no check: the driver rejects
+ * them. */
+bool ca_backend_cuda_holds(uint64_t addr);
 
 /* The backend over the real driver; the pool's production backend. Status
  * codes are CUresult; oom_code is CUDA_ERROR_OUT_OF_MEMORY. */

@@ -92,6 +92,10 @@ CUresult ca_on_mem_free(CUdeviceptr dptr) {
     return CA__REAL(mem_free, dptr);
   if (ca__pool_free(dptr))
     return CUDA_SUCCESS;
+  /* A pooled block freed twice, at a segment's base: the driver would free
+   * the whole segment under the pool. It answers a double free this way. */
+  if (ca_backend_cuda_holds((uint64_t)dptr))
+    return CUDA_ERROR_INVALID_VALUE;
   /* Not ours: pitched, managed or stream-ordered memory (cudaFree accepts
    * them all), or a bad pointer the driver will reject. */
   CUresult r = CA__REAL(mem_free, dptr);
@@ -192,8 +196,12 @@ CUresult ca_on_mem_free_async(CUdeviceptr dptr, CUstream stream, bool ptsz) {
   /* A pooled block freed stream-ordered: the pool's hold-until-synchronized
    * rule already keeps it from reuse while queued work may still touch it,
    * so it is taken back like cuMemFree. */
-  if (ca__enabled() && dptr != 0 && ca__pool_free(dptr))
-    return CUDA_SUCCESS;
+  if (ca__enabled() && dptr != 0) {
+    if (ca__pool_free(dptr))
+      return CUDA_SUCCESS;
+    if (ca_backend_cuda_holds((uint64_t)dptr))
+      return CUDA_ERROR_INVALID_VALUE; /* as in ca_on_mem_free */
+  }
   CUresult r = ptsz ? CA__REAL(mem_free_async_ptsz, dptr, stream)
                     : CA__REAL(mem_free_async, dptr, stream);
   if (r == CUDA_SUCCESS && ca__enabled())

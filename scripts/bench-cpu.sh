@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The pool's own cost on the CPU, over the fake backend (no GPU needed):
+# wall time from bench_pool, and instructions counted by callgrind, which
+# repeat exactly run to run. Instructions are counted inside ca_pool_alloc
+# and ca_pool_free only (callees included), so set-up is left out.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+# shellcheck source=scripts/deps.sh
+. scripts/deps.sh
+ca_ensure_deps valgrind
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build --target bench_pool -j "$(nproc)" >/dev/null
+bench=build/tests/bench/bench_pool
+
+echo "== wall time (1,000,000 operations each)"
+"$bench" pair 1000000
+"$bench" mixed 1000000
+
+count() { # mode, operations, reuse -> instructions per operation
+  local total
+  total=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+    --toggle-collect=ca_pool_alloc --toggle-collect=ca_pool_free \
+    "$bench" "$1" "$2" "$3" 2>&1 | sed -n 's/.*Collected : *//p')
+  awk -v t="$total" -v n="$2" 'BEGIN { printf "%.0f", t / n }'
+}
+
+echo
+echo "== instructions (callgrind, inside ca_pool_alloc and ca_pool_free)"
+for reuse in immediate held; do
+  printf 'pair  %-9s %s instructions per allocate+free pair\n' "$reuse" "$(count pair 200000 "$reuse")"
+  printf 'mixed %-9s %s instructions per operation\n' "$reuse" "$(count mixed 200000 "$reuse")"
+done

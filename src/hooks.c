@@ -507,6 +507,7 @@ __attribute__((visibility("default"))) void *dlsym(void *restrict handle,
 typedef struct ca__route {
   uintptr_t real;
   void *hook;
+  const char *name; /* the export, for the verbose log */
 } ca__route;
 
 static ca__route ca__routes[CA__NHOOKS];
@@ -526,30 +527,31 @@ static void ca__routes_build(void) {
       continue;
     ca__routes[ca__nroutes].real = (uintptr_t)real;
     ca__routes[ca__nroutes].hook = ca__hooks[i].hook;
+    ca__routes[ca__nroutes].name = ca__hooks[i].name;
     ca__nroutes++;
   }
   qsort(ca__routes, ca__nroutes, sizeof(ca__routes[0]), ca__route_cmp);
 }
 
-/* Our hook for the libcuda function at `real`, or NULL. */
-static void *ca__hook_for_address(void *real) {
+/* The route for the libcuda function at `real`, or NULL. */
+static const ca__route *ca__route_for_address(void *real) {
   pthread_once(&ca__routes_once, ca__routes_build);
   ca__route key = {.real = (uintptr_t)real};
-  ca__route *r = bsearch(&key, ca__routes, ca__nroutes, sizeof(ca__routes[0]),
-                         ca__route_cmp);
-  return r != NULL ? r->hook : NULL;
+  return bsearch(&key, ca__routes, ca__nroutes, sizeof(ca__routes[0]),
+                 ca__route_cmp);
 }
 
 /* After a successful real look-up: hands back our hook in place of the
- * driver's function when we handle that exact export. */
-static void ca__reroute(const char *symbol, void **pfn) {
+ * driver's function when we handle that exact export. The log names the
+ * export the driver chose, which shows the variant (_v2, _ptsz) selected. */
+static void ca__reroute(void **pfn) {
   if (pfn == NULL || *pfn == NULL)
     return;
-  void *hook = ca__hook_for_address(*pfn);
-  if (hook == NULL)
+  const ca__route *r = ca__route_for_address(*pfn);
+  if (r == NULL)
     return;
-  *pfn = hook;
-  ca__note_hooked(CA__VIA_GET_PROC_ADDRESS, symbol != NULL ? symbol : "?");
+  *pfn = r->hook;
+  ca__note_hooked(CA__VIA_GET_PROC_ADDRESS, r->name);
 }
 
 /* Both versions call the real function of the same version with the
@@ -564,7 +566,7 @@ static CUresult CUDAAPI ca__get_proc_address(const char *symbol, void **pfn,
                              : CUDA_ERROR_NOT_FOUND;
   CUresult r = d->get_proc_address(symbol, pfn, version, flags);
   if (r == CUDA_SUCCESS)
-    ca__reroute(symbol, pfn);
+    ca__reroute(pfn);
   return r;
 }
 
@@ -578,6 +580,6 @@ ca__get_proc_address_v2(const char *symbol, void **pfn, int version,
                              : CUDA_ERROR_NOT_FOUND;
   CUresult r = d->get_proc_address_v2(symbol, pfn, version, flags, status);
   if (r == CUDA_SUCCESS)
-    ca__reroute(symbol, pfn);
+    ca__reroute(pfn);
   return r;
 }

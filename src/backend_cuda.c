@@ -34,6 +34,24 @@ typedef struct ca__segment {
 static ca__segment *ca__segments;
 static pthread_mutex_t ca__segments_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The captures in progress that the policy saw begin: the stream, and for
+ * a thread's own default stream the thread (each thread has its own). A
+ * fixed table, since captures in flight at once are few; past its size,
+ * `ca__captures_lost` counts captures we could not record, and as long as
+ * one may still run no synchronization is allowed. */
+#define CA__MAX_CAPTURES 64
+
+typedef struct ca__capture {
+  CUstream stream;
+  pthread_t thread; /* meaningful only when stream is CU_STREAM_PER_THREAD */
+} ca__capture;
+
+static ca__capture ca__captures[CA__MAX_CAPTURES];
+static int ca__ncaptures;
+static atomic_int ca__captures_live; /* ca__ncaptures + ca__captures_lost */
+static int ca__captures_lost;
+static pthread_mutex_t ca__captures_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* ------------------------------------------------------------------------ */
 /* Resolving the driver                                                      */
 
@@ -78,6 +96,15 @@ static void ca__api_init(void) {
   CA__RESOLVE(mem_free_async_ptsz, "cuMemFreeAsync_ptsz");
   CA__RESOLVE(mem_create, "cuMemCreate");
   CA__RESOLVE(mem_release, "cuMemRelease");
+  CA__RESOLVE(stream_begin_capture_v1, "cuStreamBeginCapture");
+  CA__RESOLVE(stream_begin_capture_v1_ptsz, "cuStreamBeginCapture_ptsz");
+  CA__RESOLVE(stream_begin_capture, "cuStreamBeginCapture_v2");
+  CA__RESOLVE(stream_begin_capture_ptsz, "cuStreamBeginCapture_v2_ptsz");
+  CA__RESOLVE(stream_begin_capture_to_graph, "cuStreamBeginCaptureToGraph");
+  CA__RESOLVE(stream_begin_capture_to_graph_ptsz,
+              "cuStreamBeginCaptureToGraph_ptsz");
+  CA__RESOLVE(stream_end_capture, "cuStreamEndCapture");
+  CA__RESOLVE(stream_end_capture_ptsz, "cuStreamEndCapture_ptsz");
   CA__RESOLVE(ctx_get_current, "cuCtxGetCurrent");
   CA__RESOLVE(ctx_get_device, "cuCtxGetDevice");
   CA__RESOLVE(ctx_synchronize, "cuCtxSynchronize");
@@ -97,11 +124,22 @@ static void ca__forget_contexts_in_child(void) {
     atomic_store(&ca__primary[i], NULL);
 }
 
-/* A fork while another thread holds the segment lock would leave the
- * child's copy locked forever; holding it across fork keeps both whole. */
-static void ca__fork_prepare(void) { pthread_mutex_lock(&ca__segments_lock); }
-static void ca__fork_parent(void) { pthread_mutex_unlock(&ca__segments_lock); }
+/* A fork while another thread holds one of our locks would leave the
+ * child's copy locked forever; holding them across fork keeps both whole.
+ * Captures do not survive into the child. */
+static void ca__fork_prepare(void) {
+  pthread_mutex_lock(&ca__segments_lock);
+  pthread_mutex_lock(&ca__captures_lock);
+}
+static void ca__fork_parent(void) {
+  pthread_mutex_unlock(&ca__captures_lock);
+  pthread_mutex_unlock(&ca__segments_lock);
+}
 static void ca__fork_child(void) {
+  ca__ncaptures = 0;
+  ca__captures_lost = 0;
+  atomic_store(&ca__captures_live, 0);
+  pthread_mutex_unlock(&ca__captures_lock);
   pthread_mutex_unlock(&ca__segments_lock);
   ca__forget_contexts_in_child();
 }
@@ -226,19 +264,83 @@ static CUresult ca__in_device(int device, ca__call *c) {
 /* ------------------------------------------------------------------------ */
 /* Stream capture                                                            */
 
+/* The capture key of a stream as the program named it: the calling
+ * thread's default stream is one per thread. */
+static ca__capture ca__capture_key(CUstream stream, bool per_thread) {
+  ca__capture key = {.stream = stream};
+  if (stream == CU_STREAM_PER_THREAD || (per_thread && stream == NULL)) {
+    key.stream = CU_STREAM_PER_THREAD;
+    key.thread = pthread_self();
+  }
+  return key;
+}
+
+/* Under the lock. */
+static int ca__capture_find(const ca__capture *key) {
+  for (int i = 0; i < ca__ncaptures; i++) {
+    const ca__capture *c = &ca__captures[i];
+    if (c->stream == key->stream &&
+        (c->stream != CU_STREAM_PER_THREAD ||
+         pthread_equal(c->thread, key->thread)))
+      return i;
+  }
+  return -1;
+}
+
+void ca_backend_cuda_capture_begun(CUstream stream, bool per_thread) {
+  ca__capture key = ca__capture_key(stream, per_thread);
+  pthread_mutex_lock(&ca__captures_lock);
+  if (ca__capture_find(&key) < 0) {
+    if (ca__ncaptures < CA__MAX_CAPTURES)
+      ca__captures[ca__ncaptures++] = key;
+    else
+      ca__captures_lost++;
+    atomic_fetch_add(&ca__captures_live, 1);
+  }
+  pthread_mutex_unlock(&ca__captures_lock);
+}
+
+/* Whether `stream` is still capturing, asked of the driver. Only a clear
+ * "capturing" keeps the record: a record kept by mistake would forbid every
+ * later synchronization, so freed blocks would never be reused again. */
+static bool ca__still_capturing(CUstream stream) {
+  const ca_driver_api *d = ca_driver();
+  if (d->stream_is_capturing == NULL)
+    return false;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUresult r = d->stream_is_capturing(stream, &status);
+  return r == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+void ca_backend_cuda_capture_ended(CUstream stream, bool per_thread) {
+  ca__capture key = ca__capture_key(stream, per_thread);
+  if (ca__still_capturing(key.stream))
+    return;
+  pthread_mutex_lock(&ca__captures_lock);
+  int i = ca__capture_find(&key);
+  if (i >= 0) {
+    ca__captures[i] = ca__captures[--ca__ncaptures];
+    atomic_fetch_sub(&ca__captures_live, 1);
+  }
+  pthread_mutex_unlock(&ca__captures_lock);
+}
+
 /* Whether a stream capture is active that a context-wide synchronization
- * would invalidate. Synchronizing a device invalidates every capture on it,
- * from any thread and in any capture mode, so the check must come before the
- * call: cuCtxSynchronize reports the capture only by breaking it.
+ * would invalidate. The check must come before the call: cuCtxSynchronize
+ * reports a capture only by breaking it (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+ * and the capture ends invalidated).
  *
- * The driver has no query for "any capture in this context". Asked about the
- * legacy stream, cuStreamIsCapturing answers CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
- * while any blocking stream of the context captures, without invalidating it;
- * asked about the per-thread default stream, it answers for that stream. A
- * capture on a non-blocking stream of another thread is invisible to both; a
- * later refinement can count captures by hooking cuStreamBeginCapture. A
- * driver without the query is taken to have no capture. */
+ * First the captures the policy saw begin (every capture made through the
+ * runtime or our exports). Then, for captures begun by a path we do not see,
+ * the driver's own answers: asked about the legacy stream,
+ * cuStreamIsCapturing answers CUDA_ERROR_STREAM_CAPTURE_IMPLICIT while any
+ * blocking stream of the context captures (measured, any capture mode),
+ * without invalidating it; asked about the per-thread default stream, it
+ * answers for that stream. A capture on a non-blocking stream is invisible
+ * to both queries, hence the registry. */
 static int ca__capturing(const ca_driver_api *d) {
+  if (atomic_load(&ca__captures_live) > 0)
+    return 1;
   if (d->stream_is_capturing == NULL)
     return 0;
   CUstream streams[2] = {CU_STREAM_LEGACY, CU_STREAM_PER_THREAD};

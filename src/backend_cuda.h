@@ -52,6 +52,24 @@ typedef struct ca_driver_api {
                          const CUmemAllocationProp *prop,
                          unsigned long long flags);
   CUresult (*mem_release)(CUmemGenericAllocationHandle handle);
+  CUresult (*stream_begin_capture_v1)(CUstream stream);
+  CUresult (*stream_begin_capture_v1_ptsz)(CUstream stream);
+  CUresult (*stream_begin_capture)(CUstream stream, CUstreamCaptureMode mode);
+  CUresult (*stream_begin_capture_ptsz)(CUstream stream,
+                                        CUstreamCaptureMode mode);
+  CUresult (*stream_begin_capture_to_graph)(CUstream stream, CUgraph graph,
+                                            const CUgraphNode *deps,
+                                            const CUgraphEdgeData *edges,
+                                            size_t ndeps,
+                                            CUstreamCaptureMode mode);
+  CUresult (*stream_begin_capture_to_graph_ptsz)(CUstream stream,
+                                                 CUgraph graph,
+                                                 const CUgraphNode *deps,
+                                                 const CUgraphEdgeData *edges,
+                                                 size_t ndeps,
+                                                 CUstreamCaptureMode mode);
+  CUresult (*stream_end_capture)(CUstream stream, CUgraph *graph);
+  CUresult (*stream_end_capture_ptsz)(CUstream stream, CUgraph *graph);
 
   /* What the backend and the policy need besides. */
   CUresult (*ctx_get_current)(CUcontext *ctx);
@@ -87,6 +105,19 @@ CUresult ca_driver_current_device(int *device);
  * refuses it instead. Interior addresses need no check: the driver rejects
  * them. */
 bool ca_backend_cuda_holds(uint64_t addr);
+
+/* Stream captures, as the policy sees them begin and end. Synchronizing a
+ * device invalidates every capture on it (measured on the H200, driver 580:
+ * any capture mode, blocking or non-blocking stream, from any thread), and
+ * no driver query finds a capture on a non-blocking stream, so the backend
+ * is told. `stream` is the handle the program passed and `per_thread` whether
+ * it was called through a _ptsz entry point (where stream 0 means the
+ * calling thread's default stream). */
+void ca_backend_cuda_capture_begun(CUstream stream, bool per_thread);
+
+/* After an end-capture call, whatever it returned: forgets the capture if
+ * the stream no longer captures. */
+void ca_backend_cuda_capture_ended(CUstream stream, bool per_thread);
 
 /* The backend over the real driver; the pool's production backend. Status
  * codes are CUresult; oom_code is CUDA_ERROR_OUT_OF_MEMORY. */

@@ -40,6 +40,9 @@
 /* cuda.h maps the name cuGetProcAddress to cuGetProcAddress_v2 for callers;
  * we define both exports, so the name must mean itself here. */
 #undef cuGetProcAddress
+/* Likewise cuStreamBeginCapture, which cuda.h maps to its _v2: the driver
+ * still exports the mode-less CUDA 10.0 original under the plain name. */
+#undef cuStreamBeginCapture
 
 /* ------------------------------------------------------------------------ */
 /* The hooks                                                                 */
@@ -104,6 +107,38 @@ static CUresult CUDAAPI ca__mem_create(CUmemGenericAllocationHandle *handle,
 static CUresult CUDAAPI ca__mem_release(CUmemGenericAllocationHandle handle) {
   return ca_on_mem_release(handle);
 }
+static CUresult CUDAAPI ca__begin_capture_v1(CUstream stream) {
+  return ca_on_stream_begin_capture_v1(stream, false);
+}
+static CUresult CUDAAPI ca__begin_capture_v1_ptsz(CUstream stream) {
+  return ca_on_stream_begin_capture_v1(stream, true);
+}
+static CUresult CUDAAPI ca__begin_capture(CUstream stream,
+                                          CUstreamCaptureMode mode) {
+  return ca_on_stream_begin_capture(stream, mode, false);
+}
+static CUresult CUDAAPI ca__begin_capture_ptsz(CUstream stream,
+                                               CUstreamCaptureMode mode) {
+  return ca_on_stream_begin_capture(stream, mode, true);
+}
+static CUresult CUDAAPI ca__begin_capture_to_graph(
+    CUstream stream, CUgraph graph, const CUgraphNode *deps,
+    const CUgraphEdgeData *edges, size_t ndeps, CUstreamCaptureMode mode) {
+  return ca_on_stream_begin_capture_to_graph(stream, graph, deps, edges, ndeps,
+                                             mode, false);
+}
+static CUresult CUDAAPI ca__begin_capture_to_graph_ptsz(
+    CUstream stream, CUgraph graph, const CUgraphNode *deps,
+    const CUgraphEdgeData *edges, size_t ndeps, CUstreamCaptureMode mode) {
+  return ca_on_stream_begin_capture_to_graph(stream, graph, deps, edges, ndeps,
+                                             mode, true);
+}
+static CUresult CUDAAPI ca__end_capture(CUstream stream, CUgraph *graph) {
+  return ca_on_stream_end_capture(stream, graph, false);
+}
+static CUresult CUDAAPI ca__end_capture_ptsz(CUstream stream, CUgraph *graph) {
+  return ca_on_stream_end_capture(stream, graph, true);
+}
 static CUresult CUDAAPI ca__get_proc_address(const char *symbol, void **pfn,
                                              int version, cuuint64_t flags);
 static CUresult CUDAAPI
@@ -134,6 +169,15 @@ static const ca__hook ca__hooks[] = {
     {"cuMemFreeAsync_ptsz", (void *)ca__mem_free_async_ptsz},
     {"cuMemCreate", (void *)ca__mem_create},
     {"cuMemRelease", (void *)ca__mem_release},
+    {"cuStreamBeginCapture", (void *)ca__begin_capture_v1},
+    {"cuStreamBeginCapture_ptsz", (void *)ca__begin_capture_v1_ptsz},
+    {"cuStreamBeginCapture_v2", (void *)ca__begin_capture},
+    {"cuStreamBeginCapture_v2_ptsz", (void *)ca__begin_capture_ptsz},
+    {"cuStreamBeginCaptureToGraph", (void *)ca__begin_capture_to_graph},
+    {"cuStreamBeginCaptureToGraph_ptsz",
+     (void *)ca__begin_capture_to_graph_ptsz},
+    {"cuStreamEndCapture", (void *)ca__end_capture},
+    {"cuStreamEndCapture_ptsz", (void *)ca__end_capture_ptsz},
     {"cuGetProcAddress", (void *)ca__get_proc_address},
     {"cuGetProcAddress_v2", (void *)ca__get_proc_address_v2},
 };
@@ -141,11 +185,11 @@ static const ca__hook ca__hooks[] = {
 #define CA__NHOOKS (sizeof(ca__hooks) / sizeof(ca__hooks[0]))
 
 /* Our hook for the libcuda export `name`, or NULL. Called for every dlsym in
- * the process, so names that cannot be ours ("cuM..." and "cuG..." only)
- * leave after three character compares. */
+ * the process, so names that cannot be ours (ours are "cuMem...",
+ * "cuGetProc..." and "cuStream...") leave after three character compares. */
 CA__EARLY static void *ca__hook_for_name(const char *name) {
   if (name == NULL || name[0] != 'c' || name[1] != 'u' ||
-      (name[2] != 'M' && name[2] != 'G'))
+      (name[2] != 'M' && name[2] != 'G' && name[2] != 'S'))
     return NULL;
   for (size_t i = 0; i < CA__NHOOKS; i++) {
     if (strcmp(name, ca__hooks[i].name) == 0)
@@ -159,9 +203,10 @@ CA__EARLY static void *ca__hook_for_name(const char *name) {
 
 /* Prototypes cuda.h declares only when CUDA_API_PER_THREAD_DEFAULT_STREAM is
  * defined (which would in turn hide the plain names and turn
- * cuGetProcAddress_v2 into an inline wrapper), and the four-argument
- * cuGetProcAddress, which it declares only for the driver's own build. The
- * signatures are cuda.h 13's. */
+ * cuGetProcAddress_v2 into an inline wrapper), and the legacy entry points
+ * (the four-argument cuGetProcAddress, the mode-less cuStreamBeginCapture),
+ * which it declares only for the driver's own build. The signatures are
+ * cuda.h 13's. */
 CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
                                       CUstream hStream);
 CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr,
@@ -171,6 +216,15 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr,
 CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
 CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn,
                                   int cudaVersion, cuuint64_t flags);
+CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream);
+CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream hStream);
+CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream,
+                                              CUstreamCaptureMode mode);
+CUresult CUDAAPI cuStreamBeginCaptureToGraph_ptsz(
+    CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies,
+    const CUgraphEdgeData *dependencyData, size_t numDependencies,
+    CUstreamCaptureMode mode);
+CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph);
 
 /* Exports `name` (declared above or by cuda.h, so the compiler checks that
  * the hook has the driver's exact prototype) as an alias of `hook`. */
@@ -200,6 +254,21 @@ CA__EXPORT(cuMemCreate, ca__mem_create,
            (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
             unsigned long long));
 CA__EXPORT(cuMemRelease, ca__mem_release, (CUmemGenericAllocationHandle));
+CA__EXPORT(cuStreamBeginCapture, ca__begin_capture_v1, (CUstream));
+CA__EXPORT(cuStreamBeginCapture_ptsz, ca__begin_capture_v1_ptsz, (CUstream));
+CA__EXPORT(cuStreamBeginCapture_v2, ca__begin_capture,
+           (CUstream, CUstreamCaptureMode));
+CA__EXPORT(cuStreamBeginCapture_v2_ptsz, ca__begin_capture_ptsz,
+           (CUstream, CUstreamCaptureMode));
+CA__EXPORT(cuStreamBeginCaptureToGraph, ca__begin_capture_to_graph,
+           (CUstream, CUgraph, const CUgraphNode *, const CUgraphEdgeData *,
+            size_t, CUstreamCaptureMode));
+CA__EXPORT(cuStreamBeginCaptureToGraph_ptsz, ca__begin_capture_to_graph_ptsz,
+           (CUstream, CUgraph, const CUgraphNode *, const CUgraphEdgeData *,
+            size_t, CUstreamCaptureMode));
+CA__EXPORT(cuStreamEndCapture, ca__end_capture, (CUstream, CUgraph *));
+CA__EXPORT(cuStreamEndCapture_ptsz, ca__end_capture_ptsz,
+           (CUstream, CUgraph *));
 CA__EXPORT(cuGetProcAddress, ca__get_proc_address,
            (const char *, void **, int, cuuint64_t));
 CA__EXPORT(cuGetProcAddress_v2, ca__get_proc_address_v2,

@@ -228,3 +228,51 @@ CUresult ca_on_mem_release(CUmemGenericAllocationHandle handle) {
     ca_track_forget_handle((uint64_t)handle, NULL);
   return r;
 }
+
+/* ------------------------------------------------------------------------ */
+/* Stream capture: passed through, reported to the backend                   */
+
+/* Reported only when the pool is enabled: with enabled:0 there is no pool
+ * to synchronize, and every handler is a plain pass-through. */
+static CUresult ca__capture_begun(CUresult r, CUstream stream, bool ptsz) {
+  if (r == CUDA_SUCCESS && ca__enabled())
+    ca_backend_cuda_capture_begun(stream, ptsz);
+  return r;
+}
+
+CUresult ca_on_stream_begin_capture_v1(CUstream stream, bool ptsz) {
+  CUresult r = ptsz ? CA__REAL(stream_begin_capture_v1_ptsz, stream)
+                    : CA__REAL(stream_begin_capture_v1, stream);
+  return ca__capture_begun(r, stream, ptsz);
+}
+
+CUresult ca_on_stream_begin_capture(CUstream stream, CUstreamCaptureMode mode,
+                                    bool ptsz) {
+  CUresult r = ptsz ? CA__REAL(stream_begin_capture_ptsz, stream, mode)
+                    : CA__REAL(stream_begin_capture, stream, mode);
+  return ca__capture_begun(r, stream, ptsz);
+}
+
+CUresult ca_on_stream_begin_capture_to_graph(CUstream stream, CUgraph graph,
+                                             const CUgraphNode *deps,
+                                             const CUgraphEdgeData *edges,
+                                             size_t ndeps,
+                                             CUstreamCaptureMode mode,
+                                             bool ptsz) {
+  CUresult r = ptsz ? CA__REAL(stream_begin_capture_to_graph_ptsz, stream,
+                               graph, deps, edges, ndeps, mode)
+                    : CA__REAL(stream_begin_capture_to_graph, stream, graph,
+                               deps, edges, ndeps, mode);
+  return ca__capture_begun(r, stream, ptsz);
+}
+
+/* The capture may end or not whatever the result (an invalidated capture
+ * ends with an error; a call from the wrong thread ends nothing), so the
+ * backend asks the driver afterwards. */
+CUresult ca_on_stream_end_capture(CUstream stream, CUgraph *graph, bool ptsz) {
+  CUresult r = ptsz ? CA__REAL(stream_end_capture_ptsz, stream, graph)
+                    : CA__REAL(stream_end_capture, stream, graph);
+  if (ca__enabled())
+    ca_backend_cuda_capture_ended(stream, ptsz);
+  return r;
+}

@@ -35,4 +35,18 @@ CUresult ca_on_mem_create(CUmemGenericAllocationHandle *handle, size_t size,
                           unsigned long long flags);
 CUresult ca_on_mem_release(CUmemGenericAllocationHandle handle);
 
+/* Stream capture: passed through; the backend is told which captures are in
+ * progress, so that it never synchronizes the device during one. `v1` is the
+ * mode-less cuStreamBeginCapture of CUDA 10.0. */
+CUresult ca_on_stream_begin_capture_v1(CUstream stream, bool ptsz);
+CUresult ca_on_stream_begin_capture(CUstream stream, CUstreamCaptureMode mode,
+                                    bool ptsz);
+CUresult ca_on_stream_begin_capture_to_graph(CUstream stream, CUgraph graph,
+                                             const CUgraphNode *deps,
+                                             const CUgraphEdgeData *edges,
+                                             size_t ndeps,
+                                             CUstreamCaptureMode mode,
+                                             bool ptsz);
+CUresult ca_on_stream_end_capture(CUstream stream, CUgraph *graph, bool ptsz);
+
 #endif /* CA_INTERCEPT_H */

@@ -181,9 +181,11 @@ CUresult ca_driver_current_device(int *device) {
 /* Running a driver call in the right context                               */
 
 /* The primary context of `device`, retained on first need. It is never
- * created by us: when the device's primary context is not active, no memory
- * can live in it and nothing of ours needs it, and creating one costs
- * hundreds of milliseconds and device memory. */
+ * created by us: creating one costs hundreds of milliseconds and device
+ * memory, and when it is not active none of our segments can live in it.
+ * They then live in a context the program created itself (driver API); a
+ * release from a thread without that context fails, the pool forgets the
+ * segment, and the driver frees it when the program destroys its context. */
 static CUresult ca__primary_context(int device, CUcontext *out) {
   CUcontext ctx = atomic_load(&ca__primary[device]);
   if (ctx != NULL) {

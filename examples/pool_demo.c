@@ -75,6 +75,7 @@ int main(int argc, char **argv) {
   void (*print_report)(void) =
       (void (*)(void))dlsym(RTLD_DEFAULT, "cudalloc_print_report");
   if (print_stats && print_report) {
+    fflush(stdout); /* the library writes straight to stderr */
     print_stats();
     print_report();
   } else {

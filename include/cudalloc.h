@@ -57,9 +57,12 @@ typedef struct cudalloc_device_stats {
   uint64_t oom_retries;          /* driver out-of-memory answers retried */
   uint64_t gc_segments_released; /* segments given back by the threshold */
   uint64_t failed_allocs;        /* requests that ended in out of memory */
-  uint64_t free_cached_bytes;    /* reserved but not handed out */
-  uint64_t largest_free_block;   /* biggest single cached block */
+  uint64_t free_cached_bytes;    /* cached and reusable now */
+  uint64_t pending_free_bytes;   /* freed, waiting for device work to end */
+  uint64_t largest_free_block;   /* biggest single reusable cached block */
   double fragmentation;          /* 1 - largest_free_block / free_cached_bytes */
+  /* reserved_bytes.current = allocated_bytes.current + free_cached_bytes
+   *                          + pending_free_bytes */
 } cudalloc_device_stats;
 
 /* The library's version as "MAJOR.MINOR.PATCH". */

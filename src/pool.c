@@ -933,8 +933,9 @@ void ca_pool_get_stats(ca_pool *p, cudalloc_device_stats *out) {
   ca_lock_acquire(&p->lock);
   ca__quick_flush(p);
   *out = p->stats;
-  out->free_cached_bytes =
-      p->stats.reserved_bytes.current - p->stats.allocated_bytes.current;
+  out->pending_free_bytes = p->held_bytes;
+  out->free_cached_bytes = p->stats.reserved_bytes.current -
+                           p->stats.allocated_bytes.current - p->held_bytes;
   out->largest_free_block = ca__largest_free(p);
   ca_lock_release(&p->lock);
   out->fragmentation =

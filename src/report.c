@@ -43,8 +43,9 @@ static void ca__stat_row(const char *name, const cudalloc_stat *s, int bytes) {
 }
 
 static void ca__stats_of(const cudalloc_device_stats *s) {
-  char free_b[32], largest[32];
+  char free_b[32], largest[32], pending[32];
   ca_format_bytes(free_b, sizeof(free_b), s->free_cached_bytes);
+  ca_format_bytes(pending, sizeof(pending), s->pending_free_bytes);
   ca_format_bytes(largest, sizeof(largest), s->largest_free_block);
   double hit_rate = s->allocs ? 100.0 * (double)s->cache_hits /
                                     (double)s->allocs
@@ -65,8 +66,9 @@ static void ca__stats_of(const cudalloc_device_stats *s) {
   ca_log("  out-of-memory retries %" PRIu64 ", failed allocations %" PRIu64
          ", segments given back by the threshold %" PRIu64,
          s->oom_retries, s->failed_allocs, s->gc_segments_released);
-  ca_log("  free cached %s, largest free block %s, fragmentation %.1f%%",
-         free_b, largest, 100.0 * s->fragmentation);
+  ca_log("  free cached %s, largest free block %s, fragmentation %.1f%%; "
+         "%s freed but waiting for the device",
+         free_b, largest, 100.0 * s->fragmentation, pending);
 }
 
 void ca_report_stats(void) {

@@ -441,6 +441,9 @@ static void holds_freed_blocks_until_synchronized(void **state) {
   assert_true(ca_pool_free(fx->pool, a[3]));
   assert_int_equal(fx->fake.syncs, 0);
   assert_consistent(fx);
+  cudalloc_device_stats s = stats_of(fx);
+  assert_int_equal(s.pending_free_bytes, 1 * MiB);
+  assert_int_equal(s.free_cached_bytes, 0);
   uint64_t x = must_alloc(fx, 512 * KiB); /* after one sync */
   uint64_t y = must_alloc(fx, 512 * KiB); /* no second sync */
   assert_true((x == a[1] && y == a[3]) || (x == a[3] && y == a[1]));

@@ -120,7 +120,8 @@ static void check_quiescent(ca_pool *pool) {
   assert_int_equal(s.blocks.current, n);
   assert_int_equal(s.requested_bytes.current, bytes);
   assert_int_equal(s.reserved_bytes.current,
-                   s.allocated_bytes.current + s.free_cached_bytes);
+                   s.allocated_bytes.current + s.free_cached_bytes +
+                       s.pending_free_bytes);
 }
 
 static void eight_threads_keep_the_pool_consistent(void **state) {

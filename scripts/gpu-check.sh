@@ -1,0 +1,472 @@
+#!/usr/bin/env bash
+# gpu-check.sh: every GPU check of issue 3, in one go, on the GPU machine.
+#
+# Why: the preload tests in CI run against a mock driver; this proves on real
+# hardware that LD_PRELOAD=libcudalloc.so serves a program's device memory
+# from the pool whichever way the program reaches the driver (the runtime's
+# dlsym + cuGetProcAddress, a program linked to libcuda, JAX's dlsym of exact
+# names) and that results do not change. It needs no network and no packages
+# beyond what the machine has: CUDA 13 (nvcc, cmake, ninja), driver, python3
+# with PyTorch, CuPy, JAX; uthash comes along in .deps/include (git-ignored).
+#
+# Steps: machine facts; build the library (CMake, tests off: no cmocka) and
+# the test programs (nvcc, sm_90); then each check, see tests/gpu/*:
+#   alloc_fill (static runtime, and -cudart=shared), driver_api (linked to
+#     libcuda): without the library, preloaded (pooling required), and
+#     preloaded with CUDALLOC_CONF=enabled:0 (nothing pooled, still correct);
+#   torch_cnn (PYTORCH_NO_CUDA_MEMORY_CACHING=1): without and preloaded,
+#     losses compared to a relative 1e-5;
+#   cupy_check (CuPy's pool off): without and preloaded;
+#   jax_check (XLA_PYTHON_CLIENT_PREALLOCATE=false): without, preloaded, and
+#     preloaded with XLA_PYTHON_CLIENT_ALLOCATOR=platform (pooling recorded);
+#   alloc_fill under compute-sanitizer memcheck, without and preloaded.
+#
+# Run from anywhere (it moves to the repository root; a relative OUT is
+# taken from there):
+#   OUT=/some/dir scripts/gpu-check.sh        (OUT defaults to ./gpu-out)
+# Writes: $OUT/env.txt (machine facts), $OUT/logs/*.log (one per build step
+# and check), $OUT/*.json (PyTorch losses), $OUT/summary.md (the table printed
+# at the end), $OUT/results.tsv (the same rows with untruncated notes),
+# $OUT/gpu-check.log (everything this script printed).
+#
+# Each check is judged by its content: the program's own verdict line (it
+# computes and compares its results, and holds the library's statistics to
+# an expectation), and the script's reading of its output: the pooled count
+# parsed from the "pooled:" line, the way the allocations reached the library
+# (CUDALLOC_CONF=verbose:2 makes the library log every hook it hands out),
+# and, for PyTorch, the two runs' losses compared here. Exit status: non-zero
+# if any check failed. The compute-sanitizer rows are informative only.
+#
+# Time: each check runs under `timeout` (120 s at most), and the whole script
+# keeps within GPU_CHECK_BUDGET_S seconds (default 400): a check that would
+# start past the budget is recorded as FAIL (not run) instead.
+
+set -uo pipefail
+
+cd "$(dirname "$0")/.." || exit 2
+ROOT=$PWD
+OUT=${OUT:-$ROOT/gpu-out}
+mkdir -p "$OUT/logs" || exit 2
+OUT=$(cd "$OUT" && pwd)
+LOGS=$OUT/logs
+BUILD=$ROOT/build-gpu
+BIN=$BUILD/gpu-tests
+LIB=$BUILD/libcudalloc.so
+BUDGET=${GPU_CHECK_BUDGET_S:-400}
+CHECK_TIMEOUT=120
+START=$SECONDS
+
+# Everything printed also goes to $OUT/gpu-check.log.
+exec > >(tee "$OUT/gpu-check.log") 2>&1
+TEE_PID=$!
+
+# Ends the script once tee has written everything.
+finish() {
+  exec >&- 2>&-
+  wait "$TEE_PID" 2>/dev/null
+  exit "$1"
+}
+
+export PYTHONDONTWRITEBYTECODE=1 # keep tests/gpu free of __pycache__
+unset LD_PRELOAD CUDALLOC_CONF
+
+RESULTS=$OUT/results.tsv
+: >"$RESULTS"
+FAILED=0
+
+say() { printf '[gpu-check %3ds] %s\n' $((SECONDS - START)) "$*"; }
+
+# record NAME RUNTIME PRELOADED PATH POOLED RESULT NOTE
+# RESULT: PASS, FAIL (counts against the exit status) or INFO (does not).
+record() {
+  local note=${7//$'\t'/ }
+  note=${note//$'\n'/; }
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" "$6" \
+    "$note" >>"$RESULTS"
+  [[ $6 == FAIL ]] && FAILED=$((FAILED + 1))
+  say "$1: $6${7:+ ($note)}"
+}
+
+# Seconds a step may still take: CHECK_TIMEOUT, less near the budget's end.
+time_left() {
+  local left=$((BUDGET - (SECONDS - START) - 10))
+  ((left > CHECK_TIMEOUT)) && left=$CHECK_TIMEOUT
+  ((left < 1)) && left=1
+  echo "$left"
+}
+
+# ---------------------------------------------------------------------------
+# 1. The machine
+
+say "environment -> $OUT/env.txt"
+{
+  echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  echo "host: $(uname -srm)"
+  echo "glibc: $(ldd --version 2>&1 | head -n1)"
+  echo "== nvidia-smi"
+  timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total \
+    --format=csv || echo "nvidia-smi failed"
+  echo "== nvcc"
+  nvcc --version || echo "nvcc not found"
+  echo "== cmake / ninja"
+  cmake --version | head -n1 || echo "cmake not found"
+  echo "ninja $(ninja --version 2>/dev/null || echo 'not found')"
+  echo "== compute-sanitizer"
+  compute-sanitizer --version 2>&1 | tail -n1 || echo "compute-sanitizer not found"
+  echo "== python"
+  python3 --version
+  timeout 60 python3 -c '
+try:
+    import torch
+    print("torch", torch.__version__, "cuda", torch.version.cuda,
+          "cudnn", torch.backends.cudnn.version(),
+          "available", torch.cuda.is_available())
+except Exception as e:
+    print("torch: not importable:", e)
+try:
+    import torchvision
+    print("torchvision", torchvision.__version__)
+except Exception as e:
+    print("torchvision: not importable:", e)
+' || echo "torch: version query failed"
+  timeout 60 python3 -c '
+try:
+    import cupy
+    print("cupy", cupy.__version__,
+          "runtime", cupy.cuda.runtime.runtimeGetVersion(),
+          "driver", cupy.cuda.runtime.driverGetVersion())
+except Exception as e:
+    print("cupy: not importable:", e)
+' || echo "cupy: version query failed"
+  timeout 60 python3 -c '
+try:
+    import jax, jaxlib
+    print("jax", jax.__version__, "jaxlib", jaxlib.__version__)
+except Exception as e:
+    print("jax: not importable:", e)
+' || echo "jax: version query failed"
+} >"$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+GPU_LINE=$(timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total \
+  --format=csv,noheader 2>/dev/null | head -n1)
+
+# ---------------------------------------------------------------------------
+# 2. The library
+
+say "building libcudalloc.so -> $LOGS/build-lib.log"
+# Reuse the generator of an existing build folder; else prefer Ninja (the
+# machine may have no make).
+GEN=()
+if [[ ! -f $BUILD/CMakeCache.txt ]] && command -v ninja >/dev/null; then
+  GEN=(-G Ninja)
+fi
+if timeout "$(time_left)" cmake -S . -B "$BUILD" ${GEN[@]+"${GEN[@]}"} \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUDALLOC_BUILD_TESTS=OFF \
+  -DCUDALLOC_UTHASH_DIR="$ROOT/.deps/include" >"$LOGS/build-lib.log" 2>&1 &&
+  timeout "$(time_left)" cmake --build "$BUILD" -j "$(nproc)" \
+    >>"$LOGS/build-lib.log" 2>&1 && [[ -f $LIB ]]; then
+  missing=""
+  for sym in cuMemAlloc_v2 cuMemFree_v2 cuGetProcAddress cuGetProcAddress_v2 \
+    dlsym cudalloc_get_stats; do
+    nm -D --defined-only "$LIB" 2>/dev/null | awk '{print $NF}' |
+      grep -qx "$sym" || missing="$missing $sym"
+  done
+  if [[ -z $missing ]]; then
+    record build_lib - - - - PASS "exports the driver names, dlsym, cudalloc_get_stats"
+  else
+    record build_lib - - - - FAIL "exports missing:$missing"
+  fi
+else
+  record build_lib - - - - FAIL "build failed: see logs/build-lib.log"
+  LIB=""
+fi
+
+# ---------------------------------------------------------------------------
+# 3. The test programs
+
+NVCC_BIN=$(command -v nvcc || true)
+CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "${NVCC_BIN:-/usr/local/cuda/bin/nvcc}")")")}
+CUDA_LIBDIR=$CUDA_HOME/lib64
+[[ -d $CUDA_LIBDIR ]] || CUDA_LIBDIR=$CUDA_HOME/lib
+STUBS=()
+[[ -d $CUDA_LIBDIR/stubs ]] && STUBS=(-L"$CUDA_LIBDIR/stubs")
+mkdir -p "$BIN"
+NVCC_FLAGS=(-O2 -lineinfo -I"$ROOT/include" -Xcompiler -Wall)
+
+# needs FILE LIBRARY: whether FILE lists LIBRARY (a prefix) as DT_NEEDED.
+needs() { readelf -d "$1" 2>/dev/null | grep -q "NEEDED.*\[$2"; }
+
+build_prog() { # NAME LOGNAME nvcc-args...
+  local name=$1 logname=$2
+  shift 2
+  say "building $name -> $LOGS/$logname.log"
+  timeout "$(time_left)" nvcc "$@" >"$LOGS/$logname.log" 2>&1 && [[ -x $BIN/$name ]]
+}
+
+BUILT_STATIC=0 BUILT_SHARED=0 BUILT_DRIVER=0
+notes=()
+if build_prog alloc_fill_static build-alloc_fill_static -arch=sm_90 \
+  "${NVCC_FLAGS[@]}" -o "$BIN/alloc_fill_static" tests/gpu/alloc_fill.cu -ldl; then
+  if needs "$BIN/alloc_fill_static" libcudart.so; then
+    notes+=("alloc_fill_static links libcudart.so")
+  else BUILT_STATIC=1; fi
+else notes+=("alloc_fill_static failed"); fi
+if build_prog alloc_fill_shared build-alloc_fill_shared -arch=sm_90 -cudart=shared \
+  "${NVCC_FLAGS[@]}" -Xlinker -rpath -Xlinker "$CUDA_LIBDIR" \
+  -o "$BIN/alloc_fill_shared" tests/gpu/alloc_fill.cu -ldl; then
+  if needs "$BIN/alloc_fill_shared" libcudart.so; then BUILT_SHARED=1
+  else notes+=("alloc_fill_shared does not link libcudart.so"); fi
+else notes+=("alloc_fill_shared failed"); fi
+if build_prog driver_api build-driver_api "${NVCC_FLAGS[@]}" \
+  -o "$BIN/driver_api" tests/gpu/driver_api.c ${STUBS[@]+"${STUBS[@]}"} -lcuda -ldl; then
+  if needs "$BIN/driver_api" libcuda.so.1; then BUILT_DRIVER=1
+  else notes+=("driver_api does not link libcuda.so.1"); fi
+else notes+=("driver_api failed"); fi
+if ((BUILT_STATIC && BUILT_SHARED && BUILT_DRIVER)); then
+  record build_programs - - - - PASS "static runtime, shared runtime (libcudart.so), driver API (libcuda.so.1)"
+else
+  record build_programs - - - - FAIL "${notes[*]}; see logs/build-*.log"
+fi
+
+# ---------------------------------------------------------------------------
+# Running and judging one check
+
+# How allocations reached the library, from the verbose:2 log: the ways that
+# handed out our cuMemAlloc_v2 hook; "export" when none did yet the pool
+# served allocations (the program bound the exported name at load time).
+path_of() { # LOG ALLOCS
+  local ways
+  ways=$(sed -n 's/^cudalloc: hooked cuMemAlloc_v2 via \([A-Za-z_]*\).*/\1/p' "$1" |
+    sort -u | paste -sd+ -)
+  if [[ -n $ways ]]; then echo "$ways"
+  elif [[ $2 =~ ^[0-9]+$ ]] && (($2 > 0)); then echo export
+  else
+    ways=$(sed -n 's/^cudalloc: hooked .* via \([A-Za-z_]*\).*/\1/p' "$1" |
+      sort -u | paste -sd+ -)
+    echo "${ways:+hooks via $ways, no cuMemAlloc_v2}${ways:-none seen}"
+  fi
+}
+
+# run_check NAME RUNTIME MODE POOLING TAG -- COMMAND...
+#   MODE     plain (no library), pool (preloaded, verbose:2), off (preloaded,
+#            enabled:0), sanitizer-plain / sanitizer-pool (under
+#            compute-sanitizer; result INFO, never FAIL)
+#   POOLING  required: the pool must have served > MIN_ALLOCS allocations
+#            with backend_allocs < 10% of them; recorded: numbers only
+#   TAG      the program's verdict prefix ("TAG: PASS")
+# MIN_ALLOCS (default 100) may be set in the environment of the call.
+run_check() {
+  local name=$1 runtime=$2 mode=$3 pooling=$4 tag=$5
+  shift 6
+  local log=$LOGS/$name.log preloaded=no info=0 env_add=() prefix=()
+  case $mode in
+  pool) preloaded=yes env_add=(LD_PRELOAD="$LIB" CUDALLOC_CONF=verbose:2) ;;
+  off) preloaded="yes, enabled:0"
+    env_add=(LD_PRELOAD="$LIB" "CUDALLOC_CONF=enabled:0,verbose:2") ;;
+  sanitizer-plain) info=1 prefix=(compute-sanitizer --tool memcheck) ;;
+  sanitizer-pool) info=1 preloaded=yes
+    env_add=(LD_PRELOAD="$LIB" CUDALLOC_CONF=verbose:2)
+    prefix=(compute-sanitizer --tool memcheck) ;;
+  esac
+  local fail_word=FAIL
+  ((info)) && fail_word=INFO
+  if [[ $preloaded != no && -z $LIB ]]; then
+    record "$name" "$runtime" "$preloaded" - - "$fail_word" "not run: library not built"
+    return
+  fi
+  if [[ ! -e $1 && ! $1 =~ ^python ]]; then
+    record "$name" "$runtime" "$preloaded" - - "$fail_word" "not run: $1 not built"
+    return
+  fi
+  local limit
+  limit=$(time_left)
+  if ((limit < 15)); then
+    record "$name" "$runtime" "$preloaded" - - "$fail_word" "not run: time budget (${BUDGET}s) spent"
+    return
+  fi
+  say "running $name (timeout ${limit}s) -> $log"
+  {
+    echo "# $name: ${env_add[*]:-} ${prefix[*]:-} $*"
+    echo "# started $(date -u '+%H:%M:%S')"
+  } >"$log"
+  local t0=$SECONDS rc
+  # LD_PRELOAD goes to the program (and compute-sanitizer, which passes it
+  # on to its target), never to timeout or the shell.
+  timeout -k 10 "$limit" env -u LD_PRELOAD -u CUDALLOC_CONF \
+    ${env_add[@]+"${env_add[@]}"} ${prefix[@]+"${prefix[@]}"} "$@" >>"$log" 2>&1
+  rc=$?
+  local secs=$((SECONDS - t0))
+
+  # What the output shows.
+  local why=() pooled allocs=- backend=- hits=-
+  pooled=$(grep -E '^pooled: ' "$log" | tail -n1)
+  if [[ $pooled =~ allocs=([0-9]+)\ backend_allocs=([0-9]+)\ cache_hits=([0-9]+) ]]; then
+    allocs=${BASH_REMATCH[1]} backend=${BASH_REMATCH[2]} hits=${BASH_REMATCH[3]}
+  fi
+  if ((rc == 124 || rc == 137)); then why+=("timed out after ${limit}s")
+  elif ((rc != 0)); then why+=("exit status $rc"); fi
+  if ! grep -qx "$tag: PASS" "$log"; then
+    local verdict
+    verdict=$(grep -E "^$tag: FAIL" "$log" | head -n1)
+    [[ -n $verdict ]] || verdict="no \"$tag: PASS\" line"
+    why+=("$verdict")
+  fi
+  case $mode in
+  plain | sanitizer-plain)
+    [[ $pooled == "pooled: none"* ]] || why+=("expected no library, saw: ${pooled:-no pooled line}")
+    if grep -q '^cudalloc: ' "$log"; then why+=("library output in a run without it"); fi
+    ;;
+  off)
+    [[ $allocs == 0 ]] || why+=("enabled:0 should pool nothing, saw: ${pooled:-no pooled line}")
+    ;;
+  pool | sanitizer-pool)
+    if [[ $allocs == - ]]; then
+      why+=("no pool statistics: ${pooled:-no pooled line}")
+    elif [[ $pooling == required ]]; then
+      ((allocs > ${MIN_ALLOCS:-100})) || why+=("only $allocs allocations pooled")
+      ((backend * 10 < allocs)) || why+=("backend_allocs $backend not below 10% of $allocs")
+    fi
+    ;;
+  esac
+  local path=-
+  [[ $preloaded != no ]] && path=$(path_of "$log" "$allocs")
+  local note="${secs}s"
+  [[ $hits != - ]] && note="$note, cache hits $hits"
+  local others
+  others=$(grep '^cudalloc: ' "$log" | grep -vc '^cudalloc: hooked ')
+  ((others > 0)) && note="$note, $others other library line(s) in the log"
+  if [[ $mode == sanitizer-* ]]; then
+    local summary
+    summary=$(grep -E 'ERROR SUMMARY: [0-9]+ error' "$log" | tail -n1 | sed 's/^=* *//')
+    note="$note, memcheck: ${summary:-no ERROR SUMMARY line (tool incompatible?)}"
+  fi
+  ((${#why[@]})) && note="$note; $(printf '%s; ' "${why[@]}")"
+  note=${note%; }
+  local result=PASS
+  ((${#why[@]})) && result=$fail_word
+  record "$name" "$runtime" "$preloaded" "$path" "$allocs/$backend" "$result" "$note"
+}
+
+# ---------------------------------------------------------------------------
+# 4. Checks
+
+# A preloaded process that never touches CUDA prints nothing and exits 0.
+if [[ -n $LIB ]]; then
+  true_out=$(env LD_PRELOAD="$LIB" /bin/true 2>&1)
+  true_rc=$?
+  if ((true_rc == 0)) && [[ -z $true_out ]]; then
+    record preload_true none yes - - PASS "/bin/true: silent, exit 0"
+  else
+    record preload_true none yes - - FAIL "/bin/true: exit $true_rc, output: ${true_out:0:200}"
+  fi
+fi
+
+AF_STATIC=$BIN/alloc_fill_static
+AF_SHARED=$BIN/alloc_fill_shared
+DRV=$BIN/driver_api
+
+run_check alloc_fill_static_plain static plain recorded alloc_fill -- "$AF_STATIC" plain
+run_check alloc_fill_static_pool static pool required alloc_fill -- "$AF_STATIC" pooled
+run_check alloc_fill_static_off static off recorded alloc_fill -- "$AF_STATIC" passthrough
+run_check alloc_fill_shared_plain shared plain recorded alloc_fill -- "$AF_SHARED" plain
+run_check alloc_fill_shared_pool shared pool required alloc_fill -- "$AF_SHARED" pooled
+run_check alloc_fill_shared_off shared off recorded alloc_fill -- "$AF_SHARED" passthrough
+run_check driver_api_plain driver plain recorded driver_api -- "$DRV" plain
+run_check driver_api_pool driver pool required driver_api -- "$DRV" pooled
+run_check driver_api_off driver off recorded driver_api -- "$DRV" passthrough
+
+# PyTorch: its caching allocator off, so every tensor is a cudaMalloc; the
+# two runs' losses must agree.
+export PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUBLAS_WORKSPACE_CONFIG=:4096:8
+rm -f "$OUT/torch_plain.json" "$OUT/torch_pool.json"
+run_check torch_cnn_plain torch plain recorded torch_cnn -- \
+  python3 tests/gpu/torch_cnn.py "$OUT/torch_plain.json" --expect plain
+run_check torch_cnn_pool torch pool required torch_cnn -- \
+  python3 tests/gpu/torch_cnn.py "$OUT/torch_pool.json" --expect pooled
+unset PYTORCH_NO_CUDA_MEMORY_CACHING
+cmp_out=$(python3 - "$OUT/torch_plain.json" "$OUT/torch_pool.json" <<'EOF' 2>&1
+import json, math, sys
+try:
+    a = json.load(open(sys.argv[1]))["losses"]
+    b = json.load(open(sys.argv[2]))["losses"]
+except Exception as e:
+    print("FAIL cannot read both loss files: %s" % e)
+    sys.exit(0)
+if len(a) != len(b) or not a:
+    print("FAIL %d losses without the library, %d with" % (len(a), len(b)))
+    sys.exit(0)
+worst = max(abs(x - y) / max(abs(x), abs(y), 1e-30) for x, y in zip(a, b))
+same = all(x == y for x, y in zip(a, b))
+ok = all(math.isclose(x, y, rel_tol=1e-5, abs_tol=0.0) for x, y in zip(a, b))
+print("%s %d losses, max relative difference %.3g, %s" % (
+    "PASS" if ok else "FAIL", len(a), worst,
+    "bit-identical" if same else "not bit-identical"))
+EOF
+)
+say "torch loss comparison: $cmp_out"
+if [[ $cmp_out == "PASS "* ]]; then
+  record torch_cnn_losses_match torch "no vs yes" - - PASS "${cmp_out#PASS }"
+else
+  record torch_cnn_losses_match torch "no vs yes" - - FAIL "${cmp_out#FAIL }"
+fi
+
+# CuPy: static runtime, its memory pool off.
+run_check cupy_plain cupy plain recorded cupy_check -- \
+  python3 tests/gpu/cupy_check.py --expect plain
+run_check cupy_pool cupy pool required cupy_check -- \
+  python3 tests/gpu/cupy_check.py --expect pooled
+
+# JAX: no preallocation; then the platform allocator (a driver allocation
+# per buffer). Pooling is recorded, not required.
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+run_check jax_plain jax plain recorded jax_check -- \
+  python3 tests/gpu/jax_check.py --expect plain
+run_check jax_pool jax pool recorded jax_check -- \
+  python3 tests/gpu/jax_check.py --expect any
+export XLA_PYTHON_CLIENT_ALLOCATOR=platform
+run_check jax_platform_pool "jax (platform allocator)" pool recorded jax_check -- \
+  python3 tests/gpu/jax_check.py --expect any
+unset XLA_PYTHON_CLIENT_PREALLOCATE XLA_PYTHON_CLIENT_ALLOCATOR
+
+# compute-sanitizer memcheck on a short alloc_fill (300 iterations, sizes
+# below 4 MiB), without and with the library: informative only.
+if command -v compute-sanitizer >/dev/null; then
+  run_check sanitizer_alloc_fill_plain static sanitizer-plain recorded alloc_fill -- \
+    "$AF_STATIC" plain 300 22
+  run_check sanitizer_alloc_fill_pool static sanitizer-pool recorded alloc_fill -- \
+    "$AF_STATIC" any 300 22
+else
+  record sanitizer_alloc_fill static - - - INFO "compute-sanitizer not found"
+fi
+
+# ---------------------------------------------------------------------------
+# 5. Summary
+
+SUMMARY=$OUT/summary.md
+{
+  echo "# cudalloc GPU checks"
+  echo
+  echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
+  echo "- GPU, driver, memory: ${GPU_LINE:-unknown}"
+  echo "- $(grep -m1 '^Cuda compilation tools' "$OUT/env.txt" || echo 'nvcc: unknown')"
+  grep -E '^(torch|cupy|jax) ' "$OUT/env.txt" | sed 's/^/- /'
+  echo "- total time: $((SECONDS - START)) s; failed: $FAILED"
+  echo
+  echo "| check | runtime | preloaded | interception path | pooled allocs/backend allocs | result | notes |"
+  echo "| --- | --- | --- | --- | --- | --- | --- |"
+  while IFS=$'\t' read -r name runtime pre path pooled result note; do
+    ((${#note} > 160)) && note="${note:0:157}..."
+    echo "| $name | $runtime | $pre | $path | $pooled | $result | ${note//|/\\|} |"
+  done <"$RESULTS"
+  echo
+  echo "Full notes: results.tsv; output of each step: logs/<check>.log."
+} >"$SUMMARY"
+echo
+cat "$SUMMARY"
+echo
+if ((FAILED > 0)); then
+  say "$FAILED check(s) FAILED; logs in $LOGS"
+  finish 1
+fi
+say "all checks passed; logs in $LOGS"
+finish 0

@@ -1,0 +1,119 @@
+"""Reads libcudalloc's pool statistics from inside a Python process.
+
+Shared by the Python GPU checks (torch_cnn.py, cupy_check.py, jax_check.py).
+Why: when the library is only preloaded, the Python program itself is the one
+place that can ask the pool what it served, the way any user program would:
+dlsym(RTLD_DEFAULT, "cudalloc_get_stats") through ctypes.CDLL(None). The
+structure below mirrors cudalloc_device_stats in include/cudalloc.h field by
+field; ctypes applies the C alignment rules (4 bytes of padding after the
+leading int), so sizeof is 216 on x86-64 and aarch64, as in C.
+
+Standard library only.
+"""
+
+import ctypes
+
+
+class CudallocStat(ctypes.Structure):
+    _fields_ = [
+        ("current", ctypes.c_uint64),
+        ("peak", ctypes.c_uint64),
+        ("total", ctypes.c_uint64),
+    ]
+
+
+class CudallocDeviceStats(ctypes.Structure):
+    _fields_ = [
+        ("device", ctypes.c_int),
+        ("requested_bytes", CudallocStat),
+        ("allocated_bytes", CudallocStat),
+        ("reserved_bytes", CudallocStat),
+        ("blocks", CudallocStat),
+        ("segments", CudallocStat),
+        ("allocs", ctypes.c_uint64),
+        ("frees", ctypes.c_uint64),
+        ("cache_hits", ctypes.c_uint64),
+        ("backend_allocs", ctypes.c_uint64),
+        ("backend_frees", ctypes.c_uint64),
+        ("oom_retries", ctypes.c_uint64),
+        ("gc_segments_released", ctypes.c_uint64),
+        ("failed_allocs", ctypes.c_uint64),
+        ("free_cached_bytes", ctypes.c_uint64),
+        ("largest_free_block", ctypes.c_uint64),
+        ("fragmentation", ctypes.c_double),
+    ]
+
+
+EXPECTED_SIZE = 216  # sizeof(cudalloc_device_stats) in C on LP64
+
+
+def get_stats(device=0):
+    """The pool statistics of `device` as a dict, or None when the library is
+    not loaded in this process. The dict has "rc": 0 when the device has a
+    pool, -1 when it has none (nothing pooled yet, or enabled:0)."""
+    if ctypes.sizeof(CudallocDeviceStats) != EXPECTED_SIZE:
+        raise RuntimeError(
+            "CudallocDeviceStats is %d bytes, C has %d: the mirror of "
+            "include/cudalloc.h is out of date"
+            % (ctypes.sizeof(CudallocDeviceStats), EXPECTED_SIZE))
+    try:
+        fn = getattr(ctypes.CDLL(None), "cudalloc_get_stats")
+    except AttributeError:
+        return None
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_int, ctypes.POINTER(CudallocDeviceStats),
+                   ctypes.c_size_t]
+    s = CudallocDeviceStats()
+    rc = fn(device, ctypes.byref(s), ctypes.sizeof(s))
+    out = {"rc": rc}
+    for name, ctype in CudallocDeviceStats._fields_:
+        value = getattr(s, name)
+        if ctype is CudallocStat:
+            value = {"current": value.current, "peak": value.peak,
+                     "total": value.total}
+        out[name] = value
+    return out
+
+
+def pooled_line(stats):
+    """The line scripts/gpu-check.sh parses (same as the C checks print)."""
+    if stats is None:
+        return "pooled: none (cudalloc_get_stats not found: library not loaded)"
+    return ("pooled: allocs=%d backend_allocs=%d cache_hits=%d "
+            "(frees=%d backend_frees=%d segments=%d reserved=%d failed=%d "
+            "rc=%d)" % (stats["allocs"], stats["backend_allocs"],
+                        stats["cache_hits"], stats["frees"],
+                        stats["backend_frees"], stats["segments"]["current"],
+                        stats["reserved_bytes"]["current"],
+                        stats["failed_allocs"], stats["rc"]))
+
+
+def judge(stats, expect, min_allocs=100):
+    """Why `stats` does not meet `expect` ("plain", "pooled", "passthrough"
+    or "any"), or None when it does. "pooled": the library is loaded, the
+    pool served more than `min_allocs` allocations and asked the driver for
+    fewer than a tenth as many."""
+    if expect == "any":
+        return None
+    if expect == "plain":
+        return None if stats is None else (
+            "cudalloc_get_stats found, but the library should be absent")
+    if stats is None:
+        return "cudalloc_get_stats not found, but the library should be preloaded"
+    if expect == "passthrough":
+        if stats["allocs"] or stats["backend_allocs"]:
+            return "enabled:0 should pool nothing, yet allocs=%d" % stats["allocs"]
+        return None
+    if expect == "pooled":
+        if stats["rc"] != 0:
+            return "no pool for the device (rc=%d): nothing was pooled" % stats["rc"]
+        if stats["allocs"] <= min_allocs:
+            return "only %d allocations pooled, expected more than %d" % (
+                stats["allocs"], min_allocs)
+        if stats["backend_allocs"] * 10 >= stats["allocs"]:
+            return "backend_allocs=%d is not below 10%% of allocs=%d" % (
+                stats["backend_allocs"], stats["allocs"])
+        if stats["failed_allocs"]:
+            return "failed_allocs=%d, expected none" % stats["failed_allocs"]
+        return None
+    raise ValueError("unknown expectation %r" % expect)

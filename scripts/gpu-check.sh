@@ -228,6 +228,20 @@ else
   record build_programs - - - - FAIL "${notes[*]}; see logs/build-*.log"
 fi
 
+# The Python checks read the statistics through a ctypes mirror of
+# cudalloc_device_stats: its size and offsets must be the C compiler's.
+say "comparing the ctypes mirror of cudalloc_device_stats with the header"
+if python3 tests/gpu/cudalloc_stats.py --c-layout >"$BIN/stats_layout.c" &&
+  timeout "$(time_left)" nvcc -I"$ROOT/include" -o "$BIN/stats_layout" \
+    "$BIN/stats_layout.c" >"$LOGS/stats_layout.log" 2>&1 &&
+  "$BIN/stats_layout" >"$BIN/stats_layout.c.txt" &&
+  python3 tests/gpu/cudalloc_stats.py --py-layout >"$BIN/stats_layout.py.txt" &&
+  diff "$BIN/stats_layout.c.txt" "$BIN/stats_layout.py.txt" >>"$LOGS/stats_layout.log"; then
+  record stats_layout - - - - PASS "$(head -n1 "$BIN/stats_layout.c.txt"), offsets match"
+else
+  record stats_layout - - - - FAIL "tests/gpu/cudalloc_stats.py does not match include/cudalloc.h; see logs/stats_layout.log"
+fi
+
 # ---------------------------------------------------------------------------
 # Running and judging one check
 

@@ -6,7 +6,12 @@ place that can ask the pool what it served, the way any user program would:
 dlsym(RTLD_DEFAULT, "cudalloc_get_stats") through ctypes.CDLL(None). The
 structure below mirrors cudalloc_device_stats in include/cudalloc.h field by
 field; ctypes applies the C alignment rules (4 bytes of padding after the
-leading int), so sizeof is 216 on x86-64 and aarch64, as in C.
+leading int). Fields the header adds at the end are harmless (the caller
+passes its own size); a field inserted or renamed in the header moves the
+ones after it, so scripts/gpu-check.sh compares this layout with the C
+compiler's: --c-layout prints a C program that prints the header's size and
+offsets of these fields, --py-layout the same from ctypes; the two outputs
+must be equal.
 
 Standard library only.
 """
@@ -39,23 +44,16 @@ class CudallocDeviceStats(ctypes.Structure):
         ("gc_segments_released", ctypes.c_uint64),
         ("failed_allocs", ctypes.c_uint64),
         ("free_cached_bytes", ctypes.c_uint64),
+        ("pending_free_bytes", ctypes.c_uint64),
         ("largest_free_block", ctypes.c_uint64),
         ("fragmentation", ctypes.c_double),
     ]
-
-
-EXPECTED_SIZE = 216  # sizeof(cudalloc_device_stats) in C on LP64
 
 
 def get_stats(device=0):
     """The pool statistics of `device` as a dict, or None when the library is
     not loaded in this process. The dict has "rc": 0 when the device has a
     pool, -1 when it has none (nothing pooled yet, or enabled:0)."""
-    if ctypes.sizeof(CudallocDeviceStats) != EXPECTED_SIZE:
-        raise RuntimeError(
-            "CudallocDeviceStats is %d bytes, C has %d: the mirror of "
-            "include/cudalloc.h is out of date"
-            % (ctypes.sizeof(CudallocDeviceStats), EXPECTED_SIZE))
     try:
         fn = getattr(ctypes.CDLL(None), "cudalloc_get_stats")
     except AttributeError:
@@ -117,3 +115,31 @@ def judge(stats, expect, min_allocs=100):
             return "failed_allocs=%d, expected none" % stats["failed_allocs"]
         return None
     raise ValueError("unknown expectation %r" % expect)
+
+
+def _layout_lines():
+    lines = ["size %d" % ctypes.sizeof(CudallocDeviceStats)]
+    for name, _ in CudallocDeviceStats._fields_:
+        lines.append("%s %d" % (name, getattr(CudallocDeviceStats, name).offset))
+    return lines
+
+
+def _c_layout_program():
+    fields = "".join("  F(%s);\n" % name
+                     for name, _ in CudallocDeviceStats._fields_)
+    return ('#include <stddef.h>\n#include <stdio.h>\n#include "cudalloc.h"\n'
+            '#define F(f) printf("%s %zu\\n", #f, '
+            'offsetof(cudalloc_device_stats, f))\n'
+            'int main(void) {\n'
+            '  printf("size %zu\\n", sizeof(cudalloc_device_stats));\n'
+            + fields + '  return 0;\n}\n')
+
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] == ["--c-layout"]:
+        sys.stdout.write(_c_layout_program())
+    elif sys.argv[1:] == ["--py-layout"]:
+        print("\n".join(_layout_lines()))
+    else:
+        sys.exit("usage: cudalloc_stats.py --c-layout | --py-layout")

@@ -1,0 +1,1464 @@
+/*
+ * mockcuda: a fake libcuda.so.1 (see mockcuda.h for what it simulates).
+ *
+ * Everything runs under one mutex: the mock is for correctness tests, not
+ * speed. Exported functions never call each other, so no lock is taken
+ * twice, and the library is linked with -Bsymbolic-functions so that the
+ * addresses cuGetProcAddress hands out are this library's own exports even
+ * when a preloaded interposer exports the same names (the real driver behaves
+ * that way, and interposers map those addresses back to names with dladdr).
+ */
+
+/* Declares every variant the driver exports (_v2, _ptsz, _ptds and the
+ * legacy names), as the driver's own build does. */
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "mockcuda.h"
+
+#define MOCK_MAX_DEVICES 16
+#define MOCK_SMALL_ALIGN 512ull
+#define MOCK_LARGE (2ull << 20) /* alignment and granularity from here up */
+#define MOCK_CTX_STACK 32
+#define MOCK_MAX_CAPTURES 64
+#define MOCK_DRIVER_VERSION 13000
+
+enum { MOCK_OBJ_CTX = 1, MOCK_OBJ_STREAM, MOCK_OBJ_EVENT };
+enum { MOCK_STREAM_USER, MOCK_STREAM_LEGACY, MOCK_STREAM_PER_THREAD };
+enum { MOCK_KIND_ALLOC, MOCK_KIND_PITCH, MOCK_KIND_MANAGED, MOCK_KIND_ASYNC,
+       MOCK_KIND_POOL_ASYNC };
+
+/* Handles the program sees are pointers to these: validity is checked by
+ * looking the pointer up in g_objs, never by reading through it. */
+typedef struct mock_obj {
+  struct mock_obj *next;
+  int type;
+} mock_obj;
+
+struct CUctx_st {
+  mock_obj hdr;
+  int device;
+  int primary;
+  int alive; /* a primary context is alive while retained */
+  unsigned refcount;
+};
+
+struct CUstream_st {
+  mock_obj hdr;
+  int kind;
+  unsigned flags;
+  CUstreamCaptureStatus capture;
+  CUstreamCaptureMode mode;
+  pthread_t thread; /* that began the capture */
+};
+
+struct CUevent_st {
+  mock_obj hdr;
+  int recorded;
+};
+
+struct CUmemPoolHandle_st {
+  int device;
+};
+
+struct CUgraph_st {
+  int unused;
+};
+
+typedef struct mock_alloc {
+  uint64_t addr;
+  uint64_t size;  /* as requested: copies and memsets must stay inside */
+  uint64_t span;  /* rounded: what capacity and address space are charged */
+  unsigned char *host;
+  CUcontext ctx;  /* freed with it */
+  int kind;
+} mock_alloc;
+
+typedef struct mock_device {
+  uint64_t va_base, va_end; /* reserved PROT_NONE range addresses come from */
+  uint64_t used;
+  mock_alloc *allocs; /* sorted by addr, never overlapping */
+  size_t n, cap;
+  struct CUctx_st primary;
+} mock_device;
+
+typedef struct mock_handle {
+  struct mock_handle *next;
+  CUmemGenericAllocationHandle id;
+  int device;
+  uint64_t size;
+} mock_handle;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_verbose;
+static int g_inited;
+static int g_ndev;
+static uint64_t g_capacity;
+static mock_device g_dev[MOCK_MAX_DEVICES];
+static struct CUmemPoolHandle_st g_pools[MOCK_MAX_DEVICES];
+static mockcuda_counters g_cnt;
+static mock_obj *g_objs;
+static mock_handle *g_handles;
+static CUmemGenericAllocationHandle g_next_handle = 0x100000;
+static CUstream g_captures[MOCK_MAX_CAPTURES]; /* captures begun, not ended */
+static int g_ncaptures;
+static struct CUstream_st g_legacy = {.kind = MOCK_STREAM_LEGACY};
+static struct CUgraph_st g_graph; /* every capture "produces" this graph */
+
+static _Thread_local CUcontext t_stack[MOCK_CTX_STACK];
+static _Thread_local int t_depth;
+static _Thread_local struct CUstream_st t_ptds = {.kind = MOCK_STREAM_PER_THREAD};
+/* cuThreadExchangeStreamCaptureMode's per-thread mode (0: global). */
+static _Thread_local CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+__attribute__((constructor)) static void mock_ctor(void) {
+  const char *v = getenv("MOCKCUDA_VERBOSE");
+  g_verbose = v && v[0] == '1';
+}
+
+__attribute__((format(printf, 1, 2))) static void mock_trace(const char *fmt, ...) {
+  if (!g_verbose)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("mockcuda: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+static void mock_lock(void) { pthread_mutex_lock(&g_lock); }
+static void mock_unlock(void) { pthread_mutex_unlock(&g_lock); }
+
+static uint64_t mock_round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+static long mock_env_long(const char *name, long def, long lo, long hi) {
+  const char *v = getenv(name);
+  if (!v || !*v)
+    return def;
+  char *end;
+  long x = strtol(v, &end, 10);
+  if (*end || x < lo || x > hi)
+    return def;
+  return x;
+}
+
+/* ---- objects ---------------------------------------------------------- */
+
+static void mock_obj_link(mock_obj *o, int type) {
+  o->type = type;
+  o->next = g_objs;
+  g_objs = o;
+}
+
+static int mock_obj_find(const void *p, int type) {
+  for (mock_obj *o = g_objs; o; o = o->next)
+    if (o == p && o->type == type)
+      return 1;
+  return 0;
+}
+
+static void mock_obj_unlink(mock_obj *o) {
+  for (mock_obj **pp = &g_objs; *pp; pp = &(*pp)->next)
+    if (*pp == o) {
+      *pp = o->next;
+      return;
+    }
+}
+
+/* ---- preconditions ---------------------------------------------------- */
+
+static CUresult mock_need_init(void) {
+  return g_inited ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+static CUresult mock_need_dev(CUdevice dev) {
+  if (!g_inited)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  return dev >= 0 && dev < g_ndev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+static int mock_ctx_known(CUcontext c) {
+  for (int d = 0; d < g_ndev; d++)
+    if (c == &g_dev[d].primary)
+      return 1;
+  return mock_obj_find(c, MOCK_OBJ_CTX);
+}
+
+/* The calling thread's current context, usable for work. Like the driver,
+ * memory calls without one fail with CUDA_ERROR_INVALID_CONTEXT. */
+static CUresult mock_need_ctx(CUcontext *out) {
+  if (!g_inited)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  CUcontext c = t_depth ? t_stack[t_depth - 1] : NULL;
+  if (!c || !mock_ctx_known(c))
+    return CUDA_ERROR_INVALID_CONTEXT;
+  if (!c->alive)
+    return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  *out = c;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_stream_get(CUstream s, int ptsz, CUstream *out) {
+  if (s == NULL)
+    *out = ptsz ? &t_ptds : &g_legacy;
+  else if (s == CU_STREAM_LEGACY)
+    *out = &g_legacy;
+  else if (s == CU_STREAM_PER_THREAD)
+    *out = &t_ptds;
+  else if (mock_obj_find(s, MOCK_OBJ_STREAM))
+    *out = s;
+  else
+    return CUDA_ERROR_INVALID_HANDLE;
+  return CUDA_SUCCESS;
+}
+
+/* Stream capture: "potentially unsafe" calls -- cuMemAlloc/cuMemFree and
+ * friends, event queries, synchronization -- are refused and invalidate the
+ * capture, as measured on the driver (driver_facts.txt): when the calling
+ * thread has a capture of its own not begun relaxed, or, unless the thread
+ * made itself relaxed (cuThreadExchangeStreamCaptureMode), when any thread
+ * has a global capture. `any_mode`: the call waits for every stream, the
+ * capturing one too (cuCtxSynchronize): refused whatever the modes. This is
+ * what makes a pool that synchronizes at the wrong time fail visibly here. */
+static CUresult mock_capture_guard(const char *what, int any_mode) {
+  pthread_t self = pthread_self();
+  int hit = 0;
+  for (int i = 0; i < g_ncaptures; i++) {
+    CUstream s = g_captures[i];
+    int own = pthread_equal(s->thread, self);
+    if (any_mode ||
+        (own && s->mode != CU_STREAM_CAPTURE_MODE_RELAXED &&
+         t_capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED) ||
+        (!own && s->mode == CU_STREAM_CAPTURE_MODE_GLOBAL &&
+         t_capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL)) {
+      s->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+      hit = 1;
+    }
+  }
+  if (!hit)
+    return CUDA_SUCCESS;
+  g_cnt.capture_violations++;
+  mock_trace("%s during a stream capture: capture invalidated", what);
+  return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
+static void mock_capture_forget(CUstream s) {
+  for (int i = 0; i < g_ncaptures; i++)
+    if (g_captures[i] == s) {
+      g_captures[i] = g_captures[--g_ncaptures];
+      return;
+    }
+}
+
+/* ---- simulated device memory ------------------------------------------ */
+
+/* The allocation of any device holding [p, p+n) (n == 0: holding p). */
+static mock_alloc *mock_find(uint64_t p, uint64_t n, mock_device **dev_out) {
+  for (int d = 0; d < g_ndev; d++) {
+    mock_device *dv = &g_dev[d];
+    if (p < dv->va_base || p >= dv->va_end || dv->n == 0)
+      continue;
+    size_t lo = 0, hi = dv->n; /* last allocation with addr <= p */
+    while (hi - lo > 1) {
+      size_t mid = (lo + hi) / 2;
+      if (dv->allocs[mid].addr <= p)
+        lo = mid;
+      else
+        hi = mid;
+    }
+    mock_alloc *a = &dv->allocs[lo];
+    uint64_t off = p - a->addr;
+    if (p < a->addr || off >= a->size || (n && n > a->size - off))
+      return NULL;
+    if (dev_out)
+      *dev_out = dv;
+    return a;
+  }
+  return NULL;
+}
+
+static mock_alloc *mock_find_base(uint64_t p, mock_device **dev_out) {
+  mock_alloc *a = mock_find(p, 0, dev_out);
+  return a && a->addr == p ? a : NULL;
+}
+
+static void mock_remove(mock_device *dv, mock_alloc *a) {
+  size_t i = (size_t)(a - dv->allocs);
+  dv->used -= a->span;
+  g_cnt.used_bytes -= a->span;
+  g_cnt.live_allocs--;
+  g_cnt.live_bytes -= a->size;
+  free(a->host);
+  memmove(a, a + 1, (dv->n - i - 1) * sizeof *a);
+  dv->n--;
+}
+
+/* First fit in the device's range, so freed addresses come back soon, as
+ * with the real driver: stale-address bugs in a pool show up here. */
+static CUresult mock_alloc_locked(int dev, CUcontext ctx, uint64_t size, int kind,
+                                  CUdeviceptr *out) {
+  if (!out || size == 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  mock_device *dv = &g_dev[dev];
+  if (size > g_capacity) {
+    g_cnt.oom++;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  uint64_t align = size >= MOCK_LARGE ? MOCK_LARGE : MOCK_SMALL_ALIGN;
+  uint64_t span = mock_round_up(size, align);
+  if (dv->used + span > g_capacity) {
+    g_cnt.oom++;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (dv->n == dv->cap) {
+    size_t cap = dv->cap ? dv->cap * 2 : 64;
+    mock_alloc *p = realloc(dv->allocs, cap * sizeof *p);
+    if (!p)
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    dv->allocs = p;
+    dv->cap = cap;
+  }
+  size_t i = 0;
+  uint64_t at = mock_round_up(dv->va_base, align);
+  for (; i < dv->n; i++) {
+    if (at + span <= dv->allocs[i].addr)
+      break;
+    at = mock_round_up(dv->allocs[i].addr + dv->allocs[i].span, align);
+  }
+  if (at + span > dv->va_end) { /* address space, not capacity: fragmentation */
+    g_cnt.oom++;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  unsigned char *host = malloc(size);
+  if (!host)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  memmove(&dv->allocs[i + 1], &dv->allocs[i], (dv->n - i) * sizeof *dv->allocs);
+  dv->allocs[i] = (mock_alloc){at, size, span, host, ctx, kind};
+  dv->n++;
+  dv->used += span;
+  g_cnt.used_bytes += span;
+  if (g_cnt.used_bytes > g_cnt.peak_used_bytes)
+    g_cnt.peak_used_bytes = g_cnt.used_bytes;
+  g_cnt.live_allocs++;
+  g_cnt.live_bytes += size;
+  *out = (CUdeviceptr)at;
+  return CUDA_SUCCESS;
+}
+
+/* A destroyed context takes its allocations with it, as on a GPU. */
+static void mock_ctx_teardown(CUcontext c) {
+  for (int d = 0; d < g_ndev; d++) {
+    mock_device *dv = &g_dev[d];
+    for (size_t i = dv->n; i-- > 0;)
+      if (dv->allocs[i].ctx == c)
+        mock_remove(dv, &dv->allocs[i]);
+  }
+  c->alive = 0;
+}
+
+/* ---- initialization and devices --------------------------------------- */
+
+CUresult cuInit(unsigned int flags) {
+  mock_lock();
+  g_cnt.init++;
+  CUresult rc = CUDA_SUCCESS;
+  if (flags != 0) {
+    rc = CUDA_ERROR_INVALID_VALUE;
+  } else if (!g_inited) {
+    int n = (int)mock_env_long("MOCKCUDA_DEVICES", 2, 0, MOCK_MAX_DEVICES);
+    g_capacity = (uint64_t)mock_env_long("MOCKCUDA_MEM_MB", 1024, 1, 1L << 24) << 20;
+    /* Address space to place allocations in: several times the capacity so
+     * that first fit never runs out for want of addresses alone. Reserved
+     * PROT_NONE, so no host object can live there and a host access faults. */
+    uint64_t span = mock_round_up(g_capacity * 16 > (64ull << 30) ? g_capacity * 16 : (64ull << 30),
+                                  MOCK_LARGE);
+    for (int d = 0; d < n && rc == CUDA_SUCCESS; d++) {
+      void *p = mmap(NULL, span + MOCK_LARGE, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        break;
+      }
+      g_dev[d].va_base = mock_round_up((uint64_t)(uintptr_t)p, MOCK_LARGE);
+      g_dev[d].va_end = g_dev[d].va_base + span;
+      g_dev[d].primary = (struct CUctx_st){.hdr = {NULL, MOCK_OBJ_CTX}, .device = d, .primary = 1};
+      g_pools[d].device = d;
+    }
+    if (rc == CUDA_SUCCESS && n == 0)
+      rc = CUDA_ERROR_NO_DEVICE;
+    if (rc == CUDA_SUCCESS) {
+      g_ndev = n;
+      g_inited = 1;
+    }
+  }
+  mock_unlock();
+  mock_trace("cuInit(%u) = %d (%d devices, %llu MiB each)", flags, rc, g_ndev,
+             (unsigned long long)(g_capacity >> 20));
+  return rc;
+}
+
+CUresult cuDriverGetVersion(int *version) {
+  if (!version)
+    return CUDA_ERROR_INVALID_VALUE;
+  *version = MOCK_DRIVER_VERSION;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGet(CUdevice *device, int ordinal) {
+  mock_lock();
+  CUresult rc = mock_need_init();
+  if (rc == CUDA_SUCCESS && !device)
+    rc = CUDA_ERROR_INVALID_VALUE;
+  else if (rc == CUDA_SUCCESS && (ordinal < 0 || ordinal >= g_ndev))
+    rc = CUDA_ERROR_INVALID_DEVICE;
+  else if (rc == CUDA_SUCCESS)
+    *device = ordinal;
+  mock_unlock();
+  return rc;
+}
+
+CUresult cuDeviceGetCount(int *count) {
+  mock_lock();
+  CUresult rc = mock_need_init();
+  if (rc == CUDA_SUCCESS && !count)
+    rc = CUDA_ERROR_INVALID_VALUE;
+  else if (rc == CUDA_SUCCESS)
+    *count = g_ndev;
+  mock_unlock();
+  return rc;
+}
+
+CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
+  mock_lock();
+  CUresult rc = mock_need_dev(dev);
+  if (rc == CUDA_SUCCESS && (!name || len <= 0))
+    rc = CUDA_ERROR_INVALID_VALUE;
+  else if (rc == CUDA_SUCCESS)
+    snprintf(name, (size_t)len, "mockcuda device %d", dev);
+  mock_unlock();
+  return rc;
+}
+
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
+  mock_lock();
+  CUresult rc = mock_need_dev(dev);
+  if (rc == CUDA_SUCCESS && !bytes)
+    rc = CUDA_ERROR_INVALID_VALUE;
+  else if (rc == CUDA_SUCCESS)
+    *bytes = (size_t)g_capacity;
+  mock_unlock();
+  return rc;
+}
+
+/* An H100/H200-like device for the few attributes a caller may branch on;
+ * every other attribute reads 0. */
+CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev) {
+  mock_lock();
+  CUresult rc = mock_need_dev(dev);
+  if (rc == CUDA_SUCCESS && !pi)
+    rc = CUDA_ERROR_INVALID_VALUE;
+  if (rc == CUDA_SUCCESS) {
+    switch (attrib) {
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *pi = 9; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *pi = 132; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *pi = dev + 1; break;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT: *pi = (int)MOCK_SMALL_ALIGN; break;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *pi = 1; break;
+    default: *pi = 0; break;
+    }
+  }
+  mock_unlock();
+  return rc;
+}
+
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev) {
+  mock_lock();
+  CUresult rc = mock_need_dev(dev);
+  if (rc == CUDA_SUCCESS && !pool_out)
+    rc = CUDA_ERROR_INVALID_VALUE;
+  else if (rc == CUDA_SUCCESS)
+    *pool_out = &g_pools[dev];
+  mock_unlock();
+  return rc;
+}
+
+/* ---- contexts --------------------------------------------------------- */
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
+  mock_lock();
+  CUresult rc = mock_need_dev(dev);
+  if (rc == CUDA_SUCCESS && !pctx)
+    rc = CUDA_ERROR_INVALID_VALUE;
+  if (rc == CUDA_SUCCESS) {
+    g_dev[dev].primary.refcount++;
+    g_dev[dev].primary.alive = 1;
+    *pctx = &g_dev[dev].primary;
+  }
+  mock_unlock();
+  mock_trace("cuDevicePrimaryCtxRetain(%d) = %d", dev, rc);
+  return rc;
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  mock_lock();
+  CUresult rc = mock_need_dev(dev);
+  if (rc == CUDA_SUCCESS && g_dev[dev].primary.refcount == 0)
+    rc = CUDA_ERROR_INVALID_CONTEXT;
+  if (rc == CUDA_SUCCESS && --g_dev[dev].primary.refcount == 0)
+    mock_ctx_teardown(&g_dev[dev].primary);
+  mock_unlock();
+  mock_trace("cuDevicePrimaryCtxRelease_v2(%d) = %d", dev, rc);
+  return rc;
+}
+
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  mock_lock();
+  CUresult rc = mock_need_dev(dev);
+  if (rc == CUDA_SUCCESS) {
+    mock_ctx_teardown(&g_dev[dev].primary);
+    g_dev[dev].primary.refcount = 0;
+  }
+  mock_unlock();
+  mock_trace("cuDevicePrimaryCtxReset_v2(%d) = %d", dev, rc);
+  return rc;
+}
+
+CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active) {
+  mock_lock();
+  CUresult rc = mock_need_dev(dev);
+  if (rc == CUDA_SUCCESS && (!flags || !active))
+    rc = CUDA_ERROR_INVALID_VALUE;
+  if (rc == CUDA_SUCCESS) {
+    *flags = 0;
+    *active = g_dev[dev].primary.alive;
+  }
+  mock_unlock();
+  return rc;
+}
+
+static CUresult mock_ctx_create(CUcontext *pctx, CUdevice dev) {
+  mock_lock();
+  CUresult rc = mock_need_dev(dev);
+  if (rc == CUDA_SUCCESS && !pctx)
+    rc = CUDA_ERROR_INVALID_VALUE;
+  if (rc == CUDA_SUCCESS && t_depth == MOCK_CTX_STACK)
+    rc = CUDA_ERROR_OUT_OF_MEMORY;
+  CUcontext c = NULL;
+  if (rc == CUDA_SUCCESS && !(c = calloc(1, sizeof *c)))
+    rc = CUDA_ERROR_OUT_OF_MEMORY;
+  if (rc == CUDA_SUCCESS) {
+    c->device = dev;
+    c->alive = 1;
+    mock_obj_link(&c->hdr, MOCK_OBJ_CTX);
+    t_stack[t_depth++] = c; /* a new context becomes current */
+    *pctx = c;
+  }
+  mock_unlock();
+  return rc;
+}
+
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+  (void)flags;
+  return mock_ctx_create(pctx, dev);
+}
+
+CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *params, int n, unsigned int flags,
+                        CUdevice dev) {
+  (void)params, (void)n, (void)flags;
+  return mock_ctx_create(pctx, dev);
+}
+
+/* CUDA 13's cuCtxCreate. */
+CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags,
+                        CUdevice dev) {
+  (void)params, (void)flags;
+  return mock_ctx_create(pctx, dev);
+}
+
+CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  mock_lock();
+  CUresult rc = mock_need_init();
+  if (rc == CUDA_SUCCESS && !mock_obj_find(ctx, MOCK_OBJ_CTX)) /* primary: not ours to destroy */
+    rc = CUDA_ERROR_INVALID_CONTEXT;
+  if (rc == CUDA_SUCCESS) {
+    mock_ctx_teardown(ctx);
+    int j = 0;
+    for (int i = 0; i < t_depth; i++)
+      if (t_stack[i] != ctx)
+        t_stack[j++] = t_stack[i];
+    t_depth = j;
+    mock_obj_unlink(&ctx->hdr);
+    free(ctx);
+  }
+  mock_unlock();
+  return rc;
+}
+
+CUresult cuCtxSetCurrent(CUcontext ctx) {
+  mock_lock();
+  CUresult rc = mock_need_init();
+  if (rc == CUDA_SUCCESS && ctx && !mock_ctx_known(ctx))
+    rc = CUDA_ERROR_INVALID_CONTEXT;
+  if (rc == CUDA_SUCCESS) {
+    if (!ctx) {
+      if (t_depth)
+        t_depth--;
+    } else if (t_depth) {
+      t_stack[t_depth - 1] = ctx;
+    } else {
+      t_stack[t_depth++] = ctx;
+    }
+  }
+  mock_unlock();
+  return rc;
+}
+
+CUresult cuCtxGetCurrent(CUcontext *pctx) {
+  mock_lock();
+  CUresult rc = mock_need_init();
+  if (rc == CUDA_SUCCESS && !pctx)
+    rc = CUDA_ERROR_INVALID_VALUE;
+  else if (rc == CUDA_SUCCESS)
+    *pctx = t_depth ? t_stack[t_depth - 1] : NULL;
+  mock_unlock();
+  return rc;
+}
+
+/* Answers even for a released primary context, as the driver does. */
+CUresult cuCtxGetDevice(CUdevice *device) {
+  mock_lock();
+  CUcontext c = t_depth ? t_stack[t_depth - 1] : NULL;
+  CUresult rc = mock_need_init();
+  if (rc == CUDA_SUCCESS && (!c || !mock_ctx_known(c)))
+    rc = CUDA_ERROR_INVALID_CONTEXT;
+  if (rc == CUDA_SUCCESS && !device)
+    rc = CUDA_ERROR_INVALID_VALUE;
+  else if (rc == CUDA_SUCCESS)
+    *device = c->device;
+  mock_unlock();
+  return rc;
+}
+
+CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
+  mock_lock();
+  CUresult rc = mock_need_init();
+  if (rc == CUDA_SUCCESS && (!ctx || !mock_ctx_known(ctx)))
+    rc = CUDA_ERROR_INVALID_CONTEXT;
+  if (rc == CUDA_SUCCESS && t_depth == MOCK_CTX_STACK)
+    rc = CUDA_ERROR_OUT_OF_MEMORY;
+  if (rc == CUDA_SUCCESS)
+    t_stack[t_depth++] = ctx;
+  mock_unlock();
+  return rc;
+}
+
+CUresult cuCtxPopCurrent_v2(CUcontext *pctx) {
+  mock_lock();
+  CUresult rc = mock_need_init();
+  if (rc == CUDA_SUCCESS && t_depth == 0)
+    rc = CUDA_ERROR_INVALID_CONTEXT;
+  if (rc == CUDA_SUCCESS) {
+    CUcontext c = t_stack[--t_depth];
+    if (pctx)
+      *pctx = c;
+  }
+  mock_unlock();
+  return rc;
+}
+
+CUresult cuCtxSynchronize(void) {
+  mock_lock();
+  g_cnt.ctx_synchronize++;
+  CUcontext c = NULL;
+  CUresult rc = mock_need_ctx(&c);
+  if (rc == CUDA_SUCCESS)
+    rc = mock_capture_guard("cuCtxSynchronize", 1);
+  mock_unlock();
+  mock_trace("cuCtxSynchronize() = %d", rc);
+  return rc;
+}
+
+/* ---- streams and capture ---------------------------------------------- */
+
+CUresult cuStreamCreate(CUstream *ph, unsigned int flags) {
+  mock_lock();
+  CUcontext c = NULL;
+  CUresult rc = mock_need_ctx(&c);
+  if (rc == CUDA_SUCCESS && (!ph || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING)))
+    rc = CUDA_ERROR_INVALID_VALUE;
+  CUstream s = NULL;
+  if (rc == CUDA_SUCCESS && !(s = calloc(1, sizeof *s)))
+    rc = CUDA_ERROR_OUT_OF_MEMORY;
+  if (rc == CUDA_SUCCESS) {
+    s->kind = MOCK_STREAM_USER;
+    s->flags = flags;
+    mock_obj_link(&s->hdr, MOCK_OBJ_STREAM);
+    *ph = s;
+  }
+  mock_unlock();
+  return rc;
+}
+
+CUresult cuStreamDestroy_v2(CUstream s) {
+  mock_lock();
+  CUresult rc = mock_need_init();
+  if (rc == CUDA_SUCCESS && !mock_obj_find(s, MOCK_OBJ_STREAM))
+    rc = CUDA_ERROR_INVALID_HANDLE;
+  if (rc == CUDA_SUCCESS) {
+    mock_capture_forget(s);
+    mock_obj_unlink(&s->hdr);
+    free(s);
+  }
+  mock_unlock();
+  return rc;
+}
+
+static CUresult mock_stream_sync(CUstream hs, int ptsz) {
+  mock_lock();
+  g_cnt.stream_synchronize++;
+  g_cnt.ptsz_calls += (uint64_t)ptsz;
+  CUcontext c = NULL;
+  CUstream s = NULL;
+  CUresult rc = mock_need_ctx(&c);
+  if (rc == CUDA_SUCCESS)
+    rc = mock_stream_get(hs, ptsz, &s);
+  if (rc == CUDA_SUCCESS && s->capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+    s->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED; /* never legal, any mode */
+    g_cnt.capture_violations++;
+    rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
+  if (rc == CUDA_SUCCESS)
+    rc = mock_capture_guard("cuStreamSynchronize", 0);
+  mock_unlock();
+  return rc;
+}
+
+CUresult cuStreamSynchronize(CUstream s) { return mock_stream_sync(s, 0); }
+CUresult cuStreamSynchronize_ptsz(CUstream s) { return mock_stream_sync(s, 1); }
+
+static CUresult mock_is_capturing(CUstream hs, CUstreamCaptureStatus *st, int ptsz) {
+  mock_lock();
+  g_cnt.stream_is_capturing++;
+  g_cnt.ptsz_calls += (uint64_t)ptsz;
+  CUcontext c = NULL;
+  CUstream s = NULL;
+  CUresult rc = mock_need_ctx(&c);
+  if (rc == CUDA_SUCCESS && !st)
+    rc = CUDA_ERROR_INVALID_VALUE;
+  if (rc == CUDA_SUCCESS)
+    rc = mock_stream_get(hs, ptsz, &s);
+  if (rc == CUDA_SUCCESS && s->kind == MOCK_STREAM_LEGACY) {
+    /* Asking about the legacy stream while a blocking stream captures
+     * would join it to the capture: the driver refuses. */
+    for (int i = 0; i < g_ncaptures; i++)
+      if (!(g_captures[i]->flags & CU_STREAM_NON_BLOCKING))
+        rc = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  }
+  if (rc == CUDA_SUCCESS)
+    *st = s->capture;
+  mock_unlock();
+  return rc;
+}
+
+CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st) {
+  return mock_is_capturing(s, st, 0);
+}
+CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus *st) {
+  return mock_is_capturing(s, st, 1);
+}
+
+static CUresult mock_begin_capture(CUstream hs, CUstreamCaptureMode mode, int ptsz) {
+  mock_lock();
+  g_cnt.ptsz_calls += (uint64_t)ptsz;
+  CUcontext c = NULL;
+  CUstream s = NULL;
+  CUresult rc = mock_need_ctx(&c);
+  if (rc == CUDA_SUCCESS)
+    rc = mock_stream_get(hs, ptsz, &s);
+  if (rc == CUDA_SUCCESS && s->kind == MOCK_STREAM_LEGACY)
+    rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  else if (rc == CUDA_SUCCESS && s->capture != CU_STREAM_CAPTURE_STATUS_NONE)
+    rc = CUDA_ERROR_ILLEGAL_STATE;
+  else if (rc == CUDA_SUCCESS && (unsigned)mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+    rc = CUDA_ERROR_INVALID_VALUE;
+  else if (rc == CUDA_SUCCESS && g_ncaptures == MOCK_MAX_CAPTURES)
+    rc = CUDA_ERROR_OUT_OF_MEMORY;
+  if (rc == CUDA_SUCCESS) {
+    s->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    s->mode = mode;
+    s->thread = pthread_self();
+    g_captures[g_ncaptures++] = s;
+  }
+  mock_unlock();
+  mock_trace("cuStreamBeginCapture(mode %d) = %d", (int)mode, rc);
+  return rc;
+}
+
+CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
+  return mock_begin_capture(s, mode, 0);
+}
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode) {
+  return mock_begin_capture(s, mode, 1);
+}
+
+static CUresult mock_end_capture(CUstream hs, CUgraph *ph, int ptsz) {
+  mock_lock();
+  g_cnt.ptsz_calls += (uint64_t)ptsz;
+  CUcontext c = NULL;
+  CUstream s = NULL;
+  CUresult rc = mock_need_ctx(&c);
+  if (rc == CUDA_SUCCESS && !ph)
+    rc = CUDA_ERROR_INVALID_VALUE;
+  if (rc == CUDA_SUCCESS)
+    rc = mock_stream_get(hs, ptsz, &s);
+  if (rc == CUDA_SUCCESS && s->capture == CU_STREAM_CAPTURE_STATUS_NONE)
+    rc = CUDA_ERROR_ILLEGAL_STATE;
+  else if (rc == CUDA_SUCCESS && s->mode != CU_STREAM_CAPTURE_MODE_RELAXED &&
+           !pthread_equal(s->thread, pthread_self()))
+    rc = CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+  if (rc == CUDA_SUCCESS) {
+    int invalid = s->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+    mock_capture_forget(s);
+    s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    *ph = invalid ? NULL : &g_graph;
+    rc = invalid ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
+  }
+  mock_unlock();
+  mock_trace("cuStreamEndCapture() = %d", rc);
+  return rc;
+}
+
+CUresult cuStreamEndCapture(CUstream s, CUgraph *ph) { return mock_end_capture(s, ph, 0); }
+CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *ph) { return mock_end_capture(s, ph, 1); }
+
+/* How this thread's potentially unsafe calls meet other captures (PyTorch's
+ * allocator turns relaxed around cudaMalloc during a capture). */
+CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
+  if (!mode || (unsigned)*mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+    return CUDA_ERROR_INVALID_VALUE;
+  CUstreamCaptureMode old = t_capture_mode;
+  t_capture_mode = *mode;
+  *mode = old;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphDestroy(CUgraph g) { return g == &g_graph ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+
+/* ---- events ----------------------------------------------------------- */
+
+/* Work completes the moment it is queued, so every event is complete. */
+
+CUresult cuEventCreate(CUevent *ph, unsigned int flags) {
+  (void)flags;
+  mock_lock();
+  CUcontext c = NULL;
+  CUresult rc = mock_need_ctx(&c);
+  if (rc == CUDA_SUCCESS && !ph)
+    rc = CUDA_ERROR_INVALID_VALUE;
+  CUevent e = NULL;
+  if (rc == CUDA_SUCCESS && !(e = calloc(1, sizeof *e)))
+    rc = CUDA_ERROR_OUT_OF_MEMORY;
+  if (rc == CUDA_SUCCESS) {
+    mock_obj_link(&e->hdr, MOCK_OBJ_EVENT);
+    *ph = e;
+  }
+  mock_unlock();
+  return rc;
+}
+
+static CUresult mock_event_record(CUevent e, CUstream hs, int ptsz) {
+  mock_lock();
+  g_cnt.event_record++;
+  g_cnt.ptsz_calls += (uint64_t)ptsz;
+  CUcontext c = NULL;
+  CUstream s = NULL;
+  CUresult rc = mock_need_ctx(&c);
+  if (rc == CUDA_SUCCESS && !mock_obj_find(e, MOCK_OBJ_EVENT))
+    rc = CUDA_ERROR_INVALID_HANDLE;
+  if (rc == CUDA_SUCCESS)
+    rc = mock_stream_get(hs, ptsz, &s);
+  if (rc == CUDA_SUCCESS)
+    e->recorded = 1;
+  mock_unlock();
+  return rc;
+}
+
+CUresult cuEventRecord(CUevent e, CUstream s) { return mock_event_record(e, s, 0); }
+CUresult cuEventRecord_ptsz(CUevent e, CUstream s) { return mock_event_record(e, s, 1); }
+
+static CUresult mock_event_wait(CUevent e, uint64_t *counter, const char *what) {
+  mock_lock();
+  (*counter)++;
+  CUcontext c = NULL;
+  CUresult rc = mock_need_ctx(&c);
+  if (rc == CUDA_SUCCESS && !mock_obj_find(e, MOCK_OBJ_EVENT))
+    rc = CUDA_ERROR_INVALID_HANDLE;
+  if (rc == CUDA_SUCCESS)
+    rc = mock_capture_guard(what, 0);
+  mock_unlock();
+  return rc;
+}
+
+CUresult cuEventQuery(CUevent e) {
+  return mock_event_wait(e, &g_cnt.event_query, "cuEventQuery");
+}
+CUresult cuEventSynchronize(CUevent e) {
+  return mock_event_wait(e, &g_cnt.event_synchronize, "cuEventSynchronize");
+}
+
+CUresult cuEventDestroy_v2(CUevent e) {
+  mock_lock();
+  CUresult rc = mock_need_init();
+  if (rc == CUDA_SUCCESS && !mock_obj_find(e, MOCK_OBJ_EVENT))
+    rc = CUDA_ERROR_INVALID_HANDLE;
+  if (rc == CUDA_SUCCESS) {
+    mock_obj_unlink(&e->hdr);
+    free(e);
+  }
+  mock_unlock();
+  return rc;
+}
+
+/* ---- memory ----------------------------------------------------------- */
+
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+  mock_lock();
+  g_cnt.mem_alloc++;
+  CUcontext c = NULL;
+  CUresult rc = mock_need_ctx(&c);
+  if (rc == CUDA_SUCCESS)
+    rc = mock_capture_guard("cuMemAlloc_v2", 0);
+  if (rc == CUDA_SUCCESS)
+    rc = mock_alloc_locked(c->device, c, bytesize, MOCK_KIND_ALLOC, dptr);
+  mock_unlock();
+  mock_trace("cuMemAlloc_v2(%zu) = %d -> 0x%llx", bytesize, rc,
+             rc == CUDA_SUCCESS ? (unsigned long long)*dptr : 0ull);
+  return rc;
+}
+
+/* Frees an allocation of any kind (cudaFree accepts pitch, managed and
+ * stream-ordered pointers); only an allocation's base is accepted, and 0,
+ * which the driver takes as a no-op. */
+CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  mock_lock();
+  g_cnt.mem_free++;
+  CUcontext c = NULL;
+  mock_device *dv = NULL;
+  mock_alloc *a = NULL;
+  CUresult rc = mock_need_ctx(&c);
+  if (rc == CUDA_SUCCESS)
+    rc = mock_capture_guard("cuMemFree_v2", 0);
+  if (rc == CUDA_SUCCESS && dptr && !(a = mock_find_base(dptr, &dv))) {
+    g_cnt.mem_free_unknown++;
+    rc = CUDA_ERROR_INVALID_VALUE;
+  }
+  if (rc == CUDA_SUCCESS && a)
+    mock_remove(dv, a);
+  mock_unlock();
+  mock_trace("cuMemFree_v2(0x%llx) = %d", (unsigned long long)dptr, rc);
+  return rc;
+}
+
+CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
+  mock_lock();
+  g_cnt.get_info++;
+  CUcontext c = NULL;
+  CUresult rc = mock_need_ctx(&c);
+  if (rc == CUDA_SUCCESS && total_bytes)
+    *total_bytes = (size_t)g_capacity;
+  if (rc == CUDA_SUCCESS && free_bytes)
+    *free_bytes = (size_t)(g_capacity - g_dev[c->device].used);
+  mock_unlock();
+  return rc;
+}
+
+CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                            unsigned int elem) {
+  mock_lock();
+  g_cnt.alloc_pitch++;
+  CUcontext c = NULL;
+  CUresult rc = mock_need_ctx(&c);
+  if (rc == CUDA_SUCCESS && (!dptr || !pitch || !width || !height ||
+                             (elem != 4 && elem != 8 && elem != 16)))
+    rc = CUDA_ERROR_INVALID_VALUE;
+  if (rc == CUDA_SUCCESS)
+    rc = mock_capture_guard("cuMemAllocPitch_v2", 0);
+  uint64_t p = mock_round_up(width, MOCK_SMALL_ALIGN);
+  if (rc == CUDA_SUCCESS && height > g_capacity / p) {
+    g_cnt.oom++;
+    rc = CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (rc == CUDA_SUCCESS)
+    rc = mock_alloc_locked(c->device, c, p * height, MOCK_KIND_PITCH, dptr);
+  if (rc == CUDA_SUCCESS)
+    *pitch = (size_t)p;
+  mock_unlock();
+  return rc;
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
+  mock_lock();
+  g_cnt.alloc_managed++;
+  CUcontext c = NULL;
+  CUresult rc = mock_need_ctx(&c);
+  if (rc == CUDA_SUCCESS && flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)
+    rc = CUDA_ERROR_INVALID_VALUE;
+  if (rc == CUDA_SUCCESS)
+    rc = mock_capture_guard("cuMemAllocManaged", 0);
+  if (rc == CUDA_SUCCESS)
+    rc = mock_alloc_locked(c->device, c, bytesize, MOCK_KIND_MANAGED, dptr);
+  mock_unlock();
+  return rc;
+}
+
+/* Stream-ordered calls act at once: the mock's streams have no pending work.
+ * They are legal during a capture (the driver records graph nodes). */
+static CUresult mock_alloc_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                 CUstream hs, int ptsz) {
+  mock_lock();
+  if (pool) {
+    g_cnt.alloc_from_pool_async++;
+    g_cnt.alloc_from_pool_async_ptsz += (uint64_t)ptsz;
+  } else {
+    g_cnt.alloc_async++;
+    g_cnt.alloc_async_ptsz += (uint64_t)ptsz;
+  }
+  g_cnt.ptsz_calls += (uint64_t)ptsz;
+  CUcontext c = NULL;
+  CUstream s = NULL;
+  CUresult rc = mock_need_ctx(&c);
+  if (rc == CUDA_SUCCESS)
+    rc = mock_stream_get(hs, ptsz, &s);
+  int dev = c ? c->device : 0;
+  if (rc == CUDA_SUCCESS && pool) {
+    if (pool < &g_pools[0] || pool >= &g_pools[g_ndev])
+      rc = CUDA_ERROR_INVALID_VALUE;
+    else
+      dev = pool->device;
+  }
+  if (rc == CUDA_SUCCESS)
+    rc = mock_alloc_locked(dev, c, bytesize, pool ? MOCK_KIND_POOL_ASYNC : MOCK_KIND_ASYNC, dptr);
+  mock_unlock();
+  mock_trace("cuMemAlloc%sAsync%s(%zu) = %d -> 0x%llx", pool ? "FromPool" : "",
+             ptsz ? "_ptsz" : "", bytesize, rc,
+             rc == CUDA_SUCCESS ? (unsigned long long)*dptr : 0ull);
+  return rc;
+}
+
+CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream s) {
+  return mock_alloc_async(dptr, bytesize, NULL, s, 0);
+}
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream s) {
+  return mock_alloc_async(dptr, bytesize, NULL, s, 1);
+}
+/* A NULL pool is invalid here; the real driver refuses it too. */
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                 CUstream s) {
+  return pool ? mock_alloc_async(dptr, bytesize, pool, s, 0) : CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                      CUstream s) {
+  return pool ? mock_alloc_async(dptr, bytesize, pool, s, 1) : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult mock_free_async(CUdeviceptr dptr, CUstream hs, int ptsz) {
+  mock_lock();
+  g_cnt.free_async++;
+  g_cnt.free_async_ptsz += (uint64_t)ptsz;
+  g_cnt.ptsz_calls += (uint64_t)ptsz;
+  CUcontext c = NULL;
+  CUstream s = NULL;
+  mock_device *dv = NULL;
+  mock_alloc *a = NULL;
+  CUresult rc = mock_need_ctx(&c);
+  if (rc == CUDA_SUCCESS)
+    rc = mock_stream_get(hs, ptsz, &s);
+  if (rc == CUDA_SUCCESS && !(a = mock_find_base(dptr, &dv))) {
+    g_cnt.free_async_unknown++;
+    rc = CUDA_ERROR_INVALID_VALUE;
+  }
+  if (rc == CUDA_SUCCESS)
+    mock_remove(dv, a);
+  mock_unlock();
+  mock_trace("cuMemFreeAsync%s(0x%llx) = %d", ptsz ? "_ptsz" : "", (unsigned long long)dptr, rc);
+  return rc;
+}
+
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) { return mock_free_async(dptr, s, 0); }
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) { return mock_free_async(dptr, s, 1); }
+
+/* Virtual memory management: physical memory only (no mapping calls), so a
+ * handle takes capacity but has no device address. */
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                     const CUmemAllocationProp *prop, unsigned long long flags) {
+  mock_lock();
+  g_cnt.mem_create++;
+  CUresult rc = mock_need_init();
+  if (rc == CUDA_SUCCESS &&
+      (!handle || !prop || flags || size == 0 || size % MOCK_LARGE ||
+       prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+       prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0 ||
+       prop->location.id >= g_ndev))
+    rc = CUDA_ERROR_INVALID_VALUE;
+  mock_device *dv = rc == CUDA_SUCCESS ? &g_dev[prop->location.id] : NULL;
+  if (rc == CUDA_SUCCESS && (size > g_capacity || dv->used + size > g_capacity)) {
+    g_cnt.oom++;
+    rc = CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  mock_handle *h = NULL;
+  if (rc == CUDA_SUCCESS && !(h = calloc(1, sizeof *h)))
+    rc = CUDA_ERROR_OUT_OF_MEMORY;
+  if (rc == CUDA_SUCCESS) {
+    *h = (mock_handle){g_handles, g_next_handle++, prop->location.id, size};
+    g_handles = h;
+    dv->used += size;
+    g_cnt.used_bytes += size;
+    if (g_cnt.used_bytes > g_cnt.peak_used_bytes)
+      g_cnt.peak_used_bytes = g_cnt.used_bytes;
+    g_cnt.live_handles++;
+    *handle = h->id;
+  }
+  mock_unlock();
+  mock_trace("cuMemCreate(%zu) = %d", size, rc);
+  return rc;
+}
+
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  mock_lock();
+  g_cnt.mem_release++;
+  CUresult rc = mock_need_init();
+  mock_handle **pp = &g_handles;
+  while (*pp && (*pp)->id != handle)
+    pp = &(*pp)->next;
+  if (rc == CUDA_SUCCESS && !*pp)
+    rc = CUDA_ERROR_INVALID_VALUE;
+  if (rc == CUDA_SUCCESS) {
+    mock_handle *h = *pp;
+    *pp = h->next;
+    g_dev[h->device].used -= h->size;
+    g_cnt.used_bytes -= h->size;
+    g_cnt.live_handles--;
+    free(h);
+  }
+  mock_unlock();
+  mock_trace("cuMemRelease(0x%llx) = %d", (unsigned long long)handle, rc);
+  return rc;
+}
+
+CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
+                                       CUmemAllocationGranularity_flags option) {
+  (void)option;
+  mock_lock();
+  CUresult rc = mock_need_init();
+  if (rc == CUDA_SUCCESS && (!granularity || !prop))
+    rc = CUDA_ERROR_INVALID_VALUE;
+  else if (rc == CUDA_SUCCESS)
+    *granularity = (size_t)MOCK_LARGE;
+  mock_unlock();
+  return rc;
+}
+
+CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr) {
+  mock_lock();
+  g_cnt.get_address_range++;
+  CUcontext c = NULL;
+  mock_alloc *a = NULL;
+  CUresult rc = mock_need_ctx(&c);
+  if (rc == CUDA_SUCCESS && !(a = mock_find(dptr, 0, NULL)))
+    rc = CUDA_ERROR_NOT_FOUND;
+  if (rc == CUDA_SUCCESS) {
+    if (pbase)
+      *pbase = (CUdeviceptr)a->addr;
+    if (psize)
+      *psize = (size_t)a->size;
+  }
+  mock_unlock();
+  return rc;
+}
+
+/* Copies and sets must stay inside one allocation, as on a GPU (where going
+ * past it faults or corrupts a neighbour). */
+static CUresult mock_memset(CUdeviceptr dst, unsigned char v, size_t n, int ptds) {
+  mock_lock();
+  g_cnt.memset++;
+  g_cnt.ptsz_calls += (uint64_t)ptds;
+  CUcontext c = NULL;
+  mock_alloc *a = NULL;
+  CUresult rc = mock_need_ctx(&c);
+  if (rc == CUDA_SUCCESS && !(a = mock_find(dst, n, NULL)))
+    rc = CUDA_ERROR_INVALID_VALUE;
+  if (rc == CUDA_SUCCESS)
+    memset(a->host + (dst - a->addr), v, n);
+  mock_unlock();
+  if (rc != CUDA_SUCCESS)
+    mock_trace("cuMemsetD8_v2(0x%llx, %zu) = %d", (unsigned long long)dst, n, rc);
+  return rc;
+}
+
+CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) {
+  return mock_memset(dst, v, n, 0);
+}
+CUresult cuMemsetD8_v2_ptds(CUdeviceptr dst, unsigned char v, size_t n) {
+  return mock_memset(dst, v, n, 1);
+}
+
+/* dst or src is a device address; the other one, where not, a host pointer. */
+static CUresult mock_memcpy(uint64_t dst, int dst_dev, uint64_t src, int src_dev, size_t n,
+                            int ptds) {
+  mock_lock();
+  g_cnt.memcpy++;
+  g_cnt.ptsz_calls += (uint64_t)ptds;
+  CUcontext c = NULL;
+  mock_alloc *da = NULL, *sa = NULL;
+  CUresult rc = mock_need_ctx(&c);
+  if (rc == CUDA_SUCCESS && n && (!dst || !src))
+    rc = CUDA_ERROR_INVALID_VALUE;
+  if (rc == CUDA_SUCCESS && dst_dev && !(da = mock_find(dst, n, NULL)))
+    rc = CUDA_ERROR_INVALID_VALUE;
+  if (rc == CUDA_SUCCESS && src_dev && !(sa = mock_find(src, n, NULL)))
+    rc = CUDA_ERROR_INVALID_VALUE;
+  if (rc == CUDA_SUCCESS && n) {
+    unsigned char *d = da ? da->host + (dst - da->addr) : (unsigned char *)(uintptr_t)dst;
+    const unsigned char *s = sa ? sa->host + (src - sa->addr) : (const unsigned char *)(uintptr_t)src;
+    memmove(d, s, n);
+  }
+  mock_unlock();
+  if (rc != CUDA_SUCCESS)
+    mock_trace("cuMemcpy(0x%llx <- 0x%llx, %zu) = %d", (unsigned long long)dst,
+               (unsigned long long)src, n, rc);
+  return rc;
+}
+
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
+  return mock_memcpy(dst, 1, (uintptr_t)src, 0, n, 0);
+}
+CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t n) {
+  return mock_memcpy(dst, 1, (uintptr_t)src, 0, n, 1);
+}
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
+  return mock_memcpy((uintptr_t)dst, 0, src, 1, n, 0);
+}
+CUresult cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n) {
+  return mock_memcpy((uintptr_t)dst, 0, src, 1, n, 1);
+}
+CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  return mock_memcpy(dst, 1, src, 1, n, 0);
+}
+CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  return mock_memcpy(dst, 1, src, 1, n, 1);
+}
+
+/* ---- errors ----------------------------------------------------------- */
+
+static const struct {
+  CUresult code;
+  const char *name, *text;
+} mock_errors[] = {
+#define E(c, t) {c, #c, t}
+    E(CUDA_SUCCESS, "no error"),
+    E(CUDA_ERROR_INVALID_VALUE, "invalid argument"),
+    E(CUDA_ERROR_OUT_OF_MEMORY, "out of memory"),
+    E(CUDA_ERROR_NOT_INITIALIZED, "initialization error"),
+    E(CUDA_ERROR_DEINITIALIZED, "driver shutting down"),
+    E(CUDA_ERROR_NO_DEVICE, "no CUDA-capable device is detected"),
+    E(CUDA_ERROR_INVALID_DEVICE, "invalid device ordinal"),
+    E(CUDA_ERROR_INVALID_CONTEXT, "invalid device context"),
+    E(CUDA_ERROR_CONTEXT_IS_DESTROYED, "context is destroyed"),
+    E(CUDA_ERROR_INVALID_HANDLE, "invalid resource handle"),
+    E(CUDA_ERROR_NOT_FOUND, "named symbol not found"),
+    E(CUDA_ERROR_NOT_READY, "device not ready"),
+    E(CUDA_ERROR_ILLEGAL_STATE, "the operation cannot be performed in the present state"),
+    E(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "operation not permitted when stream is capturing"),
+    E(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "operation failed due to a previous error during capture"),
+    E(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, "operation would make the legacy stream depend on a capturing blocking stream"),
+    E(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "attempt to terminate a thread-local capture sequence from another thread"),
+    E(CUDA_ERROR_NOT_SUPPORTED, "operation not supported"),
+    E(CUDA_ERROR_UNKNOWN, "unknown error"),
+#undef E
+};
+
+static CUresult mock_error(CUresult e, const char **p, int text) {
+  if (!p)
+    return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < sizeof mock_errors / sizeof *mock_errors; i++)
+    if (mock_errors[i].code == e) {
+      *p = text ? mock_errors[i].text : mock_errors[i].name;
+      return CUDA_SUCCESS;
+    }
+  *p = NULL;
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuGetErrorName(CUresult e, const char **p) { return mock_error(e, p, 0); }
+CUresult cuGetErrorString(CUresult e, const char **p) { return mock_error(e, p, 1); }
+
+/* ---- cuGetProcAddress ------------------------------------------------- */
+
+/* Every export, by the base name callers ask for, with the CUDA version that
+ * introduced it (from cudaTypedefs.h's PFN_..._vNNNNN names). ptds marks the
+ * per-thread-default-stream twin. */
+static const struct mock_sym {
+  const char *base;
+  const char *name;
+  int version;
+  int ptds;
+  void *fn;
+} mock_syms[] = {
+#define S(base, fn, ver) {base, #fn, ver, 0, (void *)fn}
+#define P(base, fn, ver) {base, #fn, ver, 1, (void *)fn}
+    S("cuInit", cuInit, 2000),
+    S("cuDriverGetVersion", cuDriverGetVersion, 2020),
+    S("cuDeviceGet", cuDeviceGet, 2000),
+    S("cuDeviceGetCount", cuDeviceGetCount, 2000),
+    S("cuDeviceGetName", cuDeviceGetName, 2000),
+    S("cuDeviceTotalMem", cuDeviceTotalMem_v2, 3020),
+    S("cuDeviceGetAttribute", cuDeviceGetAttribute, 2000),
+    S("cuDeviceGetDefaultMemPool", cuDeviceGetDefaultMemPool, 11020),
+    S("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain, 7000),
+    S("cuDevicePrimaryCtxGetState", cuDevicePrimaryCtxGetState, 7000),
+    S("cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2, 11000),
+    S("cuDevicePrimaryCtxReset", cuDevicePrimaryCtxReset_v2, 11000),
+    S("cuCtxCreate", cuCtxCreate_v2, 3020),
+    S("cuCtxCreate", cuCtxCreate_v3, 11040),
+    S("cuCtxCreate", cuCtxCreate_v4, 12050),
+    S("cuCtxDestroy", cuCtxDestroy_v2, 4000),
+    S("cuCtxSetCurrent", cuCtxSetCurrent, 4000),
+    S("cuCtxGetCurrent", cuCtxGetCurrent, 4000),
+    S("cuCtxGetDevice", cuCtxGetDevice, 2000),
+    S("cuCtxPushCurrent", cuCtxPushCurrent_v2, 4000),
+    S("cuCtxPopCurrent", cuCtxPopCurrent_v2, 4000),
+    S("cuCtxSynchronize", cuCtxSynchronize, 2000),
+    S("cuStreamCreate", cuStreamCreate, 2000),
+    S("cuStreamDestroy", cuStreamDestroy_v2, 4000),
+    S("cuStreamSynchronize", cuStreamSynchronize, 2000),
+    P("cuStreamSynchronize", cuStreamSynchronize_ptsz, 7000),
+    S("cuStreamIsCapturing", cuStreamIsCapturing, 10000),
+    P("cuStreamIsCapturing", cuStreamIsCapturing_ptsz, 10000),
+    S("cuStreamBeginCapture", cuStreamBeginCapture_v2, 10010),
+    P("cuStreamBeginCapture", cuStreamBeginCapture_v2_ptsz, 10010),
+    S("cuStreamEndCapture", cuStreamEndCapture, 10000),
+    P("cuStreamEndCapture", cuStreamEndCapture_ptsz, 10000),
+    S("cuThreadExchangeStreamCaptureMode", cuThreadExchangeStreamCaptureMode, 10010),
+    S("cuGraphDestroy", cuGraphDestroy, 10000),
+    S("cuEventCreate", cuEventCreate, 2000),
+    S("cuEventRecord", cuEventRecord, 2000),
+    P("cuEventRecord", cuEventRecord_ptsz, 7000),
+    S("cuEventQuery", cuEventQuery, 2000),
+    S("cuEventSynchronize", cuEventSynchronize, 2000),
+    S("cuEventDestroy", cuEventDestroy_v2, 4000),
+    S("cuGetErrorName", cuGetErrorName, 6000),
+    S("cuGetErrorString", cuGetErrorString, 6000),
+    S("cuGetProcAddress", cuGetProcAddress, 11030),
+    S("cuGetProcAddress", cuGetProcAddress_v2, 12000),
+    S("cuMemAlloc", cuMemAlloc_v2, 3020),
+    S("cuMemFree", cuMemFree_v2, 3020),
+    S("cuMemGetInfo", cuMemGetInfo_v2, 3020),
+    S("cuMemAllocPitch", cuMemAllocPitch_v2, 3020),
+    S("cuMemAllocManaged", cuMemAllocManaged, 6000),
+    S("cuMemAllocAsync", cuMemAllocAsync, 11020),
+    P("cuMemAllocAsync", cuMemAllocAsync_ptsz, 11020),
+    S("cuMemAllocFromPoolAsync", cuMemAllocFromPoolAsync, 11020),
+    P("cuMemAllocFromPoolAsync", cuMemAllocFromPoolAsync_ptsz, 11020),
+    S("cuMemFreeAsync", cuMemFreeAsync, 11020),
+    P("cuMemFreeAsync", cuMemFreeAsync_ptsz, 11020),
+    S("cuMemCreate", cuMemCreate, 10020),
+    S("cuMemRelease", cuMemRelease, 10020),
+    S("cuMemGetAllocationGranularity", cuMemGetAllocationGranularity, 10020),
+    S("cuMemGetAddressRange", cuMemGetAddressRange_v2, 3020),
+    S("cuMemsetD8", cuMemsetD8_v2, 3020),
+    P("cuMemsetD8", cuMemsetD8_v2_ptds, 7000),
+    S("cuMemcpyHtoD", cuMemcpyHtoD_v2, 3020),
+    P("cuMemcpyHtoD", cuMemcpyHtoD_v2_ptds, 7000),
+    S("cuMemcpyDtoH", cuMemcpyDtoH_v2, 3020),
+    P("cuMemcpyDtoH", cuMemcpyDtoH_v2_ptds, 7000),
+    S("cuMemcpyDtoD", cuMemcpyDtoD_v2, 3020),
+    P("cuMemcpyDtoD", cuMemcpyDtoD_v2_ptds, 7000),
+#undef S
+#undef P
+};
+
+/* As the driver: `symbol` is a base name; the variant is the newest one not
+ * newer than cudaVersion, the per-thread twin if asked for (either flag bit
+ * with the per-thread one wins) and one exists. A name not found is, as
+ * measured: v1, CUDA_ERROR_NOT_FOUND; v2, CUDA_SUCCESS with *pfn = NULL and
+ * the reason in symbolStatus -- and *pfn untouched when symbolStatus is NULL.
+ * 32-bit v1 entry points (before 3020) are not simulated: asking for them
+ * answers as for a version too old. The driver crashes on a NULL symbol; the
+ * mock says CUDA_ERROR_INVALID_VALUE. */
+static CUresult mock_proc_address(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                                  CUdriverProcAddressQueryResult *status, int v2) {
+  const cuuint64_t known = CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+  mock_lock();
+  g_cnt.get_proc_address++;
+  mock_unlock();
+  if (!symbol || !pfn || (flags & ~known))
+    return CUDA_ERROR_INVALID_VALUE;
+  int found = 0, has_ptds = 0;
+  for (size_t i = 0; i < sizeof mock_syms / sizeof *mock_syms; i++)
+    if (!strcmp(mock_syms[i].base, symbol)) {
+      found = 1;
+      has_ptds |= mock_syms[i].ptds;
+    }
+  int want = has_ptds && (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+  const struct mock_sym *best = NULL;
+  for (size_t i = 0; i < sizeof mock_syms / sizeof *mock_syms; i++) {
+    const struct mock_sym *e = &mock_syms[i];
+    if (!strcmp(e->base, symbol) && e->ptds == want && e->version <= version &&
+        (!best || e->version > best->version))
+      best = e;
+  }
+  mock_trace("cuGetProcAddress%s(%s, %d, %llu) -> %s", v2 ? "_v2" : "", symbol, version,
+             (unsigned long long)flags, best ? best->name : "not found");
+  if (best) {
+    *pfn = best->fn;
+    if (status)
+      *status = CU_GET_PROC_ADDRESS_SUCCESS;
+    return CUDA_SUCCESS;
+  }
+  if (!v2)
+    return CUDA_ERROR_NOT_FOUND;
+  if (status) {
+    *pfn = NULL;
+    *status = found ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags) {
+  return mock_proc_address(symbol, pfn, version, flags, NULL, 0);
+}
+
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *status) {
+  return mock_proc_address(symbol, pfn, version, flags, status, 1);
+}
+
+/* ---- test queries ----------------------------------------------------- */
+
+void mockcuda_get_counters(mockcuda_counters *out) {
+  if (!out)
+    return;
+  mock_lock();
+  *out = g_cnt;
+  out->capacity_bytes = g_capacity;
+  out->devices = g_ndev;
+  mock_unlock();
+}
+
+int mockcuda_owns(uint64_t ptr, uint64_t size) {
+  mock_lock();
+  int r = mock_find(ptr, size, NULL) != NULL;
+  mock_unlock();
+  return r;
+}

@@ -1,0 +1,85 @@
+/*
+ * mockcuda: a fake libcuda.so.1 for machines without a GPU.
+ *
+ * It implements the subset of the driver API that cudalloc and its tests use,
+ * with real semantics over simulated device memory: device addresses lie in a
+ * reserved, inaccessible host address range (so a stray host dereference
+ * faults, as on a GPU), each allocation is backed by a host buffer that
+ * cuMemsetD8 / cuMemcpy* read and write, and capacity is enforced.
+ *
+ * Besides the driver's names it exports the two queries below, so a test can
+ * see what the "driver" was asked. Programs find them with
+ * dlsym(RTLD_DEFAULT or the libcuda handle, "mockcuda_get_counters") or link
+ * the mock directly.
+ *
+ * Environment: MOCKCUDA_DEVICES (default 2, 0 makes cuInit fail with
+ * CUDA_ERROR_NO_DEVICE), MOCKCUDA_MEM_MB (capacity per device, default 1024),
+ * MOCKCUDA_VERBOSE=1 (one line per call on stderr; silent otherwise).
+ */
+#ifndef MOCKCUDA_H
+#define MOCKCUDA_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Calls are counted whether they succeed or not; `_ptsz` counters count the
+ * per-thread-stream twin only, on top of the plain counter. */
+typedef struct mockcuda_counters {
+  uint64_t init;
+  uint64_t get_proc_address;      /* cuGetProcAddress and _v2 */
+  uint64_t mem_alloc;             /* cuMemAlloc_v2 */
+  uint64_t mem_free;              /* cuMemFree_v2 */
+  uint64_t mem_free_unknown;      /* ... of no live allocation's base */
+  uint64_t alloc_pitch;           /* cuMemAllocPitch_v2 */
+  uint64_t alloc_managed;         /* cuMemAllocManaged */
+  uint64_t alloc_async;           /* cuMemAllocAsync(_ptsz) */
+  uint64_t alloc_async_ptsz;
+  uint64_t alloc_from_pool_async; /* cuMemAllocFromPoolAsync(_ptsz) */
+  uint64_t alloc_from_pool_async_ptsz;
+  uint64_t free_async;            /* cuMemFreeAsync(_ptsz) */
+  uint64_t free_async_ptsz;
+  uint64_t free_async_unknown;
+  uint64_t mem_create;            /* cuMemCreate */
+  uint64_t mem_release;           /* cuMemRelease */
+  uint64_t get_info;              /* cuMemGetInfo_v2 */
+  uint64_t get_address_range;     /* cuMemGetAddressRange_v2 */
+  uint64_t memset;                /* cuMemsetD8_v2(_ptds) */
+  uint64_t memcpy;                /* cuMemcpy{HtoD,DtoH,DtoD}_v2(_ptds) */
+  uint64_t ctx_synchronize;
+  uint64_t stream_synchronize;    /* cuStreamSynchronize(_ptsz) */
+  uint64_t stream_is_capturing;   /* cuStreamIsCapturing(_ptsz) */
+  uint64_t event_record;          /* cuEventRecord(_ptsz) */
+  uint64_t event_query;
+  uint64_t event_synchronize;
+  uint64_t ptsz_calls;            /* any _ptsz / _ptds export */
+  uint64_t capture_violations;    /* unsafe calls refused during a capture */
+  uint64_t oom;                   /* allocations refused for capacity */
+  /* State, not calls. */
+  uint64_t live_allocs;           /* allocations with a device address */
+  uint64_t live_bytes;            /* their sizes as requested */
+  uint64_t used_bytes;            /* device memory taken, all devices (what
+                                     cuMemGetInfo subtracts, rounded) */
+  uint64_t peak_used_bytes;
+  uint64_t live_handles;          /* cuMemCreate handles not released */
+  uint64_t capacity_bytes;        /* per device */
+  int devices;
+} mockcuda_counters;
+
+/* Copies the counters (zeroed before cuInit). Thread-safe. */
+void mockcuda_get_counters(mockcuda_counters *out);
+
+/* 1 when [ptr, ptr+size) lies inside one live mock allocation (size 0: ptr
+ * itself does), else 0. */
+int mockcuda_owns(uint64_t ptr, uint64_t size);
+
+typedef void (*mockcuda_get_counters_fn)(mockcuda_counters *out);
+typedef int (*mockcuda_owns_fn)(uint64_t ptr, uint64_t size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MOCKCUDA_H */

@@ -1,0 +1,431 @@
+/*
+ * Checks the mock driver itself, so that an e2e failure under cudalloc can be
+ * blamed on cudalloc: each rule the e2e programs (and cudalloc) rely on is
+ * exercised here against the mock alone. Run with MOCKCUDA_MEM_MB=64.
+ */
+#define __CUDA_API_VERSION_INTERNAL 1 /* declares the _ptsz / legacy names */
+#include <cuda.h>
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mockcuda.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                          \
+  do {                                                            \
+    if (!(cond)) {                                                \
+      failures++;                                                 \
+      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                               \
+      fputc('\n', stderr);                                        \
+    }                                                             \
+  } while (0)
+
+#define RC(call, want)                                                        \
+  do {                                                                        \
+    CUresult rc_ = (call);                                                    \
+    CHECK(rc_ == (want), "%s returned %d, want %d", #call, (int)rc_, (int)(want)); \
+  } while (0)
+
+static mockcuda_counters counters(void) {
+  mockcuda_counters c;
+  mockcuda_get_counters(&c);
+  return c;
+}
+
+/* Looks `base` up and checks the export it resolves to, by dladdr. */
+static void *expect_proc(const char *base, int version, cuuint64_t flags, const char *want) {
+  void *fn = (void *)1;
+  CUdriverProcAddressQueryResult st = (CUdriverProcAddressQueryResult)-1;
+  CUresult rc = cuGetProcAddress_v2(base, &fn, version, flags, &st);
+  if (!want) { /* the driver's v2 answers success, with the reason in the status */
+    CHECK(rc == CUDA_SUCCESS && fn == NULL && st != CU_GET_PROC_ADDRESS_SUCCESS,
+          "%s@%d flags %llu: rc %d fn %p status %d, want not found", base, version,
+          (unsigned long long)flags, rc, fn, (int)st);
+    return NULL;
+  }
+  Dl_info info;
+  int ok = rc == CUDA_SUCCESS && fn && st == CU_GET_PROC_ADDRESS_SUCCESS && dladdr(fn, &info) &&
+           info.dli_sname && info.dli_saddr == fn && !strcmp(info.dli_sname, want);
+  CHECK(ok, "%s@%d flags %llu -> rc %d, %s, want %s", base, version, (unsigned long long)flags,
+        rc, rc == CUDA_SUCCESS && dladdr(fn, &info) && info.dli_sname ? info.dli_sname : "?", want);
+  return fn;
+}
+
+static void test_proc_address(void) {
+  const cuuint64_t PT = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+  void *a = expect_proc("cuMemAlloc", 13000, 0, "cuMemAlloc_v2");
+  CHECK(a == (void *)cuMemAlloc_v2, "look-up differs from the linked address");
+  expect_proc("cuMemAlloc", 13000, PT, "cuMemAlloc_v2"); /* no per-thread twin */
+  expect_proc("cuMemFree", 12000, 0, "cuMemFree_v2");
+  expect_proc("cuMemGetInfo", 3020, 0, "cuMemGetInfo_v2");
+  expect_proc("cuMemAllocPitch", 13000, 0, "cuMemAllocPitch_v2");
+  expect_proc("cuCtxDestroy", 13000, 0, "cuCtxDestroy_v2");
+  expect_proc("cuCtxCreate", 13000, 0, "cuCtxCreate_v4");
+  expect_proc("cuCtxCreate", 12000, 0, "cuCtxCreate_v3");
+  expect_proc("cuCtxCreate", 11000, 0, "cuCtxCreate_v2");
+  expect_proc("cuDevicePrimaryCtxRelease", 13000, 0, "cuDevicePrimaryCtxRelease_v2");
+  void *async = expect_proc("cuMemAllocAsync", 13000, 0, "cuMemAllocAsync");
+  void *async_pt = expect_proc("cuMemAllocAsync", 13000, PT, "cuMemAllocAsync_ptsz");
+  CHECK(async != async_pt, "ptsz twin is the same function");
+  expect_proc("cuMemAllocAsync", 13000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, "cuMemAllocAsync");
+  expect_proc("cuMemFreeAsync", 13000, PT, "cuMemFreeAsync_ptsz");
+  expect_proc("cuMemAllocFromPoolAsync", 13000, PT, "cuMemAllocFromPoolAsync_ptsz");
+  expect_proc("cuEventRecord", 13000, PT, "cuEventRecord_ptsz");
+  expect_proc("cuStreamIsCapturing", 13000, PT, "cuStreamIsCapturing_ptsz");
+  expect_proc("cuStreamBeginCapture", 13000, 0, "cuStreamBeginCapture_v2");
+  expect_proc("cuMemcpyHtoD", 13000, PT, "cuMemcpyHtoD_v2_ptds");
+  expect_proc("cuMemsetD8", 13000, 0, "cuMemsetD8_v2");
+  void *g1 = expect_proc("cuGetProcAddress", 11030, 0, "cuGetProcAddress");
+  void *g2 = expect_proc("cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2");
+  CHECK(g1 != g2, "cuGetProcAddress v1 and v2 are one function");
+  expect_proc("cuGetProcAddress", 11020, 0, NULL); /* too old */
+  expect_proc("cuMemAlloc", 3000, 0, NULL);        /* 32-bit v1: not simulated */
+  expect_proc("cuMemAlloc_v2", 13000, 0, NULL);    /* export names are not base names */
+  expect_proc("cuNoSuchFunction", 13000, 0, NULL);
+
+  CUdriverProcAddressQueryResult st;
+  void *fn = (void *)1;
+  RC(cuGetProcAddress_v2("cuNoSuchFunction", &fn, 13000, 0, &st), CUDA_SUCCESS);
+  CHECK(st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND && fn == NULL, "status %d", (int)st);
+  RC(cuGetProcAddress_v2("cuGetProcAddress", &fn, 11020, 0, &st), CUDA_SUCCESS);
+  CHECK(st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT, "status %d", (int)st);
+  /* Without a status, or through v1, a miss leaves *pfn as it was. */
+  fn = (void *)1;
+  RC(cuGetProcAddress_v2("cuNoSuchFunction", &fn, 13000, 0, NULL), CUDA_SUCCESS);
+  CHECK(fn == (void *)1, "v2 without status changed pfn");
+  RC(cuGetProcAddress("cuNoSuchFunction", &fn, 13000, 0), CUDA_ERROR_NOT_FOUND);
+  CHECK(fn == (void *)1, "v1 changed pfn on a miss");
+  RC(cuGetProcAddress_v2("cuMemAllocAsync", &fn, 13000,
+                         CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, NULL),
+     CUDA_SUCCESS);
+  CHECK(fn == (void *)cuMemAllocAsync_ptsz, "both stream flags: the per-thread twin wins");
+  RC(cuGetProcAddress_v2("cuMemAlloc", &fn, 13000, 0, NULL), CUDA_SUCCESS);
+  RC(cuGetProcAddress("cuMemFree", &fn, 13000, 0), CUDA_SUCCESS);
+  CHECK(fn == (void *)cuMemFree_v2, "v1 look-up of cuMemFree");
+  RC(cuGetProcAddress_v2("cuMemAlloc", &fn, 13000, 4, NULL), CUDA_ERROR_INVALID_VALUE);
+}
+
+static void test_memory(void) {
+  mockcuda_counters c0 = counters();
+  CUdeviceptr a, b, big;
+  RC(cuMemAlloc_v2(&a, 1000), CUDA_SUCCESS);
+  RC(cuMemAlloc_v2(&b, 1000), CUDA_SUCCESS);
+  RC(cuMemAlloc_v2(&big, 3u << 20), CUDA_SUCCESS);
+  CHECK(a % 512 == 0 && b % 512 == 0 && big % (2u << 20) == 0, "alignment a %llx b %llx big %llx",
+        (unsigned long long)a, (unsigned long long)b, (unsigned long long)big);
+  CHECK(a != b && (b >= a + 1000 || a >= b + 1000), "overlap");
+  CHECK(mockcuda_owns(a, 1000) && !mockcuda_owns(a, 1001) && mockcuda_owns(a + 999, 1) &&
+            mockcuda_owns(big + 1, (3u << 20) - 1) && !mockcuda_owns(a + 1000, 1),
+        "owns");
+  mockcuda_counters c1 = counters();
+  CHECK(c1.mem_alloc == c0.mem_alloc + 3 && c1.live_allocs == c0.live_allocs + 3 &&
+            c1.live_bytes == c0.live_bytes + 2000 + (3u << 20) &&
+            c1.used_bytes == c0.used_bytes + 2048 + (4u << 20),
+        "counters after 3 allocs: %llu allocs, %llu live, %llu bytes, %llu used",
+        (unsigned long long)c1.mem_alloc, (unsigned long long)c1.live_allocs,
+        (unsigned long long)c1.live_bytes, (unsigned long long)c1.used_bytes);
+
+  /* Device memory holds data; out-of-range access is refused. */
+  unsigned char buf[1000], out[1000];
+  for (int i = 0; i < 1000; i++)
+    buf[i] = (unsigned char)(i * 7);
+  RC(cuMemsetD8_v2(a, 0xab, 1000), CUDA_SUCCESS);
+  RC(cuMemcpyHtoD_v2(a + 10, buf, 500), CUDA_SUCCESS);
+  RC(cuMemcpyDtoH_v2(out, a, 1000), CUDA_SUCCESS);
+  CHECK(out[0] == 0xab && out[9] == 0xab && !memcmp(out + 10, buf, 500) && out[510] == 0xab &&
+            out[999] == 0xab,
+        "data round trip");
+  RC(cuMemcpyDtoD_v2(b, a, 1000), CUDA_SUCCESS);
+  RC(cuMemcpyDtoH_v2(buf, b, 1000), CUDA_SUCCESS);
+  CHECK(!memcmp(out, buf, 1000), "device to device");
+  RC(cuMemsetD8_v2(a, 0, 1001), CUDA_ERROR_INVALID_VALUE);
+  RC(cuMemcpyDtoH_v2(out, a + 1, 1000), CUDA_ERROR_INVALID_VALUE);
+
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  RC(cuMemGetAddressRange_v2(&base, &size, big + 12345), CUDA_SUCCESS);
+  CHECK(base == big && size == (3u << 20), "address range %llx %zu", (unsigned long long)base, size);
+  RC(cuMemGetAddressRange_v2(&base, &size, 0x1000), CUDA_ERROR_NOT_FOUND);
+
+  /* Frees: exact bases only; everything else counts as unknown. */
+  RC(cuMemFree_v2(a + 512), CUDA_ERROR_INVALID_VALUE);
+  RC(cuMemFree_v2(0xdead0000), CUDA_ERROR_INVALID_VALUE);
+  RC(cuMemFree_v2(a), CUDA_SUCCESS);
+  RC(cuMemFree_v2(a), CUDA_ERROR_INVALID_VALUE);
+  RC(cuMemFree_v2(b), CUDA_SUCCESS);
+  RC(cuMemFree_v2(0), CUDA_SUCCESS); /* a no-op, not an unknown pointer */
+  mockcuda_counters c2 = counters();
+  CHECK(c2.mem_free == c0.mem_free + 6 && c2.mem_free_unknown == c0.mem_free_unknown + 3,
+        "free counters %llu %llu", (unsigned long long)c2.mem_free,
+        (unsigned long long)c2.mem_free_unknown);
+
+  /* The first freed address comes back first. */
+  CUdeviceptr again;
+  RC(cuMemAlloc_v2(&again, 1000), CUDA_SUCCESS);
+  CHECK(again == a, "first fit: got %llx, want %llx", (unsigned long long)again,
+        (unsigned long long)a);
+  RC(cuMemFree_v2(again), CUDA_SUCCESS);
+
+  /* Capacity: 64 MiB. cuMemGetInfo agrees with what is taken. */
+  size_t fr, tot;
+  RC(cuMemGetInfo_v2(&fr, &tot), CUDA_SUCCESS);
+  mockcuda_counters c3 = counters();
+  CHECK(tot == (64u << 20) && fr == tot - c3.used_bytes, "info free %zu total %zu used %llu", fr,
+        tot, (unsigned long long)c3.used_bytes);
+  CUdeviceptr huge;
+  RC(cuMemAlloc_v2(&huge, 65u << 20), CUDA_ERROR_OUT_OF_MEMORY);
+  CUdeviceptr fill[64];
+  int n = 0;
+  while (n < 64 && cuMemAlloc_v2(&fill[n], 8u << 20) == CUDA_SUCCESS)
+    n++;
+  CHECK(n == 7, "fitted %d blocks of 8 MiB next to 4 MiB, want 7", n);
+  RC(cuMemGetInfo_v2(&fr, &tot), CUDA_SUCCESS);
+  CHECK(fr == (4u << 20), "free %zu when full", fr);
+  CHECK(counters().oom == c0.oom + 2, "oom counter");
+  while (n-- > 0)
+    RC(cuMemFree_v2(fill[n]), CUDA_SUCCESS);
+  RC(cuMemFree_v2(big), CUDA_SUCCESS);
+  RC(cuMemAlloc_v2(&huge, 0), CUDA_ERROR_INVALID_VALUE);
+
+  /* Pass-through kinds, all freed by cuMemFree_v2 or their own call. */
+  CUdeviceptr p, q, r, s;
+  size_t pitch;
+  RC(cuMemAllocPitch_v2(&p, &pitch, 1000, 10, 4), CUDA_SUCCESS);
+  CHECK(pitch == 1024 && mockcuda_owns(p, 10240), "pitch %zu", pitch);
+  RC(cuMemAllocPitch_v2(&p, &pitch, 1000, 10, 3), CUDA_ERROR_INVALID_VALUE);
+  RC(cuMemAllocManaged(&q, 4096, CU_MEM_ATTACH_GLOBAL), CUDA_SUCCESS);
+  RC(cuMemAllocAsync(&r, 4096, NULL), CUDA_SUCCESS);
+  CUmemoryPool pool;
+  RC(cuDeviceGetDefaultMemPool(&pool, 0), CUDA_SUCCESS);
+  RC(cuMemAllocFromPoolAsync_ptsz(&s, 4096, pool, NULL), CUDA_SUCCESS);
+  RC(cuMemFree_v2(p), CUDA_SUCCESS);
+  RC(cuMemFree_v2(q), CUDA_SUCCESS);
+  RC(cuMemFree_v2(r), CUDA_SUCCESS); /* cudaFree takes async pointers */
+  RC(cuMemFreeAsync_ptsz(s, NULL), CUDA_SUCCESS);
+  RC(cuMemFreeAsync(s, NULL), CUDA_ERROR_INVALID_VALUE);
+  RC(cuMemAllocAsync_ptsz(&r, 4096, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+  RC(cuMemFreeAsync(r, CU_STREAM_LEGACY), CUDA_SUCCESS);
+  mockcuda_counters c4 = counters();
+  CHECK(c4.alloc_pitch == c0.alloc_pitch + 2 && c4.alloc_managed == c0.alloc_managed + 1 &&
+            c4.alloc_async == c0.alloc_async + 2 && c4.alloc_async_ptsz == c0.alloc_async_ptsz + 1 &&
+            c4.alloc_from_pool_async_ptsz == c0.alloc_from_pool_async_ptsz + 1 &&
+            c4.free_async == c0.free_async + 3 && c4.free_async_ptsz == c0.free_async_ptsz + 1 &&
+            c4.free_async_unknown == c0.free_async_unknown + 1,
+        "pass-through counters");
+  CHECK(c4.live_allocs == c0.live_allocs && c4.used_bytes == c0.used_bytes,
+        "live %llu used %llu after freeing everything", (unsigned long long)c4.live_allocs,
+        (unsigned long long)c4.used_bytes);
+
+  /* Physical allocations: granularity multiples, charged to capacity. */
+  CUmemAllocationProp prop = {0};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  size_t gran = 0;
+  RC(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), CUDA_SUCCESS);
+  CUmemGenericAllocationHandle h;
+  RC(cuMemCreate(&h, gran / 2, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+  RC(cuMemCreate(&h, gran * 2, &prop, 0), CUDA_SUCCESS);
+  CHECK(counters().used_bytes == c0.used_bytes + gran * 2 && counters().live_handles == 1, "handle");
+  RC(cuMemRelease(h), CUDA_SUCCESS);
+  RC(cuMemRelease(h), CUDA_ERROR_INVALID_VALUE);
+}
+
+static void test_contexts(void) {
+  mockcuda_counters c0 = counters();
+  CUcontext primary, cur, mine;
+  RC(cuCtxGetCurrent(&primary), CUDA_SUCCESS);
+  RC(cuCtxCreate_v4(&mine, NULL, 0, 1), CUDA_SUCCESS);
+  RC(cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+  CHECK(cur == mine, "a new context becomes current");
+  CUdevice dev = -1;
+  RC(cuCtxGetDevice(&dev), CUDA_SUCCESS);
+  CHECK(dev == 1, "device %d", dev);
+  CUdeviceptr p;
+  RC(cuMemAlloc_v2(&p, 4096), CUDA_SUCCESS);
+  RC(cuCtxDestroy_v2(mine), CUDA_SUCCESS);
+  CHECK(!mockcuda_owns(p, 1) && counters().live_allocs == c0.live_allocs,
+        "a destroyed context frees its memory");
+  RC(cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+  CHECK(cur == primary, "destroy pops the context");
+  RC(cuCtxDestroy_v2(primary), CUDA_ERROR_INVALID_CONTEXT);
+
+  /* Push/pop, and no context at all. */
+  RC(cuCtxPopCurrent_v2(&cur), CUDA_SUCCESS);
+  CHECK(cur == primary, "pop");
+  RC(cuMemAlloc_v2(&p, 4096), CUDA_ERROR_INVALID_CONTEXT);
+  RC(cuCtxGetDevice(&dev), CUDA_ERROR_INVALID_CONTEXT);
+  size_t fr, tot;
+  RC(cuMemGetInfo_v2(&fr, &tot), CUDA_ERROR_INVALID_CONTEXT);
+  RC(cuCtxPushCurrent_v2(primary), CUDA_SUCCESS);
+
+  /* The primary context dies with its last release, memory and all. */
+  CUcontext p1;
+  RC(cuDevicePrimaryCtxRetain(&p1, 1), CUDA_SUCCESS);
+  RC(cuCtxPushCurrent_v2(p1), CUDA_SUCCESS);
+  RC(cuMemAlloc_v2(&p, 4096), CUDA_SUCCESS);
+  RC(cuDevicePrimaryCtxRelease_v2(1), CUDA_SUCCESS);
+  CHECK(!mockcuda_owns(p, 1), "released primary context kept its memory");
+  RC(cuMemAlloc_v2(&p, 4096), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  RC(cuDevicePrimaryCtxRelease_v2(1), CUDA_ERROR_INVALID_CONTEXT);
+  RC(cuCtxPopCurrent_v2(NULL), CUDA_SUCCESS);
+}
+
+static void test_capture(void) {
+  CUstream s, nb;
+  CUgraph g;
+  CUstreamCaptureStatus st;
+  CUevent e;
+  RC(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  RC(cuStreamCreate(&nb, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  RC(cuEventCreate(&e, 0), CUDA_SUCCESS);
+  RC(cuStreamBeginCapture_v2(NULL, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  RC(cuStreamEndCapture(s, &g), CUDA_ERROR_ILLEGAL_STATE);
+
+  /* Global mode: a synchronization invalidates the capture. */
+  mockcuda_counters c0 = counters();
+  RC(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  RC(cuStreamIsCapturing(s, &st), CUDA_SUCCESS);
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_ACTIVE, "status %d", (int)st);
+  RC(cuStreamIsCapturing(NULL, &st), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  RC(cuStreamIsCapturing_ptsz(NULL, &st), CUDA_SUCCESS);
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_NONE, "per-thread stream status %d", (int)st);
+  RC(cuEventRecord(e, s), CUDA_SUCCESS);
+  CUdeviceptr p;
+  RC(cuMemAllocAsync(&p, 4096, s), CUDA_SUCCESS); /* stream-ordered: legal */
+  RC(cuMemFreeAsync(p, s), CUDA_SUCCESS);
+  RC(cuCtxSynchronize(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  RC(cuStreamIsCapturing(s, &st), CUDA_SUCCESS);
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_INVALIDATED, "status %d", (int)st);
+  RC(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  CHECK(g == NULL, "graph from an invalidated capture");
+  CHECK(counters().capture_violations == c0.capture_violations + 1, "violations");
+
+  /* Each unsafe call is refused in global mode. */
+  RC(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  RC(cuEventQuery(e), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  RC(cuEventSynchronize(e), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  RC(cuMemAlloc_v2(&p, 4096), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  RC(cuMemFree_v2(0xdead0000), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  RC(cuStreamSynchronize(nb), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  RC(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+
+  /* Relaxed mode allows them, but never waiting on the capture itself. */
+  RC(cuStreamBeginCapture_v2_ptsz(nb, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  RC(cuStreamIsCapturing(NULL, &st), CUDA_SUCCESS); /* non-blocking: no implicit join */
+  RC(cuEventQuery(e), CUDA_SUCCESS);
+  RC(cuMemAlloc_v2(&p, 4096), CUDA_SUCCESS);
+  RC(cuMemFree_v2(p), CUDA_SUCCESS);
+  RC(cuStreamSynchronize(s), CUDA_SUCCESS);
+  RC(cuCtxSynchronize(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  RC(cuStreamEndCapture(nb, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  RC(cuStreamBeginCapture_v2(nb, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  RC(cuStreamEndCapture_ptsz(nb, &g), CUDA_SUCCESS);
+  CHECK(g != NULL, "graph");
+
+  /* A thread made relaxed may allocate during its own global capture, as
+   * PyTorch's allocator does; a context-wide synchronization still breaks it. */
+  RC(cuStreamBeginCapture_v2(nb, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+  RC(cuThreadExchangeStreamCaptureMode(&m), CUDA_SUCCESS);
+  CHECK(m == CU_STREAM_CAPTURE_MODE_GLOBAL, "previous mode %d", (int)m);
+  RC(cuMemAlloc_v2(&p, 4096), CUDA_SUCCESS);
+  RC(cuMemFree_v2(p), CUDA_SUCCESS);
+  RC(cuEventQuery(e), CUDA_SUCCESS);
+  RC(cuThreadExchangeStreamCaptureMode(&m), CUDA_SUCCESS);
+  RC(cuMemAlloc_v2(&p, 4096), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  RC(cuStreamEndCapture(nb, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+
+  /* The per-thread default stream can be captured. */
+  RC(cuStreamBeginCapture_v2_ptsz(NULL, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);
+  RC(cuStreamIsCapturing(CU_STREAM_PER_THREAD, &st), CUDA_SUCCESS);
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_ACTIVE, "status %d", (int)st);
+  RC(cuStreamEndCapture(CU_STREAM_PER_THREAD, &g), CUDA_SUCCESS);
+
+  RC(cuEventRecord_ptsz(e, NULL), CUDA_SUCCESS);
+  RC(cuEventQuery(e), CUDA_SUCCESS);
+  RC(cuEventSynchronize(e), CUDA_SUCCESS);
+  RC(cuStreamSynchronize_ptsz(NULL), CUDA_SUCCESS);
+  RC(cuCtxSynchronize(), CUDA_SUCCESS);
+  RC(cuEventDestroy_v2(e), CUDA_SUCCESS);
+  RC(cuEventDestroy_v2(e), CUDA_ERROR_INVALID_HANDLE);
+  RC(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+  RC(cuStreamDestroy_v2(nb), CUDA_SUCCESS);
+  RC(cuStreamSynchronize(s), CUDA_ERROR_INVALID_HANDLE);
+}
+
+static void *thread_main(void *arg) {
+  CUcontext ctx = arg;
+  if (cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
+    return (void *)1;
+  for (int i = 0; i < 2000; i++) {
+    CUdeviceptr p;
+    size_t n = 256 + (size_t)(i % 17) * 1000;
+    if (cuMemAlloc_v2(&p, n) != CUDA_SUCCESS || !mockcuda_owns(p, n) ||
+        cuMemsetD8_v2(p, (unsigned char)i, n) != CUDA_SUCCESS || cuMemFree_v2(p) != CUDA_SUCCESS)
+      return (void *)1;
+  }
+  return NULL;
+}
+
+static void test_threads(CUcontext ctx) {
+  mockcuda_counters c0 = counters();
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++)
+    pthread_create(&t[i], NULL, thread_main, ctx);
+  for (int i = 0; i < 4; i++) {
+    void *r;
+    pthread_join(t[i], &r);
+    CHECK(r == NULL, "thread %d failed", i);
+  }
+  mockcuda_counters c1 = counters();
+  CHECK(c1.mem_alloc == c0.mem_alloc + 8000 && c1.mem_free == c0.mem_free + 8000 &&
+            c1.live_allocs == c0.live_allocs,
+        "threads: %llu allocs", (unsigned long long)(c1.mem_alloc - c0.mem_alloc));
+}
+
+int main(void) {
+  CUdeviceptr p;
+  int v = 0, n = 0;
+  RC(cuMemAlloc_v2(&p, 256), CUDA_ERROR_NOT_INITIALIZED);
+  RC(cuDriverGetVersion(&v), CUDA_SUCCESS);
+  CHECK(v == 13000, "version %d", v);
+  test_proc_address(); /* before cuInit, as the runtime may */
+  RC(cuInit(1), CUDA_ERROR_INVALID_VALUE);
+  RC(cuInit(0), CUDA_SUCCESS);
+  RC(cuInit(0), CUDA_SUCCESS);
+  RC(cuDeviceGetCount(&n), CUDA_SUCCESS);
+  CHECK(n == 2, "devices %d", n);
+  CUdevice dev;
+  RC(cuDeviceGet(&dev, 2), CUDA_ERROR_INVALID_DEVICE);
+  RC(cuDeviceGet(&dev, 0), CUDA_SUCCESS);
+  char name[64];
+  RC(cuDeviceGetName(name, sizeof name, dev), CUDA_SUCCESS);
+  size_t total = 0;
+  RC(cuDeviceTotalMem_v2(&total, dev), CUDA_SUCCESS);
+  CHECK(total == (64u << 20), "total %zu (run with MOCKCUDA_MEM_MB=64)", total);
+  RC(cuMemAlloc_v2(&p, 256), CUDA_ERROR_INVALID_CONTEXT);
+
+  CUcontext ctx;
+  RC(cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
+  RC(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+  test_memory();
+  test_contexts();
+  test_capture();
+  test_threads(ctx);
+
+  const char *s = NULL;
+  RC(cuGetErrorName(CUDA_ERROR_OUT_OF_MEMORY, &s), CUDA_SUCCESS);
+  CHECK(s && !strcmp(s, "CUDA_ERROR_OUT_OF_MEMORY"), "name %s", s ? s : "(null)");
+  RC(cuGetErrorString((CUresult)12345, &s), CUDA_ERROR_INVALID_VALUE);
+  RC(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+
+  printf("%s mockcuda_selftest: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
+  return failures ? 1 : 0;
+}

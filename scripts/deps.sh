@@ -2,9 +2,19 @@
 # present. As root it installs what is missing from Debian's packages; as
 # anyone else it prints the exact line to run and stops.
 #
-#   ca_ensure_deps [extra-package...]
+#   ca_ensure_deps [package...]   the base set, plus these Debian packages
+#                                 (libcmocka-dev, clang, valgrind, ...)
 
 ca__have_header() { [ -f "/usr/include/$1" ] || [ -f "/usr/local/include/$1" ]; }
+
+# Whether a Debian package's part this project uses is already there.
+ca__present() {
+  case "$1" in
+    uthash-dev) ca__have_header uthash.h ;;
+    libcmocka-dev) ca__have_header cmocka.h ;;
+    *) command -v "$1" >/dev/null 2>&1 ;;
+  esac
+}
 
 ca__cuda_h() {
   for d in "${CUDA_HOME:-}" /usr/local/cuda /usr/lib/cuda /usr; do
@@ -14,14 +24,10 @@ ca__cuda_h() {
 }
 
 ca_ensure_deps() {
-  local missing=()
-  command -v cmake >/dev/null 2>&1 || missing+=(cmake)
+  local missing=() pkg
   command -v cc >/dev/null 2>&1 || missing+=(gcc)
-  command -v make >/dev/null 2>&1 || missing+=(make)
-  ca__have_header uthash.h || missing+=(uthash-dev)
-  ca__have_header cmocka.h || missing+=(libcmocka-dev)
-  for extra in "$@"; do
-    command -v "$extra" >/dev/null 2>&1 || missing+=("$extra")
+  for pkg in cmake make uthash-dev "$@"; do
+    ca__present "$pkg" || missing+=("$pkg")
   done
   if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" -eq 0 ]; then

@@ -115,7 +115,8 @@ CUresult ca_on_mem_free(CUdeviceptr dptr) {
  * memory. */
 static void ca__adjust_info(const cudalloc_device_stats *s, uint64_t limit,
                             uint64_t *free_bytes, uint64_t *total_bytes) {
-  uint64_t cached = s->free_cached_bytes;
+  /* Blocks waiting for the device are the pool's to reuse too. */
+  uint64_t cached = s->free_cached_bytes + s->pending_free_bytes;
   uint64_t free_now = *free_bytes + cached;
   if (free_now > *total_bytes)
     free_now = *total_bytes;

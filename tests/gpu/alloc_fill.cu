@@ -244,20 +244,14 @@ static void other_allocators(uint32_t *serial) {
    * total. */
   size_t free_b = 0, total_b = 0;
   CK(cudaMemGetInfo(&free_b, &total_b));
-  printf("cudaMemGetInfo: free=%zu total=%zu\n", free_b, total_b);
-  if (total_b == 0 || free_b == 0 || free_b > total_b)
-    gc_fail("cudaMemGetInfo gave free=%zu total=%zu", free_b, total_b);
+  gc_check_mem_info("cudaMemGetInfo", free_b, total_b);
 }
 
 int main(int argc, char **argv) {
-  gc_name = "alloc_fill";
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  int expect = gc_parse_expect(argc > 1 ? argv[1] : NULL);
-  long iterations = argc > 2 ? strtol(argv[2], NULL, 10) : 3000;
-  unsigned max_log2 = argc > 3 ? (unsigned)strtoul(argv[3], NULL, 10) : 26u;
-  if (iterations < 1 || max_log2 < 9 || max_log2 > 30)
-    gc_fail("bad arguments: iterations %ld, max_log2 %u", iterations,
-            max_log2);
+  gc_args args = gc_start("alloc_fill", argc, argv, 3000, 26u);
+  int expect = args.expect;
+  long iterations = args.iterations;
+  unsigned max_log2 = args.max_log2;
 
   int runtime_version = 0, driver_version = 0, device = -1;
   CK(cudaRuntimeGetVersion(&runtime_version));
@@ -270,7 +264,7 @@ int main(int argc, char **argv) {
          "%ld iterations, sizes 256 B .. 2^%u B, up to %u live\n",
          device, prop.name, prop.major, prop.minor, runtime_version,
          driver_version, iterations, max_log2, MAX_LIVE);
-  struct timespec t0, t1;
+  struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
 
   CK(cudaMalloc((void **)&d_mismatches, sizeof(*d_mismatches)));
@@ -321,9 +315,7 @@ int main(int argc, char **argv) {
   my_frees++;
   CK(cudaDeviceSynchronize());
 
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  double secs = (double)(t1.tv_sec - t0.tv_sec) +
-                (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  double secs = gc_elapsed(&t0);
   printf("alloc_fill: %llu cudaMalloc, %llu cudaFree, %.1f GiB verified, "
          "%.2f s\n",
          (unsigned long long)my_allocs, (unsigned long long)my_frees,

@@ -17,6 +17,8 @@ Standard library only.
 """
 
 import ctypes
+import sys
+import traceback
 
 
 class CudallocStat(ctypes.Structure):
@@ -117,6 +119,62 @@ def judge(stats, expect, min_allocs=100):
     raise ValueError("unknown expectation %r" % expect)
 
 
+def fail(name, why):
+    """Prints the check's FAIL verdict line and exits 1."""
+    print("%s: FAIL: %s" % (name, why), flush=True)
+    sys.exit(1)
+
+
+def failer(name):
+    """A one-argument fail(why) for the check called `name`."""
+    return lambda why: fail(name, why)
+
+
+def expect_parser(doc):
+    """The checks' argument parser: the description from the docstring's
+    first line and --expect plain|pooled|any (default any)."""
+    import argparse
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--expect", default="any",
+                    choices=["plain", "pooled", "any"])
+    return ap
+
+
+def run_guarded(name, fn, what="exception"):
+    """fn() with any exception (not SystemExit) reported as the check's FAIL
+    verdict, after its traceback."""
+    try:
+        return fn()
+    except SystemExit:
+        raise
+    except Exception:
+        traceback.print_exc()
+        fail(name, "%s: %s" % (what, sys.exc_info()[1]))
+
+
+def conclude(name, stats, expect, min_allocs=100):
+    """Judges `stats` against `expect`: the FAIL verdict, or "NAME: PASS"."""
+    why = judge(stats, expect, min_allocs=min_allocs)
+    if why:
+        fail(name, why)
+    print("%s: PASS" % name, flush=True)
+
+
+def report_and_conclude(name, expect, min_allocs=100):
+    """Reads device 0's statistics, prints the pooled line, then concludes."""
+    stats = get_stats(0)
+    print(pooled_line(stats), flush=True)
+    conclude(name, stats, expect, min_allocs=min_allocs)
+
+
+def check_main(name, doc, run):
+    """main() of a check with only --expect: parses it, runs run() (an
+    exception is the FAIL verdict), then prints and judges the statistics."""
+    args = expect_parser(doc).parse_args()
+    run_guarded(name, run)
+    report_and_conclude(name, args.expect, min_allocs=100)
+
+
 def _layout_lines():
     lines = ["size %d" % ctypes.sizeof(CudallocDeviceStats)]
     for name, _ in CudallocDeviceStats._fields_:
@@ -136,7 +194,6 @@ def _c_layout_program():
 
 
 if __name__ == "__main__":
-    import sys
     if sys.argv[1:] == ["--c-layout"]:
         sys.stdout.write(_c_layout_program())
     elif sys.argv[1:] == ["--py-layout"]:

@@ -17,20 +17,15 @@ allocs / 10. Last line: "cupy_check: PASS" or "cupy_check: FAIL: <why>".
 Usage: cupy_check.py [--expect plain|pooled|any]
 """
 
-import argparse
 import os
 import sys
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cudalloc_stats  # noqa: E402
 
 NAME = "cupy_check"
 
-
-def fail(why):
-    print("%s: FAIL: %s" % (NAME, why), flush=True)
-    sys.exit(1)
+fail = cudalloc_stats.failer(NAME)
 
 
 def expect_equal(what, got, want):
@@ -93,25 +88,5 @@ def run():
     print("%s: %d results checked" % (NAME, checks), flush=True)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--expect", default="any",
-                    choices=["plain", "pooled", "any"])
-    args = ap.parse_args()
-    try:
-        run()
-    except SystemExit:
-        raise
-    except Exception:
-        traceback.print_exc()
-        fail("exception: %s" % sys.exc_info()[1])
-    stats = cudalloc_stats.get_stats(0)
-    print(cudalloc_stats.pooled_line(stats), flush=True)
-    why = cudalloc_stats.judge(stats, args.expect, min_allocs=100)
-    if why:
-        fail(why)
-    print("%s: PASS" % NAME, flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    cudalloc_stats.check_main(NAME, __doc__, run)

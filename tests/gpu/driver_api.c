@@ -108,21 +108,17 @@ static void check_placement(const buffer *b, const buffer *live,
 
 static void check_mem_info(const char *when) {
   size_t free_b = 0, total_b = 0;
+  char what[64];
   CK(cuMemGetInfo(&free_b, &total_b));
-  printf("cuMemGetInfo %s: free=%zu total=%zu\n", when, free_b, total_b);
-  if (total_b == 0 || free_b == 0 || free_b > total_b)
-    gc_fail("cuMemGetInfo %s gave free=%zu total=%zu", when, free_b, total_b);
+  snprintf(what, sizeof(what), "cuMemGetInfo %s", when);
+  gc_check_mem_info(what, free_b, total_b);
 }
 
 int main(int argc, char **argv) {
-  gc_name = "driver_api";
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  int expect = gc_parse_expect(argc > 1 ? argv[1] : NULL);
-  long iterations = argc > 2 ? strtol(argv[2], NULL, 10) : 2000;
-  unsigned max_log2 = argc > 3 ? (unsigned)strtoul(argv[3], NULL, 10) : 24u;
-  if (iterations < 1 || max_log2 < 9 || max_log2 > 30)
-    gc_fail("bad arguments: iterations %ld, max_log2 %u", iterations,
-            max_log2);
+  gc_args args = gc_start("driver_api", argc, argv, 2000, 24u);
+  int expect = args.expect;
+  long iterations = args.iterations;
+  unsigned max_log2 = args.max_log2;
 
   int driver_version = 0;
   CUdevice dev;
@@ -141,7 +137,7 @@ int main(int argc, char **argv) {
   if (host == NULL)
     gc_fail("host malloc failed");
   check_mem_info("at start");
-  struct timespec t0, t1;
+  struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
 
   uint64_t rng = 0xD21BE2A91ULL;
@@ -179,9 +175,7 @@ int main(int argc, char **argv) {
   CK(cuCtxSynchronize());
   check_mem_info("at the end");
 
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  double secs = (double)(t1.tv_sec - t0.tv_sec) +
-                (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  double secs = gc_elapsed(&t0);
   printf("driver_api: %llu cuMemAlloc, %llu cuMemFree, %.1f GiB checked, "
          "%.2f s\n",
          (unsigned long long)my_allocs, (unsigned long long)my_frees,

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cudalloc.h"
 
@@ -55,6 +56,51 @@ static void gc_fail(const char *fmt, ...) {
   printf("\n");
   fflush(stdout);
   exit(1);
+}
+
+/* ---- Start, timing, memory info ---------------------------------------- */
+
+/* The programs' common arguments: <expectation> [iterations] [max_log2]. */
+typedef struct gc_args {
+  int expect;
+  long iterations;
+  unsigned max_log2;
+} gc_args;
+
+static int gc_parse_expect(const char *s);
+
+/* Names the program for its verdict, makes stdout line-buffered and reads
+ * the arguments, with these defaults; ends with FAIL on bad ones. */
+static gc_args gc_start(const char *name, int argc, char **argv,
+                        long default_iterations, unsigned default_max_log2) {
+  gc_args a;
+  gc_name = name;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  a.expect = gc_parse_expect(argc > 1 ? argv[1] : NULL);
+  a.iterations = argc > 2 ? strtol(argv[2], NULL, 10) : default_iterations;
+  a.max_log2 = argc > 3 ? (unsigned)strtoul(argv[3], NULL, 10)
+                        : default_max_log2;
+  if (a.iterations < 1 || a.max_log2 < 9 || a.max_log2 > 30)
+    gc_fail("bad arguments: iterations %ld, max_log2 %u", a.iterations,
+            a.max_log2);
+  return a;
+}
+
+/* Seconds since `t0` (taken with clock_gettime(CLOCK_MONOTONIC)). */
+static double gc_elapsed(const struct timespec *t0) {
+  struct timespec t1;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  return (double)(t1.tv_sec - t0->tv_sec) +
+         (double)(t1.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* Prints what a cudaMemGetInfo/cuMemGetInfo call (`what`) gave and ends with
+ * FAIL unless it is sane: free and total non-zero, free not past total. */
+static void gc_check_mem_info(const char *what, size_t free_b,
+                              size_t total_b) {
+  printf("%s: free=%zu total=%zu\n", what, free_b, total_b);
+  if (total_b == 0 || free_b == 0 || free_b > total_b)
+    gc_fail("%s gave free=%zu total=%zu", what, free_b, total_b);
 }
 
 /* ---- Deterministic randomness ------------------------------------------- */

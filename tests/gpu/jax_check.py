@@ -20,10 +20,8 @@ recorded, not required (--expect pooled makes it required). Last line:
 Usage: jax_check.py [--expect plain|pooled|any]
 """
 
-import argparse
 import os
 import sys
-import traceback
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
@@ -32,10 +30,7 @@ import cudalloc_stats  # noqa: E402
 
 NAME = "jax_check"
 
-
-def fail(why):
-    print("%s: FAIL: %s" % (NAME, why), flush=True)
-    sys.exit(1)
+fail = cudalloc_stats.failer(NAME)
 
 
 def run():
@@ -94,25 +89,5 @@ def run():
     print("%s: %d results checked" % (NAME, checks), flush=True)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--expect", default="any",
-                    choices=["plain", "pooled", "any"])
-    args = ap.parse_args()
-    try:
-        run()
-    except SystemExit:
-        raise
-    except Exception:
-        traceback.print_exc()
-        fail("exception: %s" % sys.exc_info()[1])
-    stats = cudalloc_stats.get_stats(0)
-    print(cudalloc_stats.pooled_line(stats), flush=True)
-    why = cudalloc_stats.judge(stats, args.expect, min_allocs=100)
-    if why:
-        fail(why)
-    print("%s: PASS" % NAME, flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    cudalloc_stats.check_main(NAME, __doc__, run)

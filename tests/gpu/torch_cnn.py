@@ -26,12 +26,10 @@ Usage: torch_cnn.py OUT.json [--expect plain|pooled|any] [--steps 20]
                     [--device cuda:0]
 """
 
-import argparse
 import json
 import math
 import os
 import sys
-import traceback
 
 # Must be set before cuBLAS initializes for deterministic algorithms.
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -41,10 +39,7 @@ import cudalloc_stats  # noqa: E402
 
 NAME = "torch_cnn"
 
-
-def fail(why):
-    print("%s: FAIL: %s" % (NAME, why), flush=True)
-    sys.exit(1)
+fail = cudalloc_stats.failer(NAME)
 
 
 def train(steps, device):
@@ -92,10 +87,8 @@ def train(steps, device):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = cudalloc_stats.expect_parser(__doc__)
     ap.add_argument("out", help="JSON file to write the losses to")
-    ap.add_argument("--expect", default="any",
-                    choices=["plain", "pooled", "any"])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--device", default="cuda:0",
                     help="cpu runs the same steps without a GPU (a dry run "
@@ -105,13 +98,10 @@ def main():
     print("%s: PYTORCH_NO_CUDA_MEMORY_CACHING=%s CUBLAS_WORKSPACE_CONFIG=%s"
           % (NAME, os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING"),
              os.environ.get("CUBLAS_WORKSPACE_CONFIG")), flush=True)
-    try:
-        losses, info = train(args.steps, args.device)
-    except SystemExit:
-        raise
-    except Exception:  # an error in CUDA/PyTorch: report it as the verdict
-        traceback.print_exc()
-        fail("exception during training: %s" % sys.exc_info()[1])
+    # An error in CUDA/PyTorch is reported as the verdict.
+    losses, info = cudalloc_stats.run_guarded(
+        NAME, lambda: train(args.steps, args.device),
+        "exception during training")
     stats = cudalloc_stats.get_stats(0)
     print("%s: %s" % (NAME, json.dumps(info)), flush=True)
     print("%s: losses %s" % (NAME, " ".join("%.8g" % v for v in losses)),
@@ -129,10 +119,7 @@ def main():
     if not losses[-1] < losses[0]:
         fail("loss did not decrease: first %r, last %r"
              % (losses[0], losses[-1]))
-    why = cudalloc_stats.judge(stats, args.expect, min_allocs=100)
-    if why:
-        fail(why)
-    print("%s: PASS" % NAME, flush=True)
+    cudalloc_stats.conclude(NAME, stats, args.expect, min_allocs=100)
 
 
 if __name__ == "__main__":

@@ -137,6 +137,20 @@ __attribute__((format(printf, 1, 2))) static void mock_trace(const char *fmt, ..
 static void mock_lock(void) { pthread_mutex_lock(&g_lock); }
 static void mock_unlock(void) { pthread_mutex_unlock(&g_lock); }
 
+/* The shape of the simple queries: under the lock, the precondition `check`
+ * (a CUresult), then CUDA_ERROR_INVALID_VALUE when `bad`, else `action`. */
+#define MOCK_QUERY(check, bad, action)                                         \
+  do {                                                                         \
+    mock_lock();                                                               \
+    CUresult rc_ = (check);                                                    \
+    if (rc_ == CUDA_SUCCESS && (bad))                                          \
+      rc_ = CUDA_ERROR_INVALID_VALUE;                                          \
+    else if (rc_ == CUDA_SUCCESS)                                              \
+      action;                                                                  \
+    mock_unlock();                                                             \
+    return rc_;                                                                \
+  } while (0)
+
 static uint64_t mock_round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 static long mock_env_long(const char *name, long def, long lo, long hi) {
@@ -204,6 +218,20 @@ static CUresult mock_need_ctx(CUcontext *out) {
     return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   *out = c;
   return CUDA_SUCCESS;
+}
+
+static CUresult mock_stream_get(CUstream s, int ptsz, CUstream *out);
+
+/* How most stream-ordered calls begin, in this order: a current context,
+ * then `arg_rc` (the call's own argument check), then the stream. */
+static CUresult mock_need_ctx_stream(CUstream hs, int ptsz, CUresult arg_rc, CUcontext *c,
+                                     CUstream *s) {
+  CUresult rc = mock_need_ctx(c);
+  if (rc == CUDA_SUCCESS)
+    rc = arg_rc;
+  if (rc == CUDA_SUCCESS)
+    rc = mock_stream_get(hs, ptsz, s);
+  return rc;
 }
 
 static CUresult mock_stream_get(CUstream s, int ptsz, CUstream *out) {
@@ -426,71 +454,40 @@ CUresult cuDeviceGet(CUdevice *device, int ordinal) {
 }
 
 CUresult cuDeviceGetCount(int *count) {
-  mock_lock();
-  CUresult rc = mock_need_init();
-  if (rc == CUDA_SUCCESS && !count)
-    rc = CUDA_ERROR_INVALID_VALUE;
-  else if (rc == CUDA_SUCCESS)
-    *count = g_ndev;
-  mock_unlock();
-  return rc;
+  MOCK_QUERY(mock_need_init(), !count, *count = g_ndev);
 }
 
 CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
-  mock_lock();
-  CUresult rc = mock_need_dev(dev);
-  if (rc == CUDA_SUCCESS && (!name || len <= 0))
-    rc = CUDA_ERROR_INVALID_VALUE;
-  else if (rc == CUDA_SUCCESS)
-    snprintf(name, (size_t)len, "mockcuda device %d", dev);
-  mock_unlock();
-  return rc;
+  MOCK_QUERY(mock_need_dev(dev), !name || len <= 0,
+             snprintf(name, (size_t)len, "mockcuda device %d", dev));
 }
 
 CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
-  mock_lock();
-  CUresult rc = mock_need_dev(dev);
-  if (rc == CUDA_SUCCESS && !bytes)
-    rc = CUDA_ERROR_INVALID_VALUE;
-  else if (rc == CUDA_SUCCESS)
-    *bytes = (size_t)g_capacity;
-  mock_unlock();
-  return rc;
+  MOCK_QUERY(mock_need_dev(dev), !bytes, *bytes = (size_t)g_capacity);
 }
 
 /* An H100/H200-like device for the few attributes a caller may branch on;
  * every other attribute reads 0. */
-CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev) {
-  mock_lock();
-  CUresult rc = mock_need_dev(dev);
-  if (rc == CUDA_SUCCESS && !pi)
-    rc = CUDA_ERROR_INVALID_VALUE;
-  if (rc == CUDA_SUCCESS) {
-    switch (attrib) {
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *pi = 9; break;
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *pi = 132; break;
-    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *pi = dev + 1; break;
-    case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT: *pi = (int)MOCK_SMALL_ALIGN; break;
-    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
-    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
-    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
-    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *pi = 1; break;
-    default: *pi = 0; break;
-    }
+static int mock_attribute(CUdevice_attribute attrib, CUdevice dev) {
+  switch (attrib) {
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: return 9;
+  case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: return 132;
+  case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: return dev + 1;
+  case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT: return (int)MOCK_SMALL_ALIGN;
+  case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+  case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
+  case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+  case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: return 1;
+  default: return 0;
   }
-  mock_unlock();
-  return rc;
+}
+
+CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev) {
+  MOCK_QUERY(mock_need_dev(dev), !pi, *pi = mock_attribute(attrib, dev));
 }
 
 CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev) {
-  mock_lock();
-  CUresult rc = mock_need_dev(dev);
-  if (rc == CUDA_SUCCESS && !pool_out)
-    rc = CUDA_ERROR_INVALID_VALUE;
-  else if (rc == CUDA_SUCCESS)
-    *pool_out = &g_pools[dev];
-  mock_unlock();
-  return rc;
+  MOCK_QUERY(mock_need_dev(dev), !pool_out, *pool_out = &g_pools[dev]);
 }
 
 /* ---- contexts --------------------------------------------------------- */
@@ -535,16 +532,10 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
 }
 
 CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active) {
-  mock_lock();
-  CUresult rc = mock_need_dev(dev);
-  if (rc == CUDA_SUCCESS && (!flags || !active))
-    rc = CUDA_ERROR_INVALID_VALUE;
-  if (rc == CUDA_SUCCESS) {
+  MOCK_QUERY(mock_need_dev(dev), !flags || !active, {
     *flags = 0;
     *active = g_dev[dev].primary.alive;
-  }
-  mock_unlock();
-  return rc;
+  });
 }
 
 static CUresult mock_ctx_create(CUcontext *pctx, CUdevice dev) {
@@ -625,14 +616,7 @@ CUresult cuCtxSetCurrent(CUcontext ctx) {
 }
 
 CUresult cuCtxGetCurrent(CUcontext *pctx) {
-  mock_lock();
-  CUresult rc = mock_need_init();
-  if (rc == CUDA_SUCCESS && !pctx)
-    rc = CUDA_ERROR_INVALID_VALUE;
-  else if (rc == CUDA_SUCCESS)
-    *pctx = t_depth ? t_stack[t_depth - 1] : NULL;
-  mock_unlock();
-  return rc;
+  MOCK_QUERY(mock_need_init(), !pctx, *pctx = t_depth ? t_stack[t_depth - 1] : NULL);
 }
 
 /* Answers even for a released primary context, as the driver does. */
@@ -730,9 +714,7 @@ static CUresult mock_stream_sync(CUstream hs, int ptsz) {
   g_cnt.ptsz_calls += (uint64_t)ptsz;
   CUcontext c = NULL;
   CUstream s = NULL;
-  CUresult rc = mock_need_ctx(&c);
-  if (rc == CUDA_SUCCESS)
-    rc = mock_stream_get(hs, ptsz, &s);
+  CUresult rc = mock_need_ctx_stream(hs, ptsz, CUDA_SUCCESS, &c, &s);
   if (rc == CUDA_SUCCESS && s->capture != CU_STREAM_CAPTURE_STATUS_NONE) {
     s->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED; /* never legal, any mode */
     g_cnt.capture_violations++;
@@ -753,11 +735,8 @@ static CUresult mock_is_capturing(CUstream hs, CUstreamCaptureStatus *st, int pt
   g_cnt.ptsz_calls += (uint64_t)ptsz;
   CUcontext c = NULL;
   CUstream s = NULL;
-  CUresult rc = mock_need_ctx(&c);
-  if (rc == CUDA_SUCCESS && !st)
-    rc = CUDA_ERROR_INVALID_VALUE;
-  if (rc == CUDA_SUCCESS)
-    rc = mock_stream_get(hs, ptsz, &s);
+  CUresult rc =
+      mock_need_ctx_stream(hs, ptsz, st ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE, &c, &s);
   if (rc == CUDA_SUCCESS && s->kind == MOCK_STREAM_LEGACY) {
     /* Asking about the legacy stream while a blocking stream captures
      * would join it to the capture: the driver refuses. */
@@ -783,9 +762,7 @@ static CUresult mock_begin_capture(CUstream hs, CUstreamCaptureMode mode, int pt
   g_cnt.ptsz_calls += (uint64_t)ptsz;
   CUcontext c = NULL;
   CUstream s = NULL;
-  CUresult rc = mock_need_ctx(&c);
-  if (rc == CUDA_SUCCESS)
-    rc = mock_stream_get(hs, ptsz, &s);
+  CUresult rc = mock_need_ctx_stream(hs, ptsz, CUDA_SUCCESS, &c, &s);
   if (rc == CUDA_SUCCESS && s->kind == MOCK_STREAM_LEGACY)
     rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   else if (rc == CUDA_SUCCESS && s->capture != CU_STREAM_CAPTURE_STATUS_NONE)
@@ -817,11 +794,8 @@ static CUresult mock_end_capture(CUstream hs, CUgraph *ph, int ptsz) {
   g_cnt.ptsz_calls += (uint64_t)ptsz;
   CUcontext c = NULL;
   CUstream s = NULL;
-  CUresult rc = mock_need_ctx(&c);
-  if (rc == CUDA_SUCCESS && !ph)
-    rc = CUDA_ERROR_INVALID_VALUE;
-  if (rc == CUDA_SUCCESS)
-    rc = mock_stream_get(hs, ptsz, &s);
+  CUresult rc =
+      mock_need_ctx_stream(hs, ptsz, ph ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE, &c, &s);
   if (rc == CUDA_SUCCESS && s->capture == CU_STREAM_CAPTURE_STATUS_NONE)
     rc = CUDA_ERROR_ILLEGAL_STATE;
   else if (rc == CUDA_SUCCESS && s->mode != CU_STREAM_CAPTURE_MODE_RELAXED &&
@@ -883,11 +857,8 @@ static CUresult mock_event_record(CUevent e, CUstream hs, int ptsz) {
   g_cnt.ptsz_calls += (uint64_t)ptsz;
   CUcontext c = NULL;
   CUstream s = NULL;
-  CUresult rc = mock_need_ctx(&c);
-  if (rc == CUDA_SUCCESS && !mock_obj_find(e, MOCK_OBJ_EVENT))
-    rc = CUDA_ERROR_INVALID_HANDLE;
-  if (rc == CUDA_SUCCESS)
-    rc = mock_stream_get(hs, ptsz, &s);
+  CUresult rc = mock_need_ctx_stream(
+      hs, ptsz, mock_obj_find(e, MOCK_OBJ_EVENT) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE, &c, &s);
   if (rc == CUDA_SUCCESS)
     e->recorded = 1;
   mock_unlock();
@@ -1037,9 +1008,7 @@ static CUresult mock_alloc_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPoo
   g_cnt.ptsz_calls += (uint64_t)ptsz;
   CUcontext c = NULL;
   CUstream s = NULL;
-  CUresult rc = mock_need_ctx(&c);
-  if (rc == CUDA_SUCCESS)
-    rc = mock_stream_get(hs, ptsz, &s);
+  CUresult rc = mock_need_ctx_stream(hs, ptsz, CUDA_SUCCESS, &c, &s);
   int dev = c ? c->device : 0;
   if (rc == CUDA_SUCCESS && pool) {
     if (pool < &g_pools[0] || pool >= &g_pools[g_ndev])
@@ -1081,9 +1050,7 @@ static CUresult mock_free_async(CUdeviceptr dptr, CUstream hs, int ptsz) {
   CUstream s = NULL;
   mock_device *dv = NULL;
   mock_alloc *a = NULL;
-  CUresult rc = mock_need_ctx(&c);
-  if (rc == CUDA_SUCCESS)
-    rc = mock_stream_get(hs, ptsz, &s);
+  CUresult rc = mock_need_ctx_stream(hs, ptsz, CUDA_SUCCESS, &c, &s);
   if (rc == CUDA_SUCCESS && !(a = mock_find_base(dptr, &dv))) {
     g_cnt.free_async_unknown++;
     rc = CUDA_ERROR_INVALID_VALUE;
@@ -1159,14 +1126,7 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
 CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
                                        CUmemAllocationGranularity_flags option) {
   (void)option;
-  mock_lock();
-  CUresult rc = mock_need_init();
-  if (rc == CUDA_SUCCESS && (!granularity || !prop))
-    rc = CUDA_ERROR_INVALID_VALUE;
-  else if (rc == CUDA_SUCCESS)
-    *granularity = (size_t)MOCK_LARGE;
-  mock_unlock();
-  return rc;
+  MOCK_QUERY(mock_need_init(), !granularity || !prop, *granularity = (size_t)MOCK_LARGE);
 }
 
 CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr) {

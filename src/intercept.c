@@ -39,26 +39,6 @@ static int ca__device_or_unknown(void) {
   return device;
 }
 
-/* Gives a block back to the pool that owns it, trying the current device's
- * pool first (the usual owner) and then every other. Returns false when no
- * pool owns `dptr`: it came from the driver by another path. */
-static bool ca__pool_free(CUdeviceptr dptr) {
-  int current = ca__device_or_unknown();
-  if (current >= 0) {
-    ca_pool *pool = ca_runtime_pool_if_any(current);
-    if (pool != NULL && ca_pool_free(pool, (uint64_t)dptr))
-      return true;
-  }
-  for (int device = 0; device < CUDALLOC_MAX_DEVICES; device++) {
-    if (device == current)
-      continue;
-    ca_pool *pool = ca_runtime_pool_if_any(device);
-    if (pool != NULL && ca_pool_free(pool, (uint64_t)dptr))
-      return true;
-  }
-  return false;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Pooled                                                                    */
 
@@ -90,7 +70,7 @@ CUresult ca_on_mem_free(CUdeviceptr dptr) {
   /* cuMemFree(0) gets the driver's own answer, whatever it is. */
   if (!ca__enabled() || dptr == 0)
     return CA__REAL(mem_free, dptr);
-  if (ca__pool_free(dptr))
+  if (ca_runtime_free((uint64_t)dptr))
     return CUDA_SUCCESS;
   /* A pooled block freed twice, at a segment's base: the driver would free
    * the whole segment under the pool. It answers a double free this way. */
@@ -198,7 +178,7 @@ CUresult ca_on_mem_free_async(CUdeviceptr dptr, CUstream stream, bool ptsz) {
    * rule already keeps it from reuse while queued work may still touch it,
    * so it is taken back like cuMemFree. */
   if (ca__enabled() && dptr != 0) {
-    if (ca__pool_free(dptr))
+    if (ca_runtime_free((uint64_t)dptr))
       return CUDA_SUCCESS;
     if (ca_backend_cuda_holds((uint64_t)dptr))
       return CUDA_ERROR_INVALID_VALUE; /* as in ca_on_mem_free */

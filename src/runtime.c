@@ -13,6 +13,8 @@
 #include "backend_cuda.h"
 
 static _Atomic(ca_pool *) ca__pools[CUDALLOC_MAX_DEVICES];
+/* One past the highest device with a pool: frees look no further. */
+static atomic_int ca__pools_end;
 static pthread_mutex_t ca__pools_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t ca__fork_once = PTHREAD_ONCE_INIT;
 
@@ -23,6 +25,7 @@ static void ca__forget_pools_in_child(void) {
   pthread_mutex_init(&ca__pools_lock, NULL);
   for (int d = 0; d < CUDALLOC_MAX_DEVICES; d++)
     atomic_store(&ca__pools[d], NULL);
+  atomic_store(&ca__pools_end, 0);
 }
 
 static void ca__register_fork_handler(void) {
@@ -58,7 +61,19 @@ ca_pool *ca_runtime_pool(int device) {
     ca_pool_options opt = ca__pool_options();
     pool = ca_pool_create(ca_backend_cuda(), device, &opt);
     atomic_store_explicit(&ca__pools[device], pool, memory_order_release);
+    if (pool && device >= atomic_load(&ca__pools_end))
+      atomic_store(&ca__pools_end, device + 1);
   }
   pthread_mutex_unlock(&ca__pools_lock);
   return pool;
+}
+
+bool ca_runtime_free(uint64_t addr) {
+  int end = atomic_load_explicit(&ca__pools_end, memory_order_acquire);
+  for (int d = 0; d < end; d++) {
+    ca_pool *pool = ca_runtime_pool_if_any(d);
+    if (pool && ca_pool_free(pool, addr))
+      return true;
+  }
+  return false;
 }

@@ -18,4 +18,9 @@ ca_pool *ca_runtime_pool(int device);
 /* The pool serving `device` if one exists already; never creates one. */
 ca_pool *ca_runtime_pool_if_any(int device);
 
+/* Gives `addr` back to whichever pool handed it out. Returns false when no
+ * pool owns it. Makes no driver call: asking the driver for the current
+ * device would cost more than asking each pool in use. */
+bool ca_runtime_free(uint64_t addr);
+
 #endif /* CA_RUNTIME_H */

@@ -479,6 +479,7 @@ static ca__block *ca__segment_new(ca_pool *p, ca__heap *h, uint64_t addr,
   s->size = size;
   s->heap = h;
   s->first = b;
+  s->last_free = p->free_tick; /* files it at the newest end of the LRU */
   s->next = p->segments;
   if (p->segments)
     p->segments->prev = s;

@@ -8,12 +8,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cudalloc.h"
 #include "hooks.h"
-#include "uthash.h"
 
 static ca_driver_api ca__api;
 static pthread_once_t ca__api_once = PTHREAD_ONCE_INIT;
@@ -22,17 +20,6 @@ static pthread_once_t ca__api_once = PTHREAD_ONCE_INIT;
  * segment of that device had to be released or synchronized from a thread
  * with no context of that device current, and kept for the process's life. */
 static _Atomic(CUcontext) ca__primary[CUDALLOC_MAX_DEVICES];
-
-/* The bases of the segments we hold from the driver (see
- * ca_backend_cuda_holds). Segments are few and change rarely, so a plain
- * locked hash set is enough. */
-typedef struct ca__segment {
-  uint64_t base;
-  UT_hash_handle hh;
-} ca__segment;
-
-static ca__segment *ca__segments;
-static pthread_mutex_t ca__segments_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The captures in progress that the policy saw begin: the stream, and for
  * a thread's own default stream the thread (each thread has its own). A
@@ -127,20 +114,13 @@ static void ca__forget_contexts_in_child(void) {
 /* A fork while another thread holds one of our locks would leave the
  * child's copy locked forever; holding them across fork keeps both whole.
  * Captures do not survive into the child. */
-static void ca__fork_prepare(void) {
-  pthread_mutex_lock(&ca__segments_lock);
-  pthread_mutex_lock(&ca__captures_lock);
-}
-static void ca__fork_parent(void) {
-  pthread_mutex_unlock(&ca__captures_lock);
-  pthread_mutex_unlock(&ca__segments_lock);
-}
+static void ca__fork_prepare(void) { pthread_mutex_lock(&ca__captures_lock); }
+static void ca__fork_parent(void) { pthread_mutex_unlock(&ca__captures_lock); }
 static void ca__fork_child(void) {
   ca__ncaptures = 0;
   ca__captures_lost = 0;
   atomic_store(&ca__captures_live, 0);
   pthread_mutex_unlock(&ca__captures_lock);
-  pthread_mutex_unlock(&ca__segments_lock);
   ca__forget_contexts_in_child();
 }
 
@@ -358,38 +338,6 @@ static int ca__capturing(const ca_driver_api *d) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Segments held                                                             */
-
-/* Host out of memory only loses the double-free guard for this segment. */
-static void ca__segment_add(uint64_t base) {
-  ca__segment *e = malloc(sizeof(*e));
-  if (e == NULL)
-    return;
-  e->base = base;
-  pthread_mutex_lock(&ca__segments_lock);
-  HASH_ADD(hh, ca__segments, base, sizeof(e->base), e);
-  pthread_mutex_unlock(&ca__segments_lock);
-}
-
-static void ca__segment_remove(uint64_t base) {
-  ca__segment *e = NULL;
-  pthread_mutex_lock(&ca__segments_lock);
-  HASH_FIND(hh, ca__segments, &base, sizeof(base), e);
-  if (e != NULL)
-    HASH_DEL(ca__segments, e);
-  pthread_mutex_unlock(&ca__segments_lock);
-  free(e);
-}
-
-bool ca_backend_cuda_holds(uint64_t addr) {
-  ca__segment *e = NULL;
-  pthread_mutex_lock(&ca__segments_lock);
-  HASH_FIND(hh, ca__segments, &addr, sizeof(addr), e);
-  pthread_mutex_unlock(&ca__segments_lock);
-  return e != NULL;
-}
-
-/* ------------------------------------------------------------------------ */
 /* The backend                                                               */
 
 static CUresult ca__do(const ca_driver_api *d, ca__call *c) {
@@ -426,10 +374,8 @@ static int ca__reserve(void *ctx, int device, uint64_t size, uint64_t *addr) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   ca__call c = {.kind = CA__RESERVE, .size = size};
   CUresult r = ca__in_device(device, &c);
-  if (r == CUDA_SUCCESS) {
-    ca__segment_add(c.addr);
+  if (r == CUDA_SUCCESS)
     *addr = c.addr;
-  }
   return (int)r;
 }
 
@@ -437,10 +383,7 @@ static int ca__release(void *ctx, int device, uint64_t addr, uint64_t size) {
   (void)ctx;
   (void)size;
   ca__call c = {.kind = CA__RELEASE, .addr = addr};
-  CUresult r = ca__in_device(device, &c);
-  if (r == CUDA_SUCCESS)
-    ca__segment_remove(addr);
-  return (int)r;
+  return (int)ca__in_device(device, &c);
 }
 
 static int ca__mem_info(void *ctx, int device, uint64_t *free_bytes,

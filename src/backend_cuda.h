@@ -99,13 +99,6 @@ void *ca_driver_symbol(const char *name);
  * initialized). Never touches *device on failure. */
 CUresult ca_driver_current_device(int *device);
 
-/* Whether `addr` is the base of a segment this backend reserved for a pool
- * and still holds. The driver would free such an address if asked, behind
- * the pool's back (a program freeing a pooled pointer twice); the policy
- * refuses it instead. Interior addresses need no check: the driver rejects
- * them. */
-bool ca_backend_cuda_holds(uint64_t addr);
-
 /* Stream captures, as the policy sees them begin and end. Synchronizing a
  * device invalidates every capture on it (measured on the H200, driver 580:
  * any capture mode, blocking or non-blocking stream, from any thread), and

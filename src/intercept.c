@@ -74,7 +74,7 @@ CUresult ca_on_mem_free(CUdeviceptr dptr) {
     return CUDA_SUCCESS;
   /* A pooled block freed twice, at a segment's base: the driver would free
    * the whole segment under the pool. It answers a double free this way. */
-  if (ca_backend_cuda_holds((uint64_t)dptr))
+  if (ca_runtime_holds_segment((uint64_t)dptr))
     return CUDA_ERROR_INVALID_VALUE;
   /* Not ours: pitched, managed or stream-ordered memory (cudaFree accepts
    * them all), or a bad pointer the driver will reject. */
@@ -180,7 +180,7 @@ CUresult ca_on_mem_free_async(CUdeviceptr dptr, CUstream stream, bool ptsz) {
   if (ca__enabled() && dptr != 0) {
     if (ca_runtime_free((uint64_t)dptr))
       return CUDA_SUCCESS;
-    if (ca_backend_cuda_holds((uint64_t)dptr))
+    if (ca_runtime_holds_segment((uint64_t)dptr))
       return CUDA_ERROR_INVALID_VALUE; /* as in ca_on_mem_free */
   }
   CUresult r = ptsz ? CA__REAL(mem_free_async_ptsz, dptr, stream)

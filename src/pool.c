@@ -89,6 +89,7 @@ struct ca__segment {
   ca__segment *lru_prev, *lru_next; /* fully free segments, oldest first */
   uint64_t last_free; /* free_tick of the latest free inside it */
   int in_lru;
+  UT_hash_handle hh; /* in the pool's segment table, keyed by base */
 };
 
 struct ca__heap {
@@ -116,6 +117,7 @@ struct ca_pool {
   ca_pool_options opt;
   ca__heap small, large;
   ca__segment *segments;
+  ca__segment *segment_table; /* the same segments, by base address */
   ca__segment *lru_head, *lru_tail;
   ca__block *held_head, *held_tail;
   uint64_t held_bytes;
@@ -430,6 +432,7 @@ static void ca__lru_push(ca_pool *p, ca__segment *s) {
 }
 
 static void ca__segment_unlink(ca_pool *p, ca__segment *s) {
+  HASH_DELETE(hh, p->segment_table, s);
   if (s->prev)
     s->prev->next = s->next;
   else
@@ -484,6 +487,7 @@ static ca__block *ca__segment_new(ca_pool *p, ca__heap *h, uint64_t addr,
   if (p->segments)
     p->segments->prev = s;
   p->segments = s;
+  HASH_ADD(hh, p->segment_table, addr, sizeof(uint64_t), s);
   b->addr = addr;
   b->size = size;
   b->seg = s;
@@ -750,6 +754,7 @@ ca_pool *ca_pool_create(const ca_backend *backend, int device,
 
 /* Frees every record and forgets every segment, leaving an empty pool. */
 static void ca__forget_all(ca_pool *p, int release) {
+  HASH_CLEAR(hh, p->segment_table);
   while (p->segments) {
     ca__segment *s = p->segments;
     p->segments = s->next;
@@ -901,6 +906,14 @@ bool ca_pool_lookup(ca_pool *p, uint64_t addr, ca_live_block *out) {
     ca__describe(p, b, out);
   ca_lock_release(&p->lock);
   return b != NULL;
+}
+
+bool ca_pool_holds_segment(ca_pool *p, uint64_t addr) {
+  ca__segment *s = NULL;
+  ca_lock_acquire(&p->lock);
+  HASH_FIND(hh, p->segment_table, &addr, sizeof(uint64_t), s);
+  ca_lock_release(&p->lock);
+  return s != NULL;
 }
 
 uint64_t ca_pool_empty_cache(ca_pool *p) {

@@ -81,6 +81,11 @@ bool ca_pool_free(ca_pool *pool, uint64_t addr);
 /* Whether a live block of this pool starts at `addr`; its details if so. */
 bool ca_pool_lookup(ca_pool *pool, uint64_t addr, ca_live_block *out);
 
+/* Whether `addr` is the base of a segment the pool holds: an address the
+ * driver would free whole, under the pool, if asked (a program freeing a
+ * pooled pointer twice). */
+bool ca_pool_holds_segment(ca_pool *pool, uint64_t addr);
+
 /* Gives every fully free segment back. Returns the bytes given back. */
 uint64_t ca_pool_empty_cache(ca_pool *pool);
 

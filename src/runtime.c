@@ -68,12 +68,19 @@ ca_pool *ca_runtime_pool(int device) {
   return pool;
 }
 
-bool ca_runtime_free(uint64_t addr) {
+/* Whether `ask` says yes for any pool in use. */
+static bool ca__any_pool(bool (*ask)(ca_pool *, uint64_t), uint64_t addr) {
   int end = atomic_load_explicit(&ca__pools_end, memory_order_acquire);
   for (int d = 0; d < end; d++) {
     ca_pool *pool = ca_runtime_pool_if_any(d);
-    if (pool && ca_pool_free(pool, addr))
+    if (pool && ask(pool, addr))
       return true;
   }
   return false;
+}
+
+bool ca_runtime_free(uint64_t addr) { return ca__any_pool(ca_pool_free, addr); }
+
+bool ca_runtime_holds_segment(uint64_t addr) {
+  return ca__any_pool(ca_pool_holds_segment, addr);
 }

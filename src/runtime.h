@@ -23,4 +23,7 @@ ca_pool *ca_runtime_pool_if_any(int device);
  * device would cost more than asking each pool in use. */
 bool ca_runtime_free(uint64_t addr);
 
+/* Whether any pool holds a segment based at `addr` (ca_pool_holds_segment). */
+bool ca_runtime_holds_segment(uint64_t addr);
+
 #endif /* CA_RUNTIME_H */

@@ -512,6 +512,27 @@ static void survives_random_operations(void **state) {
   fixture_free(fx);
 }
 
+/* The pool knows its segments' bases: a second free of a pooled pointer
+ * there must not reach the driver, which would free the whole segment. */
+static void knows_its_segment_bases(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(1024 * MiB, default_options(), false);
+  uint64_t a = must_alloc(fx, 4 * KiB);
+  uint64_t b = must_alloc(fx, 4 * KiB);
+  assert_true(ca_pool_holds_segment(fx->pool, a));
+  assert_false(ca_pool_holds_segment(fx->pool, b)); /* interior */
+  assert_true(ca_pool_free(fx->pool, a));
+  assert_true(ca_pool_free(fx->pool, b));
+  assert_true(ca_pool_holds_segment(fx->pool, a)); /* cached, still ours */
+  ca_pool_empty_cache(fx->pool);
+  assert_false(ca_pool_holds_segment(fx->pool, a));
+  uint64_t c = must_alloc(fx, 64 * MiB);
+  ca_pool_drop_all(fx->pool);
+  assert_false(ca_pool_holds_segment(fx->pool, c));
+  fx->fake.nsegments = 0; /* the "driver" freed them */
+  fixture_free(fx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(rounds_requests_to_the_granule),
@@ -533,6 +554,7 @@ int main(void) {
       cmocka_unit_test(keeps_devices_apart),
       cmocka_unit_test(holds_freed_blocks_until_synchronized),
       cmocka_unit_test(drop_all_forgets_without_releasing),
+      cmocka_unit_test(knows_its_segment_bases),
       cmocka_unit_test(survives_random_operations),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

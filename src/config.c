@@ -30,13 +30,23 @@ typedef enum ca__kind {
   CA__MIB,      /* integer MiB in [min, max], stored in bytes in a uint64_t */
   CA__INT,      /* integer in [min, max] (never negative), in an int */
   CA__BOOL,     /* 0, 1, false or true, in a bool */
+  CA__TEXT,     /* up to max bytes of text, in a char array */
+  CA__CHOICE,   /* one word of the row's choices, its index in an int */
 } ca__kind;
 
-/* A value on its way into a field: `fraction` for CA__FRACTION, `integer`
- * (bytes for CA__MIB) for every other kind. */
+/* A piece of the CUDALLOC_CONF text, which stays where it is. */
+typedef struct ca__span {
+  const char *p;
+  size_t n;
+} ca__span;
+
+/* A value on its way into a field: `fraction` for CA__FRACTION, `text` for
+ * CA__TEXT, `integer` (bytes for CA__MIB, the index for CA__CHOICE) for
+ * every other kind. */
 typedef union ca__value {
   double fraction;
   uint64_t integer;
+  ca__span text;
 } ca__value;
 
 /* One row of the table: everything the parser and the help text need. */
@@ -44,6 +54,7 @@ typedef struct ca__key {
   const char *name;
   ca__kind kind;
   size_t offset;     /* where the field lives in ca_config */
+  const char *const *choices; /* CA__CHOICE: the words, NULL-terminated */
   uint64_t min, max; /* accepted integers (MiB for CA__MIB) */
   ca__value def;     /* the default, in the field's units */
   const char *def_text;
@@ -59,10 +70,18 @@ typedef struct ca__key {
    0 * sizeof(char[_Generic(((ca_config *)0)->field, T : 1, default : -1)]))
 
 /* The kind and storage of a row, written together so that they match. */
-#define CA__FRACTION_AT(field) CA__FRACTION, CA__OFFSET(field, double)
-#define CA__MIB_AT(field) CA__MIB, CA__OFFSET(field, uint64_t)
-#define CA__INT_AT(field) CA__INT, CA__OFFSET(field, int)
-#define CA__BOOL_AT(field) CA__BOOL, CA__OFFSET(field, bool)
+#define CA__FRACTION_AT(field) CA__FRACTION, CA__OFFSET(field, double), NULL
+#define CA__MIB_AT(field) CA__MIB, CA__OFFSET(field, uint64_t), NULL
+#define CA__INT_AT(field) CA__INT, CA__OFFSET(field, int), NULL
+#define CA__BOOL_AT(field) CA__BOOL, CA__OFFSET(field, bool), NULL
+/* A text field is a char array; its size bounds the text (NUL included). */
+#define CA__TEXT_AT(field)                                                     \
+  CA__TEXT, CA__OFFSET(field, char *), NULL, 0,                                \
+      sizeof(((ca_config *)0)->field) - 1
+/* A choice is stored as the index of its word in `words`. */
+#define CA__CHOICE_AT(field, words) CA__CHOICE, CA__OFFSET(field, int), words
+
+static const char *const ca__report_formats[] = {"text", "json", NULL};
 
 #define CA__MIB_SHIFT 20
 /* The most MiB whose byte count still fits in a uint64_t. */
@@ -89,6 +108,39 @@ static const ca__key ca__keys[] = {
     {"help", CA__BOOL_AT(help), 0, 1, {.integer = 0}, "0",
      "0, 1, false or true",
      "1 prints this table, every key with its default and meaning, at start."},
+    {"leak_report", CA__BOOL_AT(leak_report), 0, 1, {.integer = 1}, "1",
+     "0, 1, false or true",
+     "1 lists, at exit, every device allocation never freed, grouped by "
+     "where it came from; 0 prints nothing at exit."},
+    {"backtrace_depth", CA__INT_AT(backtrace_depth), 0, 64, {.integer = 0},
+     "0", "an integer from 0 to 64",
+     "Frames of the call stack kept at each allocation, for the leak report; "
+     "0 groups leaks by size only (fastest)."},
+    {"log_path", CA__TEXT_AT(log_path), {.text = {"", 0}}, "(stderr)",
+     "a file path without ',' (%p becomes the process id)",
+     "Write everything the library prints to this file instead of stderr."},
+    {"leak_exitcode", CA__INT_AT(leak_exitcode), 0, 255, {.integer = 0},
+     "0 (off)", "an integer from 0 to 255",
+     "When leaks are found and the program would exit with 0, exit with this "
+     "code instead (for CI). The process then ends right after the report."},
+    {"suppressions", CA__TEXT_AT(suppressions), {.text = {"", 0}}, "(none)",
+     "a file path without ','",
+     "A file of leak:<pattern> lines; leaks whose stack has a function or "
+     "module matching a pattern are counted apart, not listed."},
+    {"report_format", CA__CHOICE_AT(report_format, ca__report_formats), 0, 1,
+     {.integer = CA_REPORT_TEXT}, "text", "text or json",
+     "text for people; json writes each report as one JSON document per "
+     "line, for tools."},
+    {"max_leaks", CA__INT_AT(max_leaks), 0, INT_MAX, {.integer = 0},
+     "0 (all)", "an integer >= 0",
+     "Print at most this many leak groups, largest first; the summary still "
+     "counts every leak."},
+    {"stats", CA__BOOL_AT(stats), 0, 1, {.integer = 0}, "0",
+     "0, 1, false or true", "1 prints each device's memory summary at exit."},
+    {"stats_signal", CA__BOOL_AT(stats_signal), 0, 1, {.integer = 0}, "0",
+     "0, 1, false or true",
+     "1 prints each device's memory summary when the process receives "
+     "SIGUSR1."},
 };
 
 #define CA__NKEYS (sizeof(ca__keys) / sizeof(ca__keys[0]))
@@ -96,12 +148,6 @@ static const ca__key ca__keys[] = {
 /* At most this much user text is echoed per field of a message, so that a
  * huge value cannot make a huge line. */
 #define CA__ECHO_MAX 48
-
-/* A piece of the CUDALLOC_CONF text, which stays where it is. */
-typedef struct ca__span {
-  const char *p;
-  size_t n;
-} ca__span;
 
 /* A row names its field by offset, so the field is written and read through
  * the type its kind stands for (CA__OFFSET checked that they agree). */
@@ -119,6 +165,14 @@ static void ca__store(ca_config *c, const ca__key *k, ca__value v) {
     break;
   case CA__BOOL:
     *(bool *)field = v.integer != 0;
+    break;
+  case CA__TEXT:
+    /* ca__parse_value has checked that the text fits. */
+    memcpy(field, v.text.p, v.text.n);
+    field[v.text.n] = '\0';
+    break;
+  case CA__CHOICE:
+    *(int *)field = (int)v.integer;
     break;
   }
 }
@@ -138,6 +192,12 @@ static ca__value ca__load(const ca_config *c, const ca__key *k) {
     break;
   case CA__BOOL:
     v.integer = *(const bool *)field;
+    break;
+  case CA__TEXT:
+    v.text = (ca__span){field, strlen(field)};
+    break;
+  case CA__CHOICE:
+    v.integer = (uint64_t)*(const int *)field;
     break;
   }
   return v;
@@ -175,6 +235,10 @@ static void ca__format_current(const ca_config *c, const ca__key *k, char *buf,
       snprintf(buf, size, "%s", k->def_text);
     else
       ca__format_fraction(v.fraction, buf, size);
+  } else if (k->kind == CA__TEXT) {
+    snprintf(buf, size, "%s", v.text.n ? v.text.p : k->def_text);
+  } else if (k->kind == CA__CHOICE) {
+    snprintf(buf, size, "%s", k->choices[v.integer]);
   } else if (v.integer == k->def.integer) {
     snprintf(buf, size, "%s", k->def_text);
   } else {
@@ -290,6 +354,21 @@ static const char *ca__parse_value(const ca__key *k, ca__span s,
   ca__number num;
   if (s.n == 0)
     return "has an empty value";
+  if (k->kind == CA__TEXT) {
+    if (s.n > k->max)
+      return "is too long";
+    out->text = s;
+    return NULL;
+  }
+  if (k->kind == CA__CHOICE) {
+    for (uint64_t i = 0; k->choices[i] != NULL; i++) {
+      if (ca__span_is(s, k->choices[i])) {
+        out->integer = i;
+        return NULL;
+      }
+    }
+    return "is not one of the choices";
+  }
   if (k->kind == CA__BOOL) {
     bool is_true = ca__span_is_nocase(s, "true");
     if (is_true || ca__span_is_nocase(s, "false")) {
@@ -338,7 +417,7 @@ static void ca__known_keys(char *buf, size_t size) {
 }
 
 static void ca__report_unknown(ca__span item, ca__span name, bool has_colon) {
-  char known[128], item_echo[CA__ECHO_MAX + 4], name_echo[CA__ECHO_MAX + 4];
+  char known[512], item_echo[CA__ECHO_MAX + 4], name_echo[CA__ECHO_MAX + 4];
   ca__known_keys(known, sizeof(known));
   if (has_colon)
     ca_log(CA__ENV_NAME ": unknown key '%s' in '%s' (known keys: %s; help:1 "
@@ -353,7 +432,7 @@ static void ca__report_unknown(ca__span item, ca__span name, bool has_colon) {
 static void ca__report_value(const ca_config *c, const ca__key *k,
                              bool has_colon, ca__span value,
                              const char *problem) {
-  char now[32], value_echo[CA__ECHO_MAX + 4];
+  char now[CA__ECHO_MAX + 4], value_echo[CA__ECHO_MAX + 4];
   ca__format_current(c, k, now, sizeof(now));
   ca_log(CA__ENV_NAME ": %s%s%s %s (accepted: %s); %s stays %s", k->name,
          has_colon ? ":" : "", ca__echo(value, value_echo), problem,
@@ -376,7 +455,7 @@ static bool ca__apply_item(ca_config *c, ca__span item) {
     return false;
   }
   ca__span value = ca__trim((ca__span){colon + 1, item.n - name_len - 1});
-  ca__value v;
+  ca__value v = {.text = {"", 0}};
   const char *problem = ca__parse_value(k, value, &v);
   if (problem) {
     ca__report_value(c, k, true, value, problem);
@@ -415,6 +494,9 @@ static pthread_once_t ca__config_once = PTHREAD_ONCE_INIT;
 static void ca__config_load(void) {
   ca_config_defaults(&ca__config);
   ca_config_parse(&ca__config, ca__env(CA__ENV_NAME));
+  /* Complaints about the settings themselves went to stderr: the log file
+   * could not be known before they were read. */
+  ca_log_set_path(ca__config.log_path);
   if (ca__config.help)
     ca_config_print_help();
 }

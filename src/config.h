@@ -16,6 +16,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* The longest path log_path and suppressions accept, in bytes. */
+#define CA_CONFIG_PATH_MAX 512
+
+/* report_format's values. */
+typedef enum ca_report_format {
+  CA_REPORT_TEXT,
+  CA_REPORT_JSON,
+} ca_report_format;
+
 typedef struct ca_config {
   double gc_threshold;     /* garbage_collection_threshold; 0 = off */
   uint64_t max_split_size; /* max_split_size_mb in bytes; UINT64_MAX = off */
@@ -23,6 +32,15 @@ typedef struct ca_config {
   bool enabled;            /* enabled; false = pure pass-through */
   int verbose;             /* verbose; 0 = quiet, 1 = events, 2 = chatty */
   bool help;               /* help; print the key table at start */
+  bool leak_report;        /* leak_report; the report at exit */
+  int backtrace_depth;     /* backtrace_depth; frames kept per allocation */
+  char log_path[CA_CONFIG_PATH_MAX];     /* log_path; "" = stderr */
+  int leak_exitcode;                     /* leak_exitcode; 0 = off */
+  char suppressions[CA_CONFIG_PATH_MAX]; /* suppressions; "" = none */
+  int report_format;       /* report_format; a ca_report_format */
+  int max_leaks;           /* max_leaks; groups printed, 0 = all */
+  bool stats;              /* stats; the memory summary at exit */
+  bool stats_signal;       /* stats_signal; the summary on SIGUSR1 */
 } ca_config;
 
 /* Fills *c with every key's default. */

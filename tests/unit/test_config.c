@@ -32,7 +32,7 @@
 #define DEFAULTS CONF(0, UNLIMITED, 0, true, 0, false)
 
 /* A message line is never longer than this (prefix and newline included). */
-#define LINE_MAX_LEN 300
+#define LINE_MAX_LEN 400
 
 /* ---- captured log ------------------------------------------------------ */
 
@@ -289,7 +289,62 @@ static void test_message_wording(void **state) {
       take_log(),
       "cudalloc: CUDALLOC_CONF: unknown key 'max_split' in 'max_split:100' "
       "(known keys: garbage_collection_threshold, max_split_size_mb, "
-      "memory_limit_mb, enabled, verbose, help; help:1 lists them)\n");
+      "memory_limit_mb, enabled, verbose, help, leak_report, "
+      "backtrace_depth, log_path, leak_exitcode, suppressions, report_format, "
+      "max_leaks, stats, stats_signal; help:1 lists them)\n");
+}
+
+/* The report's keys: every kind of value they take, and their defaults. */
+static void test_report_keys(void **state) {
+  (void)state;
+  ca_config c;
+  ca_config_defaults(&c);
+  assert_true(c.leak_report);
+  assert_int_equal(c.backtrace_depth, 0);
+  assert_string_equal(c.log_path, "");
+  assert_int_equal(c.report_format, CA_REPORT_TEXT);
+  take_log();
+  assert_int_equal(
+      ca_config_parse(&c, "leak_report:0, backtrace_depth:16,"
+                          "log_path: /tmp/run:%p.log ,leak_exitcode:23,"
+                          "suppressions:leaks.supp,report_format:json,"
+                          "max_leaks:5,stats:1,stats_signal:true"),
+      0);
+  assert_string_equal(take_log(), "");
+  assert_false(c.leak_report);
+  assert_int_equal(c.backtrace_depth, 16);
+  assert_string_equal(c.log_path, "/tmp/run:%p.log");
+  assert_int_equal(c.leak_exitcode, 23);
+  assert_string_equal(c.suppressions, "leaks.supp");
+  assert_int_equal(c.report_format, CA_REPORT_JSON);
+  assert_int_equal(c.max_leaks, 5);
+  assert_true(c.stats);
+  assert_true(c.stats_signal);
+}
+
+/* A bad report key keeps its value and says what is accepted. */
+static void test_report_keys_refused(void **state) {
+  (void)state;
+  static char long_path[CA_CONFIG_PATH_MAX + 16];
+  ca_config c;
+  ca_config_defaults(&c);
+  take_log();
+  assert_int_equal(ca_config_parse(&c, "report_format:xml"), 1);
+  assert_string_equal(take_log(),
+                      "cudalloc: CUDALLOC_CONF: report_format:xml is not one "
+                      "of the choices (accepted: text or json); "
+                      "report_format stays text\n");
+  assert_int_equal(ca_config_parse(&c, "backtrace_depth:65,leak_exitcode:256"),
+                   2);
+  assert_non_null(strstr(take_log(), "leak_exitcode:256 is out of range"));
+  strcpy(long_path, "log_path:/");
+  memset(long_path + strlen(long_path), 'a', CA_CONFIG_PATH_MAX);
+  assert_int_equal(ca_config_parse(&c, "log_path:/first"), 0);
+  assert_int_equal(ca_config_parse(&c, long_path), 1);
+  assert_non_null(strstr(take_log(), "is too long"));
+  assert_string_equal(c.log_path, "/first");
+  assert_int_equal(c.backtrace_depth, 0);
+  assert_int_equal(c.leak_exitcode, 0);
 }
 
 /* Huge user text is cut, so that one bad item is still one short line. */
@@ -336,9 +391,11 @@ static void test_locale_independent(void **state) {
 
 static void test_help(void **state) {
   (void)state;
-  static const char *const keys[] = {"garbage_collection_threshold",
-                                     "max_split_size_mb", "memory_limit_mb",
-                                     "enabled", "verbose", "help"};
+  static const char *const keys[] = {
+      "garbage_collection_threshold", "max_split_size_mb", "memory_limit_mb",
+      "enabled", "verbose", "help", "leak_report", "backtrace_depth",
+      "log_path", "leak_exitcode", "suppressions", "report_format",
+      "max_leaks", "stats", "stats_signal"};
   const size_t nkeys = sizeof(keys) / sizeof(keys[0]);
   take_log();
   ca_config_print_help();
@@ -375,7 +432,7 @@ static void test_get_reads_environment_once(void **state) {
   expect_config("environment", c, &want);
   const char *printed = take_log();
   assert_non_null(strstr(printed, "max_split_size_mb"));
-  assert_int_equal(count_lines(printed), 7);
+  assert_int_equal(count_lines(printed), 16);
 
   assert_int_equal(setenv("CUDALLOC_CONF", "verbose:0", 1), 0);
   assert_ptr_equal(ca_config_get(), c);
@@ -389,6 +446,8 @@ int main(void) {
       cmocka_unit_test(test_good_strings),
       cmocka_unit_test(test_bad_strings),
       cmocka_unit_test(test_message_wording),
+      cmocka_unit_test(test_report_keys),
+      cmocka_unit_test(test_report_keys_refused),
       cmocka_unit_test(test_huge_text),
       cmocka_unit_test(test_locale_independent),
       cmocka_unit_test(test_help),

@@ -19,13 +19,22 @@
 #   cupy_check (CuPy's pool off): without and preloaded;
 #   jax_check (XLA_PYTHON_CLIENT_PREALLOCATE=false): without, preloaded, and
 #     preloaded with XLA_PYTHON_CLIENT_ALLOCATOR=platform (pooling recorded);
-#   alloc_fill under compute-sanitizer memcheck, without and preloaded.
+#   alloc_fill under compute-sanitizer memcheck, without and preloaded;
+#   the leak report (docs/LEAKS.md), from examples/leaky_loop.cu, built in
+#     the library's build with the static runtime and with -cudart shared:
+#     the group, its first frame (the line marked "LEAK: this line") and
+#     the SUMMARY with backtrace_depth:16; --fixed reporting no leaks; the
+#     grouping by size without stacks; the JSON document in a log_path
+#     file; leak_exitcode; and examples/torch_leak.py (no caching), whose
+#     report at the end of training must show a group of one allocation
+#     per step, and --fixed none.
 #
 # Run from anywhere (it moves to the repository root; a relative OUT is
 # taken from there):
 #   OUT=/some/dir scripts/gpu-check.sh        (OUT defaults to ./gpu-out)
 # Writes: $OUT/env.txt (machine facts), $OUT/logs/*.log (one per build step
-# and check), $OUT/*.json (PyTorch losses), $OUT/summary.md (the table printed
+# and check), $OUT/*.json (PyTorch losses), $OUT/logs/leak.<pid>.json (the
+# JSON leak report), $OUT/summary.md (the table printed
 # at the end), $OUT/results.tsv (the same rows with untruncated notes),
 # $OUT/gpu-check.log (everything this script printed).
 #
@@ -160,10 +169,17 @@ GEN=()
 if [[ ! -f $BUILD/CMakeCache.txt ]] && command -v ninja >/dev/null; then
   GEN=(-G Ninja)
 fi
+# The same build makes the CUDA examples (examples/CMakeLists.txt, built
+# when it finds nvcc: named here so an older cache cannot hide it). The
+# library is built on its own first, so a failing example fails one row.
+NVCC_BIN=$(command -v nvcc || true)
+CUDA_OPT=()
+[[ -n $NVCC_BIN ]] && CUDA_OPT=(-DCMAKE_CUDA_COMPILER="$NVCC_BIN")
 if timeout "$(time_left)" cmake -S . -B "$BUILD" ${GEN[@]+"${GEN[@]}"} \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUDALLOC_BUILD_TESTS=OFF \
+  ${CUDA_OPT[@]+"${CUDA_OPT[@]}"} \
   -DCUDALLOC_UTHASH_DIR="$ROOT/.deps/include" >"$LOGS/build-lib.log" 2>&1 &&
-  timeout "$(time_left)" cmake --build "$BUILD" -j "$(nproc)" \
+  timeout "$(time_left)" cmake --build "$BUILD" --target cudalloc -j "$(nproc)" \
     >>"$LOGS/build-lib.log" 2>&1 && [[ -f $LIB ]]; then
   missing=""
   for sym in cuMemAlloc_v2 cuMemFree_v2 cuGetProcAddress cuGetProcAddress_v2 \
@@ -184,7 +200,6 @@ fi
 # ---------------------------------------------------------------------------
 # 3. The test programs
 
-NVCC_BIN=$(command -v nvcc || true)
 CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "${NVCC_BIN:-/usr/local/cuda/bin/nvcc}")")")}
 CUDA_LIBDIR=$CUDA_HOME/lib64
 [[ -d $CUDA_LIBDIR ]] || CUDA_LIBDIR=$CUDA_HOME/lib
@@ -240,6 +255,26 @@ if python3 tests/gpu/cudalloc_stats.py --c-layout >"$BIN/stats_layout.c" &&
   record stats_layout - - - - PASS "$(head -n1 "$BIN/stats_layout.c.txt"), offsets match"
 else
   record stats_layout - - - - FAIL "tests/gpu/cudalloc_stats.py does not match include/cudalloc.h; see logs/stats_layout.log"
+fi
+
+# The leak examples (examples/leaky_loop.cu), in the library's build: the
+# static runtime (leaky_loop) and the shared one (leaky_loop_shared).
+LL_STATIC=$BUILD/examples/leaky_loop
+LL_SHARED=$BUILD/examples/leaky_loop_shared
+say "building the leak examples -> $LOGS/build-examples.log"
+if [[ -z $NVCC_BIN ]]; then
+  record build_examples - - - - FAIL "nvcc not found: the leak examples are not built"
+elif timeout "$(time_left)" cmake --build "$BUILD" --target leaky_loop leaky_loop_shared \
+  -j "$(nproc)" >"$LOGS/build-examples.log" 2>&1 && [[ -x $LL_STATIC && -x $LL_SHARED ]]; then
+  if needs "$LL_STATIC" libcudart.so; then
+    record build_examples - - - - FAIL "leaky_loop links libcudart.so; want the static runtime"
+  elif ! needs "$LL_SHARED" libcudart.so; then
+    record build_examples - - - - FAIL "leaky_loop_shared does not link libcudart.so"
+  else
+    record build_examples - - - - PASS "leaky_loop (static runtime), leaky_loop_shared (libcudart.so)"
+  fi
+else
+  record build_examples - - - - FAIL "build failed: see logs/build-examples.log"
 fi
 
 # ---------------------------------------------------------------------------
@@ -454,7 +489,257 @@ else
 fi
 
 # ---------------------------------------------------------------------------
-# 5. Summary
+# 5. The leak report
+#
+# Judged by its content, against the form docs/LEAKS.md gives it: the leak
+# groups, the first frame of a group, the SUMMARY line, the JSON document,
+# the exit code. leaky_loop leaks 100 buffers of 1 MiB, all from the
+# cudaMalloc line marked "LEAK: this line" in examples/leaky_loop.cu (its
+# number is read from the source here); --fixed frees every one.
+# torch_leak.py keeps two tensors per training step and prints the report
+# itself at the end of training (Python frees everything before exit).
+
+LEAK_BYTES=104857600
+LEAK_COUNT=100
+LEAK_GROUP_RE='^cudalloc: [0-9]+ bytes leaked in [0-9]+ allocation\(s\)'
+LEAK_MARKER=$(grep -n 'LEAK: this line' examples/leaky_loop.cu | cut -d: -f1)
+[[ $LEAK_MARKER =~ ^[0-9]+$ ]] || LEAK_MARKER="" # none, or several
+TORCH_STEPS=40
+WHY=()
+
+# leak_record NAME RUNTIME CONF RESULT NOTE (CONF "-": run without the
+# library). The JSON log path is shown relative to $OUT.
+leak_record() {
+  local pre=no
+  [[ $3 != - ]] && pre="yes${3:+, ${3//$LOGS/logs}}"
+  record "$1" "$2" "$pre" - - "$4" "$5"
+}
+
+# leak_run NAME RUNTIME CONF COMMAND...: runs COMMAND with the library
+# preloaded and CUDALLOC_CONF=CONF ("-": without the library, "": empty),
+# its output in LEAK_LOG ($LOGS/NAME.log), its exit status in LEAK_RC.
+# Returns 1, and records NAME as FAIL, when it cannot run.
+leak_run() {
+  local name=$1 runtime=$2 conf=$3
+  shift 3
+  LEAK_LOG=$LOGS/$name.log LEAK_RC=-
+  WHY=()
+  local env_add=(LD_PRELOAD="$LIB" CUDALLOC_CONF="$conf") skip="" limit
+  [[ $conf == - ]] && env_add=()
+  limit=$(time_left)
+  if [[ $conf != - && -z $LIB ]]; then skip="library not built"
+  elif ! [[ -x $1 ]] && ! command -v "$1" >/dev/null; then skip="$1 not built"
+  elif [[ -z $LEAK_MARKER ]]; then skip="no single 'LEAK: this line' in examples/leaky_loop.cu"
+  elif ((limit < 15)); then skip="time budget (${BUDGET}s) spent"
+  fi
+  if [[ -n $skip ]]; then
+    leak_record "$name" "$runtime" "$conf" FAIL "not run: $skip"
+    return 1
+  fi
+  say "running $name (timeout ${limit}s) -> $LEAK_LOG"
+  echo "# $name: ${env_add[*]:-(no library)} $*" >"$LEAK_LOG"
+  timeout -k 10 "$limit" env -u LD_PRELOAD -u CUDALLOC_CONF \
+    ${env_add[@]+"${env_add[@]}"} "$@" >>"$LEAK_LOG" 2>&1
+  LEAK_RC=$?
+}
+
+# leak_verdict NAME RUNTIME CONF PASS_NOTE [FACTS]: PASS when no WHY was
+# given; FACTS (what the output showed) go in the note either way.
+leak_verdict() {
+  local note
+  if ((${#WHY[@]})); then
+    note="${5:+$5; }$(printf '%s; ' "${WHY[@]}")"
+    leak_record "$1" "$2" "$3" FAIL "${note%; }"
+  else
+    note="$4${5:+; $5}"
+    leak_record "$1" "$2" "$3" PASS "${note#; }"
+  fi
+}
+
+expect_rc() { # WANT
+  [[ $LEAK_RC == "$1" ]] && return
+  if [[ $LEAK_RC == 124 || $LEAK_RC == 137 ]]; then WHY+=("timed out")
+  else WHY+=("exit status $LEAK_RC, want $1"); fi
+}
+
+expect_groups() { # WANT: how many leak groups the text report shows
+  local n
+  n=$(grep -cE "$LEAK_GROUP_RE" "$LEAK_LOG")
+  ((n == $1)) || WHY+=("$n leak group(s), want $1")
+}
+
+expect_summary() {
+  local want="cudalloc: SUMMARY: $LEAK_BYTES bytes leaked in $LEAK_COUNT allocations"
+  grep -qxF "$want" "$LEAK_LOG" || WHY+=("no line \"$want\"")
+}
+
+# 1, 2: with stacks, one group whose first frame is the marked line.
+check_leak_stacks() { # NAME RUNTIME PROGRAM
+  local conf=backtrace_depth:16 frame0=""
+  leak_run "$1" "$2" "$conf" "$3" || return
+  local want="cudalloc: $LEAK_BYTES bytes leaked in $LEAK_COUNT allocation(s) on device 0, allocated from:"
+  local frame_re="^cudalloc: +#0 .*leaky_loop\.cu:${LEAK_MARKER}([^0-9]|$)"
+  expect_rc 0
+  expect_groups 1
+  if grep -qxF "$want" "$LEAK_LOG"; then
+    frame0=$(awk -v want="$want" 'hit { print; exit } $0 == want { hit = 1 }' "$LEAK_LOG")
+    [[ $frame0 =~ $frame_re ]] ||
+      WHY+=("frame #0 is not leaky_loop.cu:$LEAK_MARKER${frame0:+ (shown above)}")
+  else
+    WHY+=("no line \"$want\"")
+  fi
+  expect_summary
+  local shown=${frame0#cudalloc:}
+  shown=${shown#"${shown%%[! ]*}"} # without the prefix and the indent
+  leak_verdict "$1" "$2" "$conf" "" "frame #0: ${shown:--}"
+}
+
+# 3: the fixed twin leaks nothing.
+check_leak_fixed() { # NAME RUNTIME PROGRAM
+  local conf=backtrace_depth:16 line
+  leak_run "$1" "$2" "$conf" "$3" --fixed || return
+  expect_rc 0
+  line=$(grep -m1 -E '^cudalloc: no device memory leaks' "$LEAK_LOG")
+  [[ -n $line ]] || WHY+=("no line \"cudalloc: no device memory leaks ...\"")
+  if grep -qE '^cudalloc: SUMMARY: ' "$LEAK_LOG"; then WHY+=("a SUMMARY of leaks"); fi
+  expect_groups 0
+  leak_verdict "$1" "$2" "$conf" "${line#cudalloc: }"
+}
+
+# 4: without stacks, leaks are grouped by size, with the hint.
+check_leak_nostack() { # NAME RUNTIME PROGRAM
+  local want_re="^cudalloc: $LEAK_BYTES bytes leaked in $LEAK_COUNT allocation\(s\) of 1048576 bytes on device 0:?$"
+  leak_run "$1" "$2" "" "$3" || return
+  expect_rc 0
+  expect_groups 1
+  grep -qE "$want_re" "$LEAK_LOG" ||
+    WHY+=("no line \"cudalloc: $LEAK_BYTES bytes leaked in $LEAK_COUNT allocation(s) of 1048576 bytes on device 0:\"")
+  grep -qE '^cudalloc: .*CUDALLOC_CONF=backtrace_depth' "$LEAK_LOG" ||
+    WHY+=("no hint line about backtrace_depth")
+  expect_summary
+  leak_verdict "$1" "$2" "" "grouped by size, hint present"
+}
+
+# 5: the JSON report, in the log_path file, one document per line.
+check_leak_json() { # NAME RUNTIME PROGRAM
+  local conf="backtrace_depth:16,report_format:json,log_path:$LOGS/leak.%p.json" verdict
+  if [[ $LOGS == *,* ]]; then # CUDALLOC_CONF items are split at commas
+    leak_record "$1" "$2" "$conf" FAIL "not run: the path of OUT contains a comma"
+    return
+  fi
+  rm -f "$LOGS"/leak.*.json
+  leak_run "$1" "$2" "$conf" "$3" || return
+  expect_rc 0
+  if grep -q '^cudalloc: ' "$LEAK_LOG"; then WHY+=("library output on stderr despite log_path"); fi
+  verdict=$(python3 - "$LOGS" "$LEAK_MARKER" "$LEAK_BYTES" "$LEAK_COUNT" <<'PYEOF' 2>&1
+import glob, json, sys
+logs, marker, want_bytes, want_count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+files = sorted(glob.glob(logs + "/leak.*.json"))
+bad, docs = [], []
+for name in files:
+    with open(name) as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    docs.append(json.loads(line))
+                except ValueError as e:
+                    bad.append("%s line %d is not JSON (%s)" % (name.split("/")[-1], n, e))
+exits = [d for d in docs if isinstance(d, dict) and d.get("event") == "exit"]
+if not files:
+    bad.append("no logs/leak.<pid>.json written")
+elif len(exits) != 1:
+    bad.append("%d documents with event exit in %d file(s), want 1" % (len(exits), len(files)))
+else:
+    doc = exits[0]
+    leaks = [g for g in doc.get("leaks", []) if not g.get("suppressed")]
+    if len(leaks) != 1:
+        bad.append("%d leak groups, want 1" % len(leaks))
+    groups = [g for g in leaks if g.get("count") == want_count and g.get("bytes") == want_bytes]
+    if not groups:
+        bad.append("no group of count %d and bytes %d: %s" % (
+            want_count, want_bytes, [(g.get("count"), g.get("bytes")) for g in leaks]))
+    else:
+        frames = groups[0].get("frames") or []
+        if not any(str(f.get("file") or "").endswith("leaky_loop.cu") and f.get("line") == marker
+                   for f in frames):
+            bad.append("no frame at leaky_loop.cu:%d; frames: %s" % (marker, [
+                "%s:%s" % (f.get("file"), f.get("line")) for f in frames[:4]]))
+    summary = doc.get("summary") or {}
+    if summary.get("bytes") != want_bytes or summary.get("count") != want_count:
+        bad.append("summary %s" % json.dumps(summary))
+print("FAIL " + "; ".join(bad) if bad else
+      "PASS %d document(s), one group of %d, a frame at leaky_loop.cu:%d"
+      % (len(docs), want_count, marker))
+PYEOF
+  )
+  local note=${verdict#PASS }
+  [[ $verdict == "PASS "* ]] || { WHY+=("${verdict#FAIL }") && note=""; }
+  leak_verdict "$1" "$2" "$conf" "$note"
+}
+
+# 7: leak_exitcode turns a leak into an exit status, and only a leak.
+check_leak_exitcode() { # NAME RUNTIME PROGRAM WANT ARGS...
+  local name=$1 runtime=$2 prog=$3 want=$4 conf=leak_exitcode:23
+  shift 4
+  leak_run "$name" "$runtime" "$conf" "$prog" "$@" || return
+  expect_rc "$want"
+  leak_verdict "$name" "$runtime" "$conf" "exit status $LEAK_RC"
+}
+
+# The examples themselves, without the library.
+check_leak_plain() { # NAME RUNTIME PROGRAM
+  leak_run "$1" "$2" - "$3" || return
+  expect_rc 0
+  grep -qE '^leaky_loop: 100 iterations' "$LEAK_LOG" || WHY+=("no 'leaky_loop: 100 iterations' line")
+  if grep -q '^cudalloc: ' "$LEAK_LOG"; then WHY+=("library output in a run without it"); fi
+  leak_verdict "$1" "$2" - "runs on the GPU"
+}
+
+# 6: torch_leak.py's report at the end of training: a group of one
+# allocation per step (the kept outputs, the kept losses), and none with
+# --fixed. Only the report the script prints counts, not the one at exit.
+check_torch_leak() { # NAME ARGS...
+  local name=$1 conf=backtrace_depth:16 fixed=0 section groups growth hits
+  shift
+  [[ $* == *--fixed* ]] && fixed=1
+  leak_run "$name" torch "$conf" python3 examples/torch_leak.py --steps "$TORCH_STEPS" "$@" ||
+    return
+  expect_rc 0
+  section=$(awk '/^torch_leak: cudalloc.s report/ { on = 1; next }
+                 /==[0-9]+== .*\(at exit\)/ { on = 0 } on' "$LEAK_LOG")
+  groups=$(grep -oE "$LEAK_GROUP_RE" <<<"$section" | awk '{ print $6 "x" $2 "B" }' |
+    paste -sd' ' -)
+  hits=$(grep -oE "$LEAK_GROUP_RE" <<<"$section" |
+    awk -v s="$TORCH_STEPS" '$6 > 0 && $6 % s == 0' | wc -l)
+  growth=$(sed -n 's/.*(\([-+][0-9.]*\) MiB since step 1).*/\1/p' "$LEAK_LOG" | tail -n1)
+  if ! grep -q '^cudalloc: ' <<<"$section"; then
+    WHY+=("no report printed at the end of training")
+  elif ((fixed && hits > 0)); then
+    WHY+=("$hits group(s) of a multiple of $TORCH_STEPS allocations: $groups")
+  elif ((!fixed && hits == 0)); then
+    WHY+=("no group of a multiple of $TORCH_STEPS allocations: ${groups:-no groups}")
+  fi
+  leak_verdict "$name" torch "$conf" "" \
+    "groups (count x bytes): ${groups:-none}; memory growth ${growth:-?} MiB over $TORCH_STEPS steps"
+}
+
+check_leak_plain leaky_loop_static_plain static "$LL_STATIC"
+check_leak_plain leaky_loop_shared_plain shared "$LL_SHARED"
+check_leak_stacks leak_static_stacks static "$LL_STATIC"
+check_leak_stacks leak_shared_stacks shared "$LL_SHARED"
+check_leak_fixed leak_static_fixed static "$LL_STATIC"
+check_leak_fixed leak_shared_fixed shared "$LL_SHARED"
+check_leak_nostack leak_static_nostack static "$LL_STATIC"
+check_leak_json leak_static_json static "$LL_STATIC"
+export PYTORCH_NO_CUDA_MEMORY_CACHING=1
+check_torch_leak leak_torch
+check_torch_leak leak_torch_fixed --fixed
+unset PYTORCH_NO_CUDA_MEMORY_CACHING
+check_leak_exitcode leak_exitcode_leaky static "$LL_STATIC" 23
+check_leak_exitcode leak_exitcode_fixed static "$LL_STATIC" 0 --fixed
+
+# ---------------------------------------------------------------------------
+# 6. Summary
 
 SUMMARY=$OUT/summary.md
 {

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cudalloc.h"
-#include "report.h"
+#include "lifecycle.h"
 #include "runtime.h"
 
 #define CA__STR2(x) #x
@@ -41,6 +41,10 @@ int cudalloc_get_stats(int device, cudalloc_device_stats *out,
   return pool ? 0 : -1;
 }
 
-void cudalloc_print_stats(void) { ca_report_stats(); }
+void cudalloc_print_stats(void) {
+  ca_lifecycle_report(CA_EVENT_API, false, true);
+}
 
-void cudalloc_print_report(void) { ca_report_live(); }
+void cudalloc_print_report(void) {
+  ca_lifecycle_report(CA_EVENT_API, true, false);
+}

@@ -83,6 +83,9 @@ static void ca__api_init(void) {
   CA__RESOLVE(mem_free_async_ptsz, "cuMemFreeAsync_ptsz");
   CA__RESOLVE(mem_create, "cuMemCreate");
   CA__RESOLVE(mem_release, "cuMemRelease");
+  CA__RESOLVE(device_primary_ctx_reset_v1, "cuDevicePrimaryCtxReset");
+  CA__RESOLVE(device_primary_ctx_reset, "cuDevicePrimaryCtxReset_v2");
+  CA__RESOLVE(ctx_destroy, "cuCtxDestroy_v2");
   CA__RESOLVE(stream_begin_capture_v1, "cuStreamBeginCapture");
   CA__RESOLVE(stream_begin_capture_v1_ptsz, "cuStreamBeginCapture_ptsz");
   CA__RESOLVE(stream_begin_capture, "cuStreamBeginCapture_v2");
@@ -140,6 +143,11 @@ void *ca_driver_symbol(const char *name) {
 }
 
 CUresult ca_driver_current_device(int *device) {
+  CUcontext ctx;
+  return ca_driver_current(device, &ctx);
+}
+
+CUresult ca_driver_current(int *device, CUcontext *context) {
   const ca_driver_api *d = ca_driver();
   if (d->ctx_get_current == NULL || d->ctx_get_device == NULL)
     return CUDA_ERROR_NOT_INITIALIZED;
@@ -154,6 +162,7 @@ CUresult ca_driver_current_device(int *device) {
   if (r != CUDA_SUCCESS)
     return r;
   *device = (int)dev;
+  *context = ctx;
   return CUDA_SUCCESS;
 }
 
@@ -198,6 +207,18 @@ static CUresult ca__primary_context(int device, CUcontext *out) {
   atomic_compare_exchange_strong(&ca__primary[device], &expected, ctx);
   *out = ctx;
   return CUDA_SUCCESS;
+}
+
+bool ca_backend_cuda_is_primary(int device, CUcontext ctx) {
+  CUcontext primary = NULL;
+  return device >= 0 && device < CUDALLOC_MAX_DEVICES &&
+         ca__primary_context(device, &primary) == CUDA_SUCCESS &&
+         primary == ctx;
+}
+
+void ca_backend_cuda_forget_primary(int device) {
+  if (device >= 0 && device < CUDALLOC_MAX_DEVICES)
+    atomic_store(&ca__primary[device], NULL);
 }
 
 /* Whether the calling thread's current context belongs to `device`. */

@@ -52,6 +52,9 @@ typedef struct ca_driver_api {
                          const CUmemAllocationProp *prop,
                          unsigned long long flags);
   CUresult (*mem_release)(CUmemGenericAllocationHandle handle);
+  CUresult (*device_primary_ctx_reset_v1)(CUdevice device);
+  CUresult (*device_primary_ctx_reset)(CUdevice device);
+  CUresult (*ctx_destroy)(CUcontext ctx);
   CUresult (*stream_begin_capture_v1)(CUstream stream);
   CUresult (*stream_begin_capture_v1_ptsz)(CUstream stream);
   CUresult (*stream_begin_capture)(CUstream stream, CUstreamCaptureMode mode);
@@ -98,6 +101,17 @@ void *ca_driver_symbol(const char *name);
  * and stores it, or the driver's error (no context current, not
  * initialized). Never touches *device on failure. */
 CUresult ca_driver_current_device(int *device);
+
+/* Like ca_driver_current_device, also storing the current context. */
+CUresult ca_driver_current(int *device, CUcontext *context);
+
+/* Whether `ctx` is the primary context of `device` (which must be active:
+ * call it before a reset, not after). */
+bool ca_backend_cuda_is_primary(int device, CUcontext ctx);
+
+/* After a reset of `device`'s primary context: the handle the backend kept
+ * for it is asked for again when next needed. */
+void ca_backend_cuda_forget_primary(int device);
 
 /* Stream captures, as the policy sees them begin and end. Synchronizing a
  * device invalidates every capture on it (measured on the H200, driver 580:

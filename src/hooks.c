@@ -43,6 +43,9 @@
 /* Likewise cuStreamBeginCapture, which cuda.h maps to its _v2: the driver
  * still exports the mode-less CUDA 10.0 original under the plain name. */
 #undef cuStreamBeginCapture
+/* And cuDevicePrimaryCtxReset, whose pre-11.0 original the driver exports
+ * too (it resets the same way). */
+#undef cuDevicePrimaryCtxReset
 
 /* ------------------------------------------------------------------------ */
 /* The hooks                                                                 */
@@ -107,6 +110,15 @@ static CUresult CUDAAPI ca__mem_create(CUmemGenericAllocationHandle *handle,
 static CUresult CUDAAPI ca__mem_release(CUmemGenericAllocationHandle handle) {
   return ca_on_mem_release(handle);
 }
+static CUresult CUDAAPI ca__primary_ctx_reset_v1(CUdevice dev) {
+  return ca_on_device_primary_ctx_reset(dev, true);
+}
+static CUresult CUDAAPI ca__primary_ctx_reset(CUdevice dev) {
+  return ca_on_device_primary_ctx_reset(dev, false);
+}
+static CUresult CUDAAPI ca__ctx_destroy(CUcontext ctx) {
+  return ca_on_ctx_destroy(ctx);
+}
 static CUresult CUDAAPI ca__begin_capture_v1(CUstream stream) {
   return ca_on_stream_begin_capture_v1(stream, false);
 }
@@ -169,6 +181,9 @@ static const ca__hook ca__hooks[] = {
     {"cuMemFreeAsync_ptsz", (void *)ca__mem_free_async_ptsz},
     {"cuMemCreate", (void *)ca__mem_create},
     {"cuMemRelease", (void *)ca__mem_release},
+    {"cuDevicePrimaryCtxReset", (void *)ca__primary_ctx_reset_v1},
+    {"cuDevicePrimaryCtxReset_v2", (void *)ca__primary_ctx_reset},
+    {"cuCtxDestroy_v2", (void *)ca__ctx_destroy},
     {"cuStreamBeginCapture", (void *)ca__begin_capture_v1},
     {"cuStreamBeginCapture_ptsz", (void *)ca__begin_capture_v1_ptsz},
     {"cuStreamBeginCapture_v2", (void *)ca__begin_capture},
@@ -186,10 +201,12 @@ static const ca__hook ca__hooks[] = {
 
 /* Our hook for the libcuda export `name`, or NULL. Called for every dlsym in
  * the process, so names that cannot be ours (ours are "cuMem...",
- * "cuGetProc..." and "cuStream...") leave after three character compares. */
+ * "cuGetProc...", "cuStream...", "cuDevice..." and "cuCtx...") leave after
+ * three character compares. */
 CA__EARLY static void *ca__hook_for_name(const char *name) {
   if (name == NULL || name[0] != 'c' || name[1] != 'u' ||
-      (name[2] != 'M' && name[2] != 'G' && name[2] != 'S'))
+      (name[2] != 'M' && name[2] != 'G' && name[2] != 'S' &&
+       name[2] != 'D' && name[2] != 'C'))
     return NULL;
   for (size_t i = 0; i < CA__NHOOKS; i++) {
     if (strcmp(name, ca__hooks[i].name) == 0)
@@ -217,6 +234,7 @@ CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
 CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn,
                                   int cudaVersion, cuuint64_t flags);
 CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream);
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev);
 CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream hStream);
 CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream,
                                               CUstreamCaptureMode mode);
@@ -254,6 +272,9 @@ CA__EXPORT(cuMemCreate, ca__mem_create,
            (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
             unsigned long long));
 CA__EXPORT(cuMemRelease, ca__mem_release, (CUmemGenericAllocationHandle));
+CA__EXPORT(cuDevicePrimaryCtxReset, ca__primary_ctx_reset_v1, (CUdevice));
+CA__EXPORT(cuDevicePrimaryCtxReset_v2, ca__primary_ctx_reset, (CUdevice));
+CA__EXPORT(cuCtxDestroy_v2, ca__ctx_destroy, (CUcontext));
 CA__EXPORT(cuStreamBeginCapture, ca__begin_capture_v1, (CUstream));
 CA__EXPORT(cuStreamBeginCapture_ptsz, ca__begin_capture_v1_ptsz, (CUstream));
 CA__EXPORT(cuStreamBeginCapture_v2, ca__begin_capture,

@@ -11,9 +11,12 @@
 #include "backend_cuda.h"
 #include "config.h"
 #include "cudalloc.h"
+#include "lifecycle.h"
 #include "pool.h"
 #include "runtime.h"
+#include "stacks.h"
 #include "track.h"
+#include "unwind.h"
 
 /* What a call to a driver function that the loaded driver lacks returns:
  * only reachable through our exports, by a program that never loaded a
@@ -39,6 +42,25 @@ static int ca__device_or_unknown(void) {
   return device;
 }
 
+/* The stack id of the allocation being served, when backtrace_depth asks
+ * for stacks: the frames from the program's call inwards to the first one
+ * outside this library. */
+static uint32_t ca__stack_here(void) {
+  int depth = ca_config_get()->backtrace_depth;
+  if (depth <= 0)
+    return 0;
+  uintptr_t pcs[CA_STACK_MAX_FRAMES];
+  size_t n = ca_unwind_outside_self(pcs, (size_t)depth);
+  return ca_stacks_intern(pcs, n);
+}
+
+/* Records a passed-through allocation for the report. */
+static void ca__track(ca_track_kind kind, uint64_t key, uint64_t size,
+                      int device) {
+  ca_track_add(kind, key, size, device, ca__stack_here());
+  ca_lifecycle_device_used();
+}
+
 /* ------------------------------------------------------------------------ */
 /* Pooled                                                                    */
 
@@ -54,13 +76,14 @@ CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
   /* Without a current context the driver knows the right error
    * (not initialized, invalid context); let it say so. */
   int device = -1;
-  if (ca_driver_current_device(&device) != CUDA_SUCCESS)
+  CUcontext ctx = NULL;
+  if (ca_driver_current(&device, &ctx) != CUDA_SUCCESS)
     return CA__REAL(mem_alloc, dptr, size);
-  ca_pool *pool = ca_runtime_pool(device);
+  ca_pool *pool = ca_runtime_pool_in(device, ctx);
   if (pool == NULL)
     return CA__REAL(mem_alloc, dptr, size);
   uint64_t addr = 0;
-  int status = ca_pool_alloc(pool, (uint64_t)size, &addr);
+  int status = ca_pool_alloc(pool, (uint64_t)size, ca__stack_here(), &addr);
   if (status == 0)
     *dptr = (CUdeviceptr)addr;
   return (CUresult)status;
@@ -137,8 +160,8 @@ CUresult ca_on_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width,
   CUresult r = CA__REAL(mem_alloc_pitch, dptr, pitch, width, height,
                         element_size);
   if (r == CUDA_SUCCESS && ca__enabled())
-    ca_track_add(CA_TRACK_PITCH, (uint64_t)*dptr, (uint64_t)*pitch * height,
-                 ca__device_or_unknown());
+    ca__track(CA_TRACK_PITCH, (uint64_t)*dptr, (uint64_t)*pitch * height,
+              ca__device_or_unknown());
   return r;
 }
 
@@ -146,8 +169,8 @@ CUresult ca_on_mem_alloc_managed(CUdeviceptr *dptr, size_t size,
                                  unsigned int flags) {
   CUresult r = CA__REAL(mem_alloc_managed, dptr, size, flags);
   if (r == CUDA_SUCCESS && ca__enabled())
-    ca_track_add(CA_TRACK_MANAGED, (uint64_t)*dptr, size,
-                 ca__device_or_unknown());
+    ca__track(CA_TRACK_MANAGED, (uint64_t)*dptr, size,
+              ca__device_or_unknown());
   return r;
 }
 
@@ -156,8 +179,7 @@ CUresult ca_on_mem_alloc_async(CUdeviceptr *dptr, size_t size,
   CUresult r = ptsz ? CA__REAL(mem_alloc_async_ptsz, dptr, size, stream)
                     : CA__REAL(mem_alloc_async, dptr, size, stream);
   if (r == CUDA_SUCCESS && ca__enabled())
-    ca_track_add(CA_TRACK_ASYNC, (uint64_t)*dptr, size,
-                 ca__device_or_unknown());
+    ca__track(CA_TRACK_ASYNC, (uint64_t)*dptr, size, ca__device_or_unknown());
   return r;
 }
 
@@ -168,8 +190,8 @@ CUresult ca_on_mem_alloc_from_pool_async(CUdeviceptr *dptr, size_t size,
       ptsz ? CA__REAL(mem_alloc_from_pool_async_ptsz, dptr, size, pool, stream)
            : CA__REAL(mem_alloc_from_pool_async, dptr, size, pool, stream);
   if (r == CUDA_SUCCESS && ca__enabled())
-    ca_track_add(CA_TRACK_POOL_ASYNC, (uint64_t)*dptr, size,
-                 ca__device_or_unknown());
+    ca__track(CA_TRACK_POOL_ASYNC, (uint64_t)*dptr, size,
+              ca__device_or_unknown());
   return r;
 }
 
@@ -198,7 +220,7 @@ CUresult ca_on_mem_create(CUmemGenericAllocationHandle *handle, size_t size,
     int device = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE
                      ? prop->location.id
                      : -1;
-    ca_track_add(CA_TRACK_VMM, (uint64_t)*handle, size, device);
+    ca__track(CA_TRACK_VMM, (uint64_t)*handle, size, device);
   }
   return r;
 }
@@ -207,6 +229,37 @@ CUresult ca_on_mem_release(CUmemGenericAllocationHandle handle) {
   CUresult r = CA__REAL(mem_release, handle);
   if (r == CUDA_SUCCESS && ca__enabled())
     ca_track_forget_handle((uint64_t)handle, NULL);
+  return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Context deaths: passed through, then the pool forgets what died           */
+
+/* cudaDeviceReset. The pool's segments die with the primary context only
+ * if they live in it; which context they live in is asked before the reset
+ * (after it, the primary context is no longer active to compare with). */
+CUresult ca_on_device_primary_ctx_reset(CUdevice dev, bool v1) {
+  if (!ca__enabled())
+    return v1 ? CA__REAL(device_primary_ctx_reset_v1, dev)
+              : CA__REAL(device_primary_ctx_reset, dev);
+  void *home = ca_runtime_home((int)dev);
+  bool pool_dies =
+      home == NULL || ca_backend_cuda_is_primary((int)dev, (CUcontext)home);
+  CUresult r = v1 ? CA__REAL(device_primary_ctx_reset_v1, dev)
+                  : CA__REAL(device_primary_ctx_reset, dev);
+  if (r == CUDA_SUCCESS) {
+    ca_backend_cuda_forget_primary((int)dev);
+    if (pool_dies)
+      ca_lifecycle_context_gone((int)dev);
+  }
+  return r;
+}
+
+CUresult ca_on_ctx_destroy(CUcontext ctx) {
+  int device = ca__enabled() ? ca_runtime_device_of_context(ctx) : -1;
+  CUresult r = CA__REAL(ctx_destroy, ctx);
+  if (r == CUDA_SUCCESS && device >= 0)
+    ca_lifecycle_context_gone(device);
   return r;
 }
 

@@ -35,6 +35,12 @@ CUresult ca_on_mem_create(CUmemGenericAllocationHandle *handle, size_t size,
                           unsigned long long flags);
 CUresult ca_on_mem_release(CUmemGenericAllocationHandle handle);
 
+/* Context deaths: passed through; when the driver has freed a context's
+ * memory, the pool forgets the blocks that lived in it, reporting those the
+ * program never freed. `v1` is cuDevicePrimaryCtxReset without _v2. */
+CUresult ca_on_device_primary_ctx_reset(CUdevice dev, bool v1);
+CUresult ca_on_ctx_destroy(CUcontext ctx);
+
 /* Stream capture: passed through; the backend is told which captures are in
  * progress, so that it never synchronizes the device during one. `v1` is the
  * mode-less cuStreamBeginCapture of CUDA 10.0. */

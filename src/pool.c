@@ -77,6 +77,7 @@ typedef struct ca__block {
   ca__segment *seg;
   int state;
   unsigned fl, sl; /* size class, while in the bins */
+  uint32_t tag;    /* the caller's, while CA__LIVE */
   UT_hash_handle hh; /* in the live table while CA__LIVE */
 } ca__block;
 
@@ -797,7 +798,6 @@ void ca_pool_drop_all(ca_pool *p) {
   ca_lock_release(&p->lock);
 }
 
-/* Finds or makes a free block of at least `size` bytes. */
 /* Finds a free block of at least `size` bytes in the cache: the quick lists
  * first, then the bins, then both again after merging parked blocks and,
  * last, after waiting for held ones. */
@@ -831,7 +831,7 @@ static int ca__obtain(ca_pool *p, uint64_t size, ca__block **out) {
   return rc;
 }
 
-int ca_pool_alloc(ca_pool *p, uint64_t size, uint64_t *addr) {
+int ca_pool_alloc(ca_pool *p, uint64_t size, uint32_t tag, uint64_t *addr) {
   if (size > CA__MAX_REQUEST)
     return p->backend->oom_code;
   uint64_t rounded = ca__round_up(size ? size : 1, CA_GRANULE);
@@ -849,6 +849,7 @@ int ca_pool_alloc(ca_pool *p, uint64_t size, uint64_t *addr) {
     }
   }
   b->requested = size;
+  b->tag = tag;
   b->seq = ++p->next_seq;
   b->time_ns = ca__now_ns();
   HASH_ADD(hh, p->live, addr, sizeof(uint64_t), b);
@@ -897,6 +898,7 @@ static void ca__describe(const ca_pool *p, const ca__block *b,
   out->seq = b->seq;
   out->time_ns = b->time_ns;
   out->device = p->device;
+  out->tag = b->tag;
 }
 
 bool ca_pool_lookup(ca_pool *p, uint64_t addr, ca_live_block *out) {

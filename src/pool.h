@@ -52,6 +52,7 @@ typedef struct ca_live_block {
   uint64_t seq;       /* allocation number within this pool, from 1 */
   uint64_t time_ns;   /* CLOCK_MONOTONIC when allocated */
   int device;
+  uint32_t tag;       /* what the caller attached at allocation */
 } ca_live_block;
 
 typedef struct ca_pool ca_pool;
@@ -71,8 +72,10 @@ void ca_pool_drop_all(ca_pool *pool);
 
 /* Serves `size` bytes (0 is served as one granule). Returns 0 and the block's
  * address, or the backend's status: its oom_code when neither the cache nor
- * the backend (after giving back every free segment, once) can serve it. */
-int ca_pool_alloc(ca_pool *pool, uint64_t size, uint64_t *addr);
+ * the backend (after giving back every free segment, once) can serve it.
+ * `tag` is the caller's, kept with the live block and reported back (the
+ * library stores the allocation's stack id there). */
+int ca_pool_alloc(ca_pool *pool, uint64_t size, uint32_t tag, uint64_t *addr);
 
 /* Takes back the live block starting at `addr`. Returns false, changing
  * nothing, when no live block of this pool starts there. */

@@ -1,17 +1,119 @@
 /*
- * The memory summary and the live-allocation list (see report.h).
+ * The leak report and the memory summary (see report.h, docs/LEAKS.md).
+ *
+ * A report is built in four steps: the live blocks are sorted into groups
+ * (same device, same allocating call, same stack; or same size when there
+ * is no stack), the groups are ordered by total bytes, every frame of every
+ * group is symbolized in one batch (each object file is parsed once), and
+ * the groups are printed, after the suppressions have set some aside.
  */
 #include "report.h"
 
+#include <fcntl.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "config.h"
 #include "log.h"
-#include "runtime.h"
-#include "track.h"
+#include "stacks.h"
+#include "symbolize.h"
 
-/* How many live allocations of each device the list shows one by one. */
-#define CA__LIVE_SHOWN 20
+/* Allocation numbers listed per group without stacks, and in JSON. */
+#define CA__TEXT_SAMPLES 3
+#define CA__JSON_SAMPLES 8
+/* Suppression rules read from the file, at most. */
+#define CA__MAX_RULES 256
+/* A suppressions file larger than this is read only this far. */
+#define CA__MAX_RULES_FILE (1u << 20)
+
+#define CA__STR2(x) #x
+#define CA__STR(x) CA__STR2(x)
+#define CA__VERSION                                                            \
+  CA__STR(CUDALLOC_VERSION_MAJOR)                                              \
+  "." CA__STR(CUDALLOC_VERSION_MINOR) "." CA__STR(CUDALLOC_VERSION_PATCH)
+
+/* ---- Scratch memory ------------------------------------------------------ */
+
+/* Scratch comes from mmap: the report runs at exit, where the program's
+ * malloc may be in any state (a profiler's, torn down, or the one that
+ * leaked), and must not be made to hold our garbage either. */
+static void *ca__scratch(size_t bytes) {
+  if (bytes == 0)
+    bytes = 1;
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+static void ca__unscratch(void *p, size_t bytes) {
+  if (p != NULL)
+    munmap(p, bytes ? bytes : 1);
+}
+
+/* ---- Output ------------------------------------------------------------- */
+
+/* Unprefixed output (JSON), gathered into writes of a few KiB. */
+typedef struct ca__out {
+  size_t len;
+  char buf[8192];
+} ca__out;
+
+static void ca__flush(ca__out *o) {
+  ca_log_raw(o->buf, o->len);
+  o->len = 0;
+}
+
+static void ca__put(ca__out *o, const char *s, size_t n) {
+  while (n > 0) {
+    if (o->len == sizeof(o->buf))
+      ca__flush(o);
+    size_t room = sizeof(o->buf) - o->len;
+    size_t take = n < room ? n : room;
+    memcpy(o->buf + o->len, s, take);
+    o->len += take;
+    s += take;
+    n -= take;
+  }
+}
+
+static void ca__printf(ca__out *o, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void ca__printf(ca__out *o, const char *fmt, ...) {
+  char tmp[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+  va_end(ap);
+  if (n > 0)
+    ca__put(o, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
+}
+
+/* A JSON string, or null for NULL and "". */
+static void ca__put_json_string(ca__out *o, const char *s) {
+  if (s == NULL || s[0] == '\0') {
+    ca__put(o, "null", 4);
+    return;
+  }
+  ca__put(o, "\"", 1);
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') {
+      char esc[2] = {'\\', (char)ch};
+      ca__put(o, esc, 2);
+    } else if (ch < 0x20) {
+      ca__printf(o, "\\u%04x", ch);
+    } else {
+      ca__put(o, s, 1);
+    }
+  }
+  ca__put(o, "\"", 1);
+}
 
 void ca_format_bytes(char *buf, size_t len, uint64_t bytes) {
   static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
@@ -28,6 +130,8 @@ void ca_format_bytes(char *buf, size_t len, uint64_t bytes) {
   snprintf(buf, len, "%.1f %s", v, units[u]);
 }
 
+/* ---- The memory summary -------------------------------------------------- */
+
 static void ca__stat_row(const char *name, const cudalloc_stat *s, int bytes) {
   char cur[32], peak[32], total[32];
   if (bytes) {
@@ -42,7 +146,7 @@ static void ca__stat_row(const char *name, const cudalloc_stat *s, int bytes) {
   ca_log("  %-16s %12s %12s %12s", name, cur, peak, total);
 }
 
-static void ca__stats_of(const cudalloc_device_stats *s) {
+static void ca__stats_text(const cudalloc_device_stats *s) {
   char free_b[32], largest[32], pending[32];
   ca_format_bytes(free_b, sizeof(free_b), s->free_cached_bytes);
   ca_format_bytes(pending, sizeof(pending), s->pending_free_bytes);
@@ -71,52 +175,635 @@ static void ca__stats_of(const cudalloc_device_stats *s) {
          free_b, largest, 100.0 * s->fragmentation, pending);
 }
 
-void ca_report_stats(void) {
-  for (int d = 0; d < CUDALLOC_MAX_DEVICES; d++) {
-    ca_pool *pool = ca_runtime_pool_if_any(d);
-    if (!pool)
+static void ca__json_stat(ca__out *o, const char *name, const cudalloc_stat *s,
+                          bool comma) {
+  ca__printf(o,
+             "\"%s\":{\"current\":%" PRIu64 ",\"peak\":%" PRIu64
+             ",\"total\":%" PRIu64 "}%s",
+             name, s->current, s->peak, s->total, comma ? "," : "");
+}
+
+static void ca__stats_json(ca__out *o, const cudalloc_device_stats *s) {
+  ca__printf(o, "{\"device\":%d,", s->device);
+  ca__json_stat(o, "requested_bytes", &s->requested_bytes, true);
+  ca__json_stat(o, "allocated_bytes", &s->allocated_bytes, true);
+  ca__json_stat(o, "reserved_bytes", &s->reserved_bytes, true);
+  ca__json_stat(o, "blocks", &s->blocks, true);
+  ca__json_stat(o, "segments", &s->segments, true);
+  ca__printf(o,
+             "\"allocs\":%" PRIu64 ",\"frees\":%" PRIu64
+             ",\"cache_hits\":%" PRIu64 ",\"backend_allocs\":%" PRIu64
+             ",\"backend_frees\":%" PRIu64 ",\"oom_retries\":%" PRIu64,
+             s->allocs, s->frees, s->cache_hits, s->backend_allocs,
+             s->backend_frees, s->oom_retries);
+  ca__printf(o,
+             ",\"gc_segments_released\":%" PRIu64
+             ",\"failed_allocs\":%" PRIu64 ",\"free_cached_bytes\":%" PRIu64
+             ",\"pending_free_bytes\":%" PRIu64
+             ",\"largest_free_block\":%" PRIu64 ",\"fragmentation\":%.6f}",
+             s->gc_segments_released, s->failed_allocs, s->free_cached_bytes,
+             s->pending_free_bytes, s->largest_free_block, s->fragmentation);
+}
+
+/* ---- Grouping ------------------------------------------------------------ */
+
+typedef struct ca__group {
+  size_t first, count;  /* a run of the sorted blocks */
+  uint64_t first_seq;   /* the oldest allocation's number */
+  uint64_t bytes, min, max;
+  bool suppressed;
+  size_t shown_from;    /* frames before this are runtime plumbing */
+} ca__group;
+
+/* Blocks with a stack group by stack; blocks without one group by size. */
+static uint64_t ca__size_key(const ca_report_block *b) {
+  return b->stack ? 0 : b->bytes;
+}
+
+static int ca__cmp_u64(uint64_t x, uint64_t y) { return (x > y) - (x < y); }
+
+static int ca__cmp_block(const void *a, const void *b) {
+  const ca_report_block *x = a, *y = b;
+  int c = (x->device > y->device) - (x->device < y->device);
+  if (c == 0)
+    c = strcmp(x->call, y->call);
+  if (c == 0)
+    c = ca__cmp_u64(x->stack, y->stack);
+  if (c == 0)
+    c = ca__cmp_u64(ca__size_key(x), ca__size_key(y));
+  return c ? c : ca__cmp_u64(x->seq, y->seq);
+}
+
+static bool ca__same_group(const ca_report_block *x,
+                           const ca_report_block *y) {
+  return x->device == y->device && strcmp(x->call, y->call) == 0 &&
+         x->stack == y->stack && ca__size_key(x) == ca__size_key(y);
+}
+
+/* Largest total first; then more allocations; then the oldest. */
+static int ca__cmp_group(const void *a, const void *b) {
+  const ca__group *x = a, *y = b;
+  int c = ca__cmp_u64(y->bytes, x->bytes);
+  if (c == 0)
+    c = ca__cmp_u64(y->count, x->count);
+  return c ? c : ca__cmp_u64(x->first_seq, y->first_seq);
+}
+
+/* Fills groups (room for n) from the sorted blocks; returns how many. */
+static size_t ca__make_groups(const ca_report_block *b, size_t n,
+                              ca__group *groups) {
+  size_t ng = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (i == 0 || !ca__same_group(&b[i - 1], &b[i]))
+      groups[ng++] =
+          (ca__group){.first = i, .first_seq = b[i].seq, .min = UINT64_MAX};
+    ca__group *g = &groups[ng - 1];
+    g->count++;
+    g->bytes += b[i].bytes;
+    g->min = b[i].bytes < g->min ? b[i].bytes : g->min;
+    g->max = b[i].bytes > g->max ? b[i].bytes : g->max;
+  }
+  return ng;
+}
+
+/* ---- Symbols -------------------------------------------------------------- */
+
+/* Every distinct frame of every group, sorted, with its symbol. */
+typedef struct ca__symbols {
+  uintptr_t *pcs;
+  ca_symbol *syms;
+  size_t n, pcs_bytes, syms_bytes;
+} ca__symbols;
+
+static int ca__cmp_pc(const void *a, const void *b) {
+  uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+  return (x > y) - (x < y);
+}
+
+static size_t ca__stack_of(const ca_report_block *b, const uintptr_t **pcs) {
+  return ca_stacks_get(b->stack, pcs);
+}
+
+static void ca__symbolize_groups(const ca_report_block *blocks,
+                                 const ca__group *groups, size_t ng,
+                                 ca__symbols *s) {
+  *s = (ca__symbols){0};
+  size_t total = 0;
+  for (size_t g = 0; g < ng; g++) {
+    const uintptr_t *pcs;
+    total += ca__stack_of(&blocks[groups[g].first], &pcs);
+  }
+  if (total == 0)
+    return;
+  s->pcs_bytes = total * sizeof(uintptr_t);
+  s->pcs = ca__scratch(s->pcs_bytes);
+  if (s->pcs == NULL)
+    return;
+  for (size_t g = 0; g < ng; g++) {
+    const uintptr_t *pcs;
+    size_t k = ca__stack_of(&blocks[groups[g].first], &pcs);
+    memcpy(s->pcs + s->n, pcs, k * sizeof(uintptr_t));
+    s->n += k;
+  }
+  qsort(s->pcs, s->n, sizeof(uintptr_t), ca__cmp_pc);
+  size_t unique = 0;
+  for (size_t i = 0; i < s->n; i++)
+    if (unique == 0 || s->pcs[unique - 1] != s->pcs[i])
+      s->pcs[unique++] = s->pcs[i];
+  s->n = unique;
+  s->syms_bytes = unique * sizeof(ca_symbol);
+  s->syms = ca__scratch(s->syms_bytes);
+  if (s->syms == NULL) {
+    s->n = 0;
+    return;
+  }
+  ca_symbolize(s->pcs, s->n, s->syms);
+}
+
+static void ca__symbols_free(ca__symbols *s) {
+  ca__unscratch(s->pcs, s->pcs_bytes);
+  ca__unscratch(s->syms, s->syms_bytes);
+}
+
+/* The symbol of `pc`, or NULL when symbolizing failed. */
+static const ca_symbol *ca__symbol(const ca__symbols *s, uintptr_t pc) {
+  if (s->n == 0)
+    return NULL;
+  const uintptr_t *hit = bsearch(&pc, s->pcs, s->n, sizeof(uintptr_t),
+                                 ca__cmp_pc);
+  return hit ? &s->syms[hit - s->pcs] : NULL;
+}
+
+static const char *ca__basename(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+static bool ca__starts(const char *s, const char *prefix) {
+  return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* Whether a frame is the plumbing between the program's call and the pool:
+ * cudalloc itself, the CUDA runtime or the driver. A runtime linked
+ * statically into the program is told apart by its names only: its API
+ * (cudaMalloc), its internals (libcudart_static_<hash>, __cudart<n>, and
+ * cudart:: when not demangled, _ZN6cudart) and the driver's (cuMemAlloc). */
+static bool ca__is_plumbing(const ca_symbol *sym) {
+  const char *module = ca__basename(sym->module);
+  const char *f = sym->function;
+  return ca__starts(module, "libcudalloc") ||
+         ca__starts(module, "libcudart") || ca__starts(module, "libcuda.") ||
+         ca__starts(f, "cuda") || ca__starts(f, "__cuda") ||
+         ca__starts(f, "libcudart_static") || ca__starts(f, "_ZN6cudart") ||
+         (f[0] == 'c' && f[1] == 'u' && f[2] >= 'A' && f[2] <= 'Z');
+}
+
+/* The first frame of the group's stack worth showing: leading plumbing is
+ * folded away, unless it is all there is. */
+static size_t ca__first_shown(const uintptr_t *pcs, size_t n,
+                              const ca__symbols *s) {
+  size_t i = 0;
+  while (i < n) {
+    const ca_symbol *sym = ca__symbol(s, pcs[i]);
+    if (sym == NULL || !ca__is_plumbing(sym))
+      break;
+    i++;
+  }
+  return i < n ? i : 0;
+}
+
+/* ---- Suppressions ------------------------------------------------------- */
+
+typedef struct ca__rules {
+  char *text; /* the file, NUL-terminated, patterns cut in place */
+  size_t text_bytes;
+  const char *pattern[CA__MAX_RULES];
+  size_t n;
+} ca__rules;
+
+static char *ca__trim(char *s) {
+  while (*s == ' ' || *s == '\t' || *s == '\r')
+    s++;
+  char *end = s + strlen(s);
+  while (end > s && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r'))
+    *--end = '\0';
+  return s;
+}
+
+static void ca__parse_rules(ca__rules *r, const char *path) {
+  size_t line_no = 0;
+  for (char *line = r->text; line != NULL;) {
+    char *next = strchr(line, '\n');
+    if (next != NULL)
+      *next++ = '\0';
+    line_no++;
+    char *t = ca__trim(line);
+    if (t[0] != '\0' && t[0] != '#') {
+      char *pattern = ca__starts(t, "leak:") ? ca__trim(t + 5) : NULL;
+      if (pattern == NULL || pattern[0] == '\0')
+        ca_log("suppressions: %s:%zu: '%.60s' ignored (expected "
+               "leak:<pattern>)",
+               path, line_no, t);
+      else if (r->n < CA__MAX_RULES)
+        r->pattern[r->n++] = pattern;
+    }
+    line = next;
+  }
+}
+
+/* Reads the suppressions file, if one is configured. */
+static void ca__load_rules(ca__rules *r, const char *path) {
+  *r = (ca__rules){0};
+  if (path[0] == '\0')
+    return;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    ca_log("suppressions: cannot open '%s': no leak is suppressed", path);
+    if (fd >= 0)
+      close(fd);
+    return;
+  }
+  size_t size = st.st_size > (off_t)CA__MAX_RULES_FILE ? CA__MAX_RULES_FILE
+                                                       : (size_t)st.st_size;
+  r->text_bytes = size + 1;
+  r->text = ca__scratch(r->text_bytes); /* zero-filled: NUL-terminated */
+  size_t got = 0;
+  while (r->text != NULL && got < size) {
+    ssize_t k = read(fd, r->text + got, size - got);
+    if (k <= 0)
+      break;
+    got += (size_t)k;
+  }
+  close(fd);
+  if (r->text != NULL)
+    ca__parse_rules(r, path);
+}
+
+/* Whether text[0..] matches glob p[0..pn) ('*' = any run) as a whole. */
+static bool ca__glob(const char *p, size_t pn, const char *text) {
+  size_t pi = 0, star = SIZE_MAX;
+  const char *t = text, *star_t = NULL;
+  while (*t) {
+    if (pi < pn && p[pi] == '*') {
+      star = pi++;
+      star_t = t;
+    } else if (pi < pn && p[pi] == *t) {
+      pi++;
+      t++;
+    } else if (star != SIZE_MAX) {
+      pi = star + 1;
+      t = ++star_t;
+    } else {
+      return false;
+    }
+  }
+  while (pi < pn && p[pi] == '*')
+    pi++;
+  return pi == pn;
+}
+
+/* A pattern matches anywhere in the name unless anchored by ^ or $. */
+static bool ca__rule_matches(const char *pattern, const char *name) {
+  if (name[0] == '\0')
+    return false;
+  char glob[512];
+  size_t n = 0, len = strlen(pattern);
+  bool head = pattern[0] == '^', tail = len > 0 && pattern[len - 1] == '$';
+  const char *from = pattern + head, *to = pattern + len - tail;
+  if (to < from || (size_t)(to - from) + 2 >= sizeof(glob))
+    return false;
+  if (!head)
+    glob[n++] = '*';
+  memcpy(glob + n, from, (size_t)(to - from));
+  n += (size_t)(to - from);
+  if (!tail)
+    glob[n++] = '*';
+  return ca__glob(glob, n, name);
+}
+
+/* Whether any rule matches a function or module of any frame. */
+static bool ca__suppressed(const ca__rules *r, const uintptr_t *pcs, size_t n,
+                           const ca__symbols *s) {
+  for (size_t i = 0; i < n; i++) {
+    const ca_symbol *sym = ca__symbol(s, pcs[i]);
+    if (sym == NULL)
       continue;
-    cudalloc_device_stats s;
-    ca_pool_get_stats(pool, &s);
-    ca__stats_of(&s);
+    for (size_t k = 0; k < r->n; k++)
+      if (ca__rule_matches(r->pattern[k], sym->function) ||
+          ca__rule_matches(r->pattern[k], sym->module))
+        return true;
   }
+  return false;
 }
 
-typedef struct ca__live_tally {
-  size_t shown;
-  uint64_t count, bytes;
-} ca__live_tally;
+/* ---- Text ---------------------------------------------------------------- */
 
-static void ca__print_pooled(const ca_live_block *b, void *arg) {
-  ca__live_tally *t = arg;
-  t->count++;
-  t->bytes += b->requested;
-  if (t->shown++ < CA__LIVE_SHOWN)
-    ca_log("  %" PRIu64 " bytes at 0x%" PRIx64 " on device %d (allocation #%"
-           PRIu64 ")", b->requested, b->addr, b->device, b->seq);
+/* " on device 3", or " on an unknown device". */
+static void ca__device_words(char *buf, size_t len, int device) {
+  if (device >= 0)
+    snprintf(buf, len, " on device %d", device);
+  else
+    snprintf(buf, len, " on an unknown device");
 }
 
-static void ca__print_tracked(const ca_tracked *t, void *arg) {
-  ca__live_tally *tally = arg;
-  tally->count++;
-  tally->bytes += t->size;
-  if (tally->shown++ < CA__LIVE_SHOWN)
-    ca_log("  %" PRIu64 " bytes, %s, %s 0x%" PRIx64 " on device %d",
-           t->size, ca_track_kind_name(t->kind),
-           t->kind == CA_TRACK_VMM ? "handle" : "at", t->key, t->device);
+/* " (cuMemAllocManaged)" for passed-through calls, "" for the pool's. */
+static void ca__call_words(char *buf, size_t len, const char *call) {
+  if (strcmp(call, CA_REPORT_POOLED_CALL) == 0)
+    buf[0] = '\0';
+  else
+    snprintf(buf, len, " (%s)", call);
 }
 
-void ca_report_live(void) {
-  ca__live_tally tally = {0, 0, 0};
-  ca_log("live device allocations:");
-  for (int d = 0; d < CUDALLOC_MAX_DEVICES; d++) {
-    ca_pool *pool = ca_runtime_pool_if_any(d);
-    if (pool)
-      ca_pool_foreach_live(pool, ca__print_pooled, &tally);
+static void ca__text_frame(size_t index, uintptr_t pc, const ca_symbol *sym) {
+  if (sym == NULL || sym->module[0] == '\0') {
+    ca_log("    #%zu 0x%" PRIxPTR " in ??", index, pc);
+    return;
   }
-  ca_track_foreach(ca__print_tracked, &tally);
-  if (tally.shown > CA__LIVE_SHOWN)
-    ca_log("  ... and %zu more", tally.shown - CA__LIVE_SHOWN);
-  ca_log("%" PRIu64 " bytes live in %" PRIu64 " allocation(s)", tally.bytes,
-         tally.count);
+  const char *module = ca__basename(sym->module);
+  if (sym->function[0] != '\0' && sym->line != 0)
+    ca_log("    #%zu 0x%" PRIxPTR " in %s %s:%u (%s+0x%" PRIx64 ")", index, pc,
+           sym->function, sym->file, sym->line, module, sym->module_offset);
+  else if (sym->function[0] != '\0')
+    ca_log("    #%zu 0x%" PRIxPTR " in %s+0x%" PRIx64 " (%s+0x%" PRIx64 ")",
+           index, pc, sym->function, sym->function_offset, module,
+           sym->module_offset);
+  else
+    ca_log("    #%zu 0x%" PRIxPTR " in ?? (%s+0x%" PRIx64 ")", index, pc,
+           module, sym->module_offset);
+}
+
+/* "allocations #1 at 0x..., #2 at 0x..., ... (97 more)" */
+static void ca__text_samples(const ca_report_block *b, const ca__group *g) {
+  char line[512];
+  size_t len = (size_t)snprintf(line, sizeof(line), "    allocation%s",
+                                g->count > 1 ? "s" : "");
+  size_t shown = g->count < CA__TEXT_SAMPLES ? g->count : CA__TEXT_SAMPLES;
+  for (size_t i = 0; i < shown && len < sizeof(line); i++) {
+    const ca_report_block *x = &b[g->first + i];
+    len += (size_t)snprintf(line + len, sizeof(line) - len,
+                            "%s #%" PRIu64 " at 0x%" PRIx64, i ? "," : "",
+                            x->seq, x->addr);
+  }
+  if (g->count > shown && len < sizeof(line))
+    snprintf(line + len, sizeof(line) - len, ", ... (%zu more)",
+             g->count - shown);
+  ca_log("%s", line);
+}
+
+static const char *ca__verb(ca_report_event event) {
+  return event == CA_EVENT_API ? "live" : "leaked";
+}
+
+static void ca__text_group(const ca_report_input *in,
+                           const ca_report_block *b, const ca__group *g,
+                           const ca__symbols *s) {
+  char on[48], call[64];
+  const ca_report_block *first = &b[g->first];
+  ca__device_words(on, sizeof(on), first->device);
+  ca__call_words(call, sizeof(call), first->call);
+  ca_log("%s", "");
+  const uintptr_t *pcs;
+  size_t n = ca__stack_of(first, &pcs);
+  if (n == 0) {
+    ca_log("%" PRIu64 " bytes %s in %zu allocation(s) of %" PRIu64
+           " bytes%s%s:",
+           g->bytes, ca__verb(in->event), g->count, first->bytes, on, call);
+    ca__text_samples(b, g);
+    return;
+  }
+  ca_log("%" PRIu64 " bytes %s in %zu allocation(s)%s%s, allocated from:",
+         g->bytes, ca__verb(in->event), g->count, on, call);
+  for (size_t i = g->shown_from; i < n; i++)
+    ca__text_frame(i - g->shown_from, pcs[i], ca__symbol(s, pcs[i]));
+}
+
+static void ca__text_header(const ca_report_input *in) {
+  int pid = (int)getpid();
+  if (in->event == CA_EVENT_API)
+    ca_log("==%d== live device allocations (on request)", pid);
+  else if (in->event == CA_EVENT_CONTEXT_RESET)
+    ca_log("==%d== device memory leak report (at context reset of device %d)",
+           pid, in->device);
+  else
+    ca_log("==%d== device memory leak report (at exit)", pid);
+}
+
+/* ---- Leak report ---------------------------------------------------------- */
+
+/* Everything the printers need about one report. */
+typedef struct ca__leaks {
+  const ca_report_input *in;
+  const ca_report_block *blocks; /* sorted into groups */
+  ca__group *groups;             /* ordered for printing */
+  size_t ngroups;
+  ca__symbols symbols;
+  ca_leak_totals totals;
+  size_t max_groups; /* printed at most; SIZE_MAX for all */
+} ca__leaks;
+
+static void ca__leaks_text(const ca__leaks *l) {
+  const ca_report_input *in = l->in;
+  if (in->nblocks == 0) {
+    if (in->event == CA_EVENT_API)
+      ca_log("no live device allocations");
+    else if (in->event == CA_EVENT_EXIT)
+      ca_log("no device memory leaks (%" PRIu64 " allocations, all freed)",
+             in->allocations);
+    return;
+  }
+  ca__text_header(in);
+  size_t printed = 0;
+  uint64_t rest_bytes = 0, rest_count = 0, rest_groups = 0;
+  bool stackless = false;
+  for (size_t i = 0; i < l->ngroups; i++) {
+    const ca__group *g = &l->groups[i];
+    if (g->suppressed)
+      continue;
+    if (printed == l->max_groups) {
+      rest_groups++;
+      rest_bytes += g->bytes;
+      rest_count += g->count;
+      continue;
+    }
+    ca__text_group(in, l->blocks, g, &l->symbols);
+    stackless |= l->blocks[g->first].stack == 0;
+    printed++;
+  }
+  if (rest_groups > 0)
+    ca_log("... %" PRIu64 " more group(s) (%" PRIu64
+           " bytes in %" PRIu64 " allocations); max_leaks:0 shows all",
+           rest_groups, rest_bytes, rest_count);
+  ca_log("%s", "");
+  const ca_leak_totals *t = &l->totals;
+  char apart[128] = "";
+  if (t->suppressed_count > 0)
+    snprintf(apart, sizeof(apart),
+             " (%" PRIu64 " bytes in %" PRIu64 " allocations suppressed)",
+             t->suppressed_bytes, t->suppressed_count);
+  ca_log("SUMMARY: %" PRIu64 " bytes %s in %" PRIu64 " allocations%s",
+         t->bytes, ca__verb(in->event), t->count, apart);
+  if (stackless)
+    ca_log("set CUDALLOC_CONF=backtrace_depth:16 to see where %s memory was "
+           "allocated",
+           in->event == CA_EVENT_API ? "live" : "leaked");
+}
+
+static void ca__json_frame(ca__out *o, uintptr_t pc, const ca_symbol *sym) {
+  ca__printf(o, "{\"pc\":\"0x%" PRIxPTR "\",\"function\":", pc);
+  ca__put_json_string(o, sym ? sym->function : NULL);
+  ca__printf(o, ",\"offset\":%" PRIu64 ",\"file\":",
+             sym ? sym->function_offset : 0);
+  ca__put_json_string(o, sym ? sym->file : NULL);
+  ca__printf(o, ",\"line\":%u,\"module\":", sym ? sym->line : 0);
+  ca__put_json_string(o, sym ? sym->module : NULL);
+  ca__printf(o, ",\"module_offset\":\"0x%" PRIx64 "\"}",
+             sym ? sym->module_offset : 0);
+}
+
+static void ca__json_group(ca__out *o, const ca__leaks *l, const ca__group *g) {
+  const ca_report_block *first = &l->blocks[g->first];
+  ca__printf(o, "{\"device\":%d,\"call\":", first->device);
+  ca__put_json_string(o, first->call);
+  ca__printf(o,
+             ",\"bytes\":%" PRIu64 ",\"count\":%zu,\"sizes\":{\"min\":%" PRIu64
+             ",\"max\":%" PRIu64 "},\"suppressed\":%s,\"allocations\":[",
+             g->bytes, g->count, g->min, g->max,
+             g->suppressed ? "true" : "false");
+  for (size_t i = 0; i < g->count && i < CA__JSON_SAMPLES; i++) {
+    const ca_report_block *b = &l->blocks[g->first + i];
+    ca__printf(o,
+               "%s{\"seq\":%" PRIu64 ",\"address\":\"0x%" PRIx64
+               "\",\"bytes\":%" PRIu64 "}",
+               i ? "," : "", b->seq, b->addr, b->bytes);
+  }
+  ca__put(o, "],\"frames\":[", 12);
+  const uintptr_t *pcs;
+  size_t n = ca__stack_of(first, &pcs);
+  for (size_t i = g->shown_from; i < n; i++) {
+    if (i > g->shown_from)
+      ca__put(o, ",", 1);
+    ca__json_frame(o, pcs[i], ca__symbol(&l->symbols, pcs[i]));
+  }
+  ca__put(o, "]}", 2);
+}
+
+static const char *ca__event_name(ca_report_event event) {
+  switch (event) {
+  case CA_EVENT_EXIT:
+    return "exit";
+  case CA_EVENT_CONTEXT_RESET:
+    return "context_reset";
+  case CA_EVENT_SIGNAL:
+    return "signal";
+  case CA_EVENT_API:
+    return "api";
+  }
+  return "?";
+}
+
+/* One document on one line: tools read a log file line by line. */
+static void ca__json(const ca__leaks *l) {
+  const ca_report_input *in = l->in;
+  ca__out o;
+  o.len = 0;
+  ca__printf(&o,
+             "{\"tool\":\"cudalloc\",\"version\":\"" CA__VERSION
+             "\",\"pid\":%d,\"event\":\"%s\"",
+             (int)getpid(), ca__event_name(in->event));
+  if (in->event == CA_EVENT_CONTEXT_RESET)
+    ca__printf(&o, ",\"device\":%d", in->device);
+  if (in->leaks) {
+    ca__put(&o, ",\"leaks\":[", 10);
+    size_t printed = 0;
+    for (size_t i = 0; i < l->ngroups && printed < l->max_groups; i++) {
+      if (printed++ > 0)
+        ca__put(&o, ",", 1);
+      ca__json_group(&o, l, &l->groups[i]);
+    }
+    const ca_leak_totals *t = &l->totals;
+    ca__printf(&o,
+               "],\"summary\":{\"bytes\":%" PRIu64 ",\"count\":%" PRIu64
+               ",\"suppressed_bytes\":%" PRIu64
+               ",\"suppressed_count\":%" PRIu64 ",\"groups\":%zu"
+               ",\"allocations\":%" PRIu64 "}",
+               t->bytes, t->count, t->suppressed_bytes, t->suppressed_count,
+               l->ngroups, in->allocations);
+  }
+  if (in->nstats > 0) {
+    ca__put(&o, ",\"stats\":[", 10);
+    for (size_t i = 0; i < in->nstats; i++) {
+      if (i > 0)
+        ca__put(&o, ",", 1);
+      ca__stats_json(&o, &in->stats[i]);
+    }
+    ca__put(&o, "]", 1);
+  }
+  ca__put(&o, "}\n", 2);
+  ca__flush(&o);
+}
+
+/* Sorts, groups, symbolizes and applies the suppressions. Returns false
+ * when scratch memory ran out (the report then says so and stops). */
+static bool ca__prepare(ca__leaks *l, const ca_config *cfg,
+                        ca_report_block **sorted, size_t *sorted_bytes,
+                        size_t *groups_bytes) {
+  const ca_report_input *in = l->in;
+  size_t n = in->nblocks;
+  if (n == 0)
+    return true;
+  *sorted_bytes = n * sizeof(ca_report_block);
+  *groups_bytes = n * sizeof(ca__group);
+  *sorted = ca__scratch(*sorted_bytes);
+  l->groups = ca__scratch(*groups_bytes);
+  if (*sorted == NULL || l->groups == NULL)
+    return false;
+  memcpy(*sorted, in->blocks, *sorted_bytes);
+  qsort(*sorted, n, sizeof(ca_report_block), ca__cmp_block);
+  l->blocks = *sorted;
+  l->ngroups = ca__make_groups(*sorted, n, l->groups);
+  qsort(l->groups, l->ngroups, sizeof(ca__group), ca__cmp_group);
+  ca__symbolize_groups(*sorted, l->groups, l->ngroups, &l->symbols);
+  ca__rules rules;
+  ca__load_rules(&rules, cfg->suppressions);
+  for (size_t i = 0; i < l->ngroups; i++) {
+    ca__group *g = &l->groups[i];
+    const uintptr_t *pcs;
+    size_t k = ca__stack_of(&(*sorted)[g->first], &pcs);
+    g->shown_from = ca__first_shown(pcs, k, &l->symbols);
+    g->suppressed = rules.n > 0 && ca__suppressed(&rules, pcs, k, &l->symbols);
+    uint64_t *bytes = g->suppressed ? &l->totals.suppressed_bytes
+                                    : &l->totals.bytes;
+    uint64_t *count = g->suppressed ? &l->totals.suppressed_count
+                                    : &l->totals.count;
+    *bytes += g->bytes;
+    *count += g->count;
+  }
+  ca__unscratch(rules.text, rules.text_bytes);
+  return true;
+}
+
+ca_leak_totals ca_report(const ca_report_input *in) {
+  const ca_config *cfg = in->config ? in->config : ca_config_get();
+  ca__leaks l = {.in = in, .max_groups = SIZE_MAX};
+  if (cfg->max_leaks > 0)
+    l.max_groups = (size_t)cfg->max_leaks;
+  ca_report_block *sorted = NULL;
+  size_t sorted_bytes = 0, groups_bytes = 0;
+  bool ok = !in->leaks ||
+            ca__prepare(&l, cfg, &sorted, &sorted_bytes, &groups_bytes);
+  if (!ok)
+    ca_log("leak report: out of memory for %zu live blocks", in->nblocks);
+  if (ok && cfg->report_format == CA_REPORT_JSON) {
+    ca__json(&l);
+  } else if (ok) {
+    for (size_t i = 0; i < in->nstats; i++)
+      ca__stats_text(&in->stats[i]);
+    if (in->leaks)
+      ca__leaks_text(&l);
+  }
+  ca__symbols_free(&l.symbols);
+  ca__unscratch(sorted, sorted_bytes);
+  ca__unscratch(l.groups, groups_bytes);
+  return l.totals;
 }

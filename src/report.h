@@ -1,21 +1,74 @@
 /*
- * What the library prints about memory: the per-device summary and the list
- * of live allocations. Output goes through ca_log, never allocates, and
- * makes no CUDA call, so it is safe at exit.
+ * What the library prints about memory: the leak report (live device
+ * allocations grouped by where they came from) and the per-device memory
+ * summary, as text for people or JSON for tools (docs/LEAKS.md). It is
+ * given the blocks and statistics to print, so it knows no pool and no
+ * driver, and the unit tests drive it directly.
+ *
+ * Nothing here calls CUDA: the report runs at exit, when the runtime and the
+ * context may be gone. Scratch memory comes from mmap, not the program's
+ * malloc; symbolizing stacks opens and maps the program's object files.
  */
 #ifndef CA_REPORT_H
 #define CA_REPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "cudalloc.h"
 
 /* Formats `bytes` for people: "512 B", "1.5 KiB", "12.0 MiB", "3.2 GiB". */
 void ca_format_bytes(char *buf, size_t len, uint64_t bytes);
 
-/* Prints the memory summary of every device that has a pool. */
-void ca_report_stats(void);
+/* Why a report is printed. */
+typedef enum ca_report_event {
+  CA_EVENT_EXIT,          /* the process is exiting */
+  CA_EVENT_CONTEXT_RESET, /* a context died, taking its memory with it */
+  CA_EVENT_SIGNAL,        /* SIGUSR1 with stats_signal:1 (stats only) */
+  CA_EVENT_API,           /* cudalloc_print_report / cudalloc_print_stats */
+} ca_report_event;
 
-/* Prints every live device allocation, pooled and passed through. */
-void ca_report_live(void);
+/* What a leak report found. */
+typedef struct ca_leak_totals {
+  uint64_t bytes, count;                        /* reported */
+  uint64_t suppressed_bytes, suppressed_count;  /* matched a suppression */
+} ca_leak_totals;
+
+/* The `call` of blocks the pool served (cuMemAlloc_v2, cudaMalloc). */
+#define CA_REPORT_POOLED_CALL "cuMemAlloc"
+
+/* One live allocation as the report sees it. */
+typedef struct ca_report_block {
+  uint64_t addr;  /* device address, or the handle for cuMemCreate */
+  uint64_t bytes; /* as the program asked for them */
+  uint64_t seq;   /* allocation number (per pool, or among passed-through) */
+  int device;     /* -1 when unknown */
+  uint32_t stack; /* stack id (stacks.h); 0 for none */
+  const char *call; /* the driver function that allocated it */
+} ca_report_block;
+
+/* Everything one report prints. */
+typedef struct ca_report_input {
+  ca_report_event event;
+  int device; /* the device a context reset concerns; -1 otherwise */
+  /* The leak part, when `leaks` is set: the live blocks, and how many
+   * allocations the process made in all (for the line that says nothing
+   * leaked). */
+  bool leaks;
+  const ca_report_block *blocks;
+  size_t nblocks;
+  uint64_t allocations;
+  /* The memory summary, printed before the leaks; nstats 0 for none. */
+  const cudalloc_device_stats *stats;
+  size_t nstats;
+  /* The settings (format, max_leaks, suppressions); NULL for the
+   * process's own. */
+  const struct ca_config *config;
+} ca_report_input;
+
+/* Prints one report in the configured format (report_format), honouring
+ * max_leaks and suppressions. Returns what the leak part found. */
+ca_leak_totals ca_report(const ca_report_input *in);
 
 #endif /* CA_REPORT_H */

@@ -11,10 +11,15 @@
 #include <stdatomic.h>
 
 #include "backend_cuda.h"
+#include "lifecycle.h"
 
 static _Atomic(ca_pool *) ca__pools[CUDALLOC_MAX_DEVICES];
 /* One past the highest device with a pool: frees look no further. */
 static atomic_int ca__pools_end;
+/* The context each pool's segments were reserved in, noted at the first
+ * allocation after the pool was made or its context died: the one context
+ * whose destruction takes them. */
+static _Atomic(void *) ca__homes[CUDALLOC_MAX_DEVICES];
 static pthread_mutex_t ca__pools_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t ca__fork_once = PTHREAD_ONCE_INIT;
 
@@ -23,8 +28,10 @@ static pthread_once_t ca__fork_once = PTHREAD_ONCE_INIT;
  * pools without touching them and starts afresh. */
 static void ca__forget_pools_in_child(void) {
   pthread_mutex_init(&ca__pools_lock, NULL);
-  for (int d = 0; d < CUDALLOC_MAX_DEVICES; d++)
+  for (int d = 0; d < CUDALLOC_MAX_DEVICES; d++) {
     atomic_store(&ca__pools[d], NULL);
+    atomic_store(&ca__homes[d], NULL);
+  }
   atomic_store(&ca__pools_end, 0);
 }
 
@@ -65,8 +72,41 @@ ca_pool *ca_runtime_pool(int device) {
       atomic_store(&ca__pools_end, device + 1);
   }
   pthread_mutex_unlock(&ca__pools_lock);
+  if (pool)
+    ca_lifecycle_device_used();
   return pool;
 }
+
+ca_pool *ca_runtime_pool_in(int device, void *ctx) {
+  ca_pool *pool = ca_runtime_pool(device);
+  if (pool && atomic_load_explicit(&ca__homes[device], memory_order_relaxed) ==
+                  NULL) {
+    void *none = NULL;
+    atomic_compare_exchange_strong(&ca__homes[device], &none, ctx);
+  }
+  return pool;
+}
+
+void *ca_runtime_home(int device) {
+  if (device < 0 || device >= CUDALLOC_MAX_DEVICES)
+    return NULL;
+  return atomic_load(&ca__homes[device]);
+}
+
+void ca_runtime_forget_home(int device) {
+  if (device >= 0 && device < CUDALLOC_MAX_DEVICES)
+    atomic_store(&ca__homes[device], NULL);
+}
+
+int ca_runtime_device_of_context(void *ctx) {
+  int end = atomic_load_explicit(&ca__pools_end, memory_order_acquire);
+  for (int d = 0; d < end; d++)
+    if (ctx != NULL && atomic_load(&ca__homes[d]) == ctx)
+      return d;
+  return -1;
+}
+
+bool ca_runtime_in_use(void) { return atomic_load(&ca__pools_end) > 0; }
 
 /* Whether `ask` says yes for any pool in use. */
 static bool ca__any_pool(bool (*ask)(ca_pool *, uint64_t), uint64_t addr) {

@@ -15,6 +15,25 @@
  * [0, CUDALLOC_MAX_DEVICES) or the host is out of memory. */
 ca_pool *ca_runtime_pool(int device);
 
+/* Like ca_runtime_pool, for an allocation made in context `ctx` (a
+ * CUcontext): the pool notes the context its segments live in, when it has
+ * none noted yet. Two contexts on one device share one pool, noted with the
+ * first. */
+ca_pool *ca_runtime_pool_in(int device, void *ctx);
+
+/* The context noted for `device`'s pool, or NULL. */
+void *ca_runtime_home(int device);
+
+/* Forgets the context noted for `device` (it died); the next allocation
+ * notes its own. */
+void ca_runtime_forget_home(int device);
+
+/* The device whose pool lives in context `ctx`, or -1. */
+int ca_runtime_device_of_context(void *ctx);
+
+/* Whether this process (a forked child: since the fork) has made a pool. */
+bool ca_runtime_in_use(void);
+
 /* The pool serving `device` if one exists already; never creates one. */
 ca_pool *ca_runtime_pool_if_any(int device);
 

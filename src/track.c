@@ -26,12 +26,31 @@ static ca__entry *ca__by_handle; /* uthash head: cuMemCreate handles */
 static ca__entry *ca__free_list;
 static uint64_t ca__seq;
 
+static void ca__give_entry(ca__entry *e);
+
+/* Under the lock: forgets every entry of one table. */
+static void ca__clear(ca__entry **head) {
+  ca__entry *e, *tmp;
+  HASH_ITER(hh, *head, e, tmp) {
+    HASH_DEL(*head, e);
+    ca__give_entry(e);
+  }
+}
+
 /* A fork while another thread holds the lock would leave the child's copy
- * locked forever; taking it around fork keeps the table whole in both. */
+ * locked forever; taking it around fork keeps the table whole in both. The
+ * child then forgets its parent's allocations: they are not its own to free
+ * or to report. */
 static void ca__fork_prepare(void) { pthread_mutex_lock(&ca__lock); }
-static void ca__fork_release(void) { pthread_mutex_unlock(&ca__lock); }
+static void ca__fork_parent(void) { pthread_mutex_unlock(&ca__lock); }
+static void ca__fork_child(void) {
+  ca__clear(&ca__by_addr);
+  ca__clear(&ca__by_handle);
+  ca__seq = 0;
+  pthread_mutex_unlock(&ca__lock);
+}
 static void ca__register_fork(void) {
-  pthread_atfork(ca__fork_prepare, ca__fork_release, ca__fork_release);
+  pthread_atfork(ca__fork_prepare, ca__fork_parent, ca__fork_child);
 }
 
 static void ca__lock_table(void) {
@@ -69,24 +88,24 @@ static uint64_t ca__now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-const char *ca_track_kind_name(ca_track_kind kind) {
+const char *ca_track_kind_call(ca_track_kind kind) {
   switch (kind) {
   case CA_TRACK_PITCH:
-    return "pitch";
+    return "cuMemAllocPitch";
   case CA_TRACK_MANAGED:
-    return "managed";
+    return "cuMemAllocManaged";
   case CA_TRACK_ASYNC:
-    return "async";
+    return "cuMemAllocAsync";
   case CA_TRACK_POOL_ASYNC:
-    return "pool-async";
+    return "cuMemAllocFromPoolAsync";
   case CA_TRACK_VMM:
-    return "vmm";
+    return "cuMemCreate";
   }
   return "?";
 }
 
-void ca_track_add(ca_track_kind kind, uint64_t key, uint64_t size,
-                  int device) {
+void ca_track_add(ca_track_kind kind, uint64_t key, uint64_t size, int device,
+                  uint32_t stack) {
   uint64_t now = ca__now_ns();
   ca__lock_table();
   ca__entry **head = kind == CA_TRACK_VMM ? &ca__by_handle : &ca__by_addr;
@@ -104,6 +123,7 @@ void ca_track_add(ca_track_kind kind, uint64_t key, uint64_t size,
     e->t.seq = ++ca__seq;
     e->t.time_ns = now;
     e->t.device = device;
+    e->t.stack = stack;
     e->t.kind = kind;
   }
   ca__unlock_table();
@@ -144,9 +164,28 @@ size_t ca_track_foreach(void (*fn)(const ca_tracked *t, void *arg),
   return n;
 }
 
-size_t ca_track_count(void) {
+uint64_t ca_track_total(void) {
   ca__lock_table();
-  size_t n = HASH_COUNT(ca__by_addr) + HASH_COUNT(ca__by_handle);
+  uint64_t n = ca__seq;
+  ca__unlock_table();
+  return n;
+}
+
+size_t ca_track_drop_device(int device,
+                            void (*fn)(const ca_tracked *t, void *arg),
+                            void *arg) {
+  size_t n = 0;
+  ca__lock_table();
+  ca__entry *e, *tmp;
+  HASH_ITER(hh, ca__by_addr, e, tmp) {
+    if (e->t.device != device)
+      continue;
+    if (fn != NULL)
+      fn(&e->t, arg);
+    HASH_DEL(ca__by_addr, e);
+    ca__give_entry(e);
+    n++;
+  }
   ca__unlock_table();
   return n;
 }

@@ -6,7 +6,8 @@
  *
  * Addresses and cuMemCreate handles are kept apart: they are different
  * namespaces and may hold equal numbers. Every function is thread-safe; none
- * calls into CUDA or into the program.
+ * calls into CUDA or into the program. A forked child starts with an empty
+ * table: its parent's allocations are not its own.
  */
 #ifndef CA_TRACK_H
 #define CA_TRACK_H
@@ -29,16 +30,18 @@ typedef struct ca_tracked {
   uint64_t seq;     /* allocation number among tracked ones, from 1 */
   uint64_t time_ns; /* CLOCK_MONOTONIC when allocated */
   int device;       /* -1 when unknown */
+  uint32_t stack;   /* the allocation's stack id (stacks.h); 0 for none */
   ca_track_kind kind;
 } ca_tracked;
 
-/* The kind's printable name ("pitch", "managed", ...). */
-const char *ca_track_kind_name(ca_track_kind kind);
+/* The driver function that allocates this kind ("cuMemAllocManaged", ...). */
+const char *ca_track_kind_call(ca_track_kind kind);
 
 /* Records a live allocation. A key already live in the same namespace is
  * replaced (its free went by a path we do not see). Host out of memory:
  * the allocation goes unrecorded, which only costs the report a line. */
-void ca_track_add(ca_track_kind kind, uint64_t key, uint64_t size, int device);
+void ca_track_add(ca_track_kind kind, uint64_t key, uint64_t size, int device,
+                  uint32_t stack);
 
 /* Forgets the live allocation at a device address (any kind but VMM), or
  * the cuMemCreate handle. Returns whether one was live; fills *out if so and
@@ -50,7 +53,15 @@ bool ca_track_forget_handle(uint64_t handle, ca_tracked *out);
  * table's lock: fn must not call back into the table. Returns the count. */
 size_t ca_track_foreach(void (*fn)(const ca_tracked *t, void *arg), void *arg);
 
-/* The number of live entries. */
-size_t ca_track_count(void);
+/* The number of allocations recorded since the process (or, in a forked
+ * child, the child) started. */
+uint64_t ca_track_total(void);
+
+/* Forgets every live entry on `device` whose memory dies with its context
+ * (every kind but VMM handles, which outlive contexts), after calling fn
+ * (if not NULL) on each, under the table's lock. Returns the count. */
+size_t ca_track_drop_device(int device,
+                            void (*fn)(const ca_tracked *t, void *arg),
+                            void *arg);
 
 #endif /* CA_TRACK_H */

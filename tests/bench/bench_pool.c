@@ -55,7 +55,7 @@ static double run_mixed(ca_pool *pool, long ops) {
         die("free", 0);
       *s = 0;
     } else {
-      int rc = ca_pool_alloc(pool, log_uniform_size(&rng), s);
+      int rc = ca_pool_alloc(pool, log_uniform_size(&rng), 0, s);
       if (rc)
         die("alloc", rc);
     }
@@ -73,13 +73,13 @@ static double run_pairs(ca_pool *pool, long pairs) {
   static const uint64_t sizes[] = {4096, 65536, 1 << 20, 16 << 20};
   uint64_t addr;
   for (int i = 0; i < 4; i++) { /* warm: one segment per size */
-    if (ca_pool_alloc(pool, sizes[i], &addr))
+    if (ca_pool_alloc(pool, sizes[i], 0, &addr))
       die("alloc", 0);
     ca_pool_free(pool, addr);
   }
   double start = now_ns();
   for (long i = 0; i < pairs; i++) {
-    int rc = ca_pool_alloc(pool, sizes[i & 3], &addr);
+    int rc = ca_pool_alloc(pool, sizes[i & 3], 0, &addr);
     if (rc)
       die("alloc", rc);
     ca_pool_free(pool, addr);

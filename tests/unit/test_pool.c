@@ -47,7 +47,7 @@ static void fixture_free(fixture *fx) {
 
 static uint64_t must_alloc(fixture *fx, uint64_t size) {
   uint64_t addr = 0;
-  assert_int_equal(ca_pool_alloc(fx->pool, size, &addr), 0);
+  assert_int_equal(ca_pool_alloc(fx->pool, size, 0, &addr), 0);
   assert_true(ca_fake_owns(&fx->fake, 0, addr, size ? size : 1));
   return addr;
 }
@@ -277,14 +277,14 @@ static void enforces_the_memory_limit(void **state) {
   assert_int_equal(fx->fake.releases, 1);
   assert_int_equal(stats_of(fx).reserved_bytes.current, 12 * MiB);
   uint64_t addr = 0;
-  assert_int_equal(ca_pool_alloc(fx->pool, 90 * MiB, &addr), CA_FAKE_OOM);
+  assert_int_equal(ca_pool_alloc(fx->pool, 90 * MiB, 0, &addr), CA_FAKE_OOM);
   cudalloc_device_stats s = stats_of(fx);
   assert_int_equal(s.failed_allocs, 1);
   assert_true(s.reserved_bytes.peak <= 100 * MiB);
   /* A medium request that fits only without its 20 MiB segment still
    * succeeds with a smaller one. */
   must_alloc(fx, 80 * MiB);
-  assert_int_equal(ca_pool_alloc(fx->pool, 3 * MiB, &addr), 0);
+  assert_int_equal(ca_pool_alloc(fx->pool, 3 * MiB, 0, &addr), 0);
   assert_true(stats_of(fx).reserved_bytes.current <= 100 * MiB);
   fixture_free(fx);
 }
@@ -301,12 +301,12 @@ static void retries_once_after_out_of_memory(void **state) {
   assert_int_equal(s.oom_retries, 1);
   assert_int_equal(s.backend_frees, 1);
   uint64_t addr = 0;
-  assert_int_equal(ca_pool_alloc(fx->pool, 50 * MiB, &addr), CA_FAKE_OOM);
+  assert_int_equal(ca_pool_alloc(fx->pool, 50 * MiB, 0, &addr), CA_FAKE_OOM);
   assert_int_equal(stats_of(fx).oom_retries, 2);
   assert_int_equal(stats_of(fx).failed_allocs, 1);
   fx->fake.fail_reserves = 1;
   fx->fake.fail_code = 201; /* CUDA_ERROR_INVALID_CONTEXT */
-  assert_int_equal(ca_pool_alloc(fx->pool, 8 * MiB, &addr), 201);
+  assert_int_equal(ca_pool_alloc(fx->pool, 8 * MiB, 0, &addr), 201);
   assert_int_equal(stats_of(fx).oom_retries, 2);
   fixture_free(fx);
 }
@@ -383,19 +383,23 @@ static void refuses_pointers_it_does_not_own(void **state) {
 static void count_live(const ca_live_block *b, void *arg) {
   uint64_t *seqs = arg;
   assert_true(b->seq >= 1 && b->seq <= 3);
+  assert_int_equal(b->tag, 11 * b->seq);
   seqs[b->seq - 1] = b->requested;
 }
 
-/* The live table gives the leak report size, sequence and time. */
+/* The live table gives the leak report size, sequence, time and the tag
+ * (the stack id) each block was allocated with. */
 static void lists_live_blocks(void **state) {
   (void)state;
   fixture *fx = fixture_new(1024 * MiB, default_options(), false);
-  uint64_t a = must_alloc(fx, 100);
-  must_alloc(fx, 200);
-  must_alloc(fx, 300);
+  uint64_t a = 0, b = 0, c = 0;
+  assert_int_equal(ca_pool_alloc(fx->pool, 100, 11, &a), 0);
+  assert_int_equal(ca_pool_alloc(fx->pool, 200, 22, &b), 0);
+  assert_int_equal(ca_pool_alloc(fx->pool, 300, 33, &c), 0);
   ca_live_block info;
   assert_true(ca_pool_lookup(fx->pool, a, &info));
   assert_int_equal(info.seq, 1);
+  assert_int_equal(info.tag, 11);
   assert_true(info.time_ns > 0);
   uint64_t seen[3] = {0};
   assert_int_equal(ca_pool_foreach_live(fx->pool, count_live, seen), 3);
@@ -412,7 +416,7 @@ static void keeps_devices_apart(void **state) {
   ca_pool_options opt = default_options();
   ca_pool *other = ca_pool_create(&fx->fake.backend, 1, &opt);
   uint64_t a = must_alloc(fx, 4 * KiB), b = 0;
-  assert_int_equal(ca_pool_alloc(other, 4 * KiB, &b), 0);
+  assert_int_equal(ca_pool_alloc(other, 4 * KiB, 0, &b), 0);
   assert_true(ca_fake_owns(&fx->fake, 1, b, 4 * KiB));
   assert_false(ca_pool_free(other, a));
   assert_false(ca_pool_free(fx->pool, b));
@@ -504,7 +508,7 @@ static void survives_random_operations(void **state) {
       /* log-uniform from 256 B to 64 MiB */
       double u = (double)((rng >> 11) & 0xFFFFF) / (double)0x100000;
       uint64_t size = (uint64_t)(256.0 * __builtin_exp2(u * 18.0));
-      assert_int_equal(ca_pool_alloc(fx->pool, size, &slot[i]), 0);
+      assert_int_equal(ca_pool_alloc(fx->pool, size, 0, &slot[i]), 0);
     }
     if (op % 5000 == 0)
       assert_consistent(fx);

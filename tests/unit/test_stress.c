@@ -72,7 +72,7 @@ static void step(worker *w) {
     return;
   }
   s->size = random_size(&w->rng);
-  if (ca_pool_alloc(w->pool, s->size, &s->addr) != 0) {
+  if (ca_pool_alloc(w->pool, s->size, 0, &s->addr) != 0) {
     w->failures++;
     s->addr = 0;
     return;

@@ -1,0 +1,265 @@
+/*
+ * The report at exit, the summary on SIGUSR1, and context deaths (see
+ * lifecycle.h).
+ *
+ * The exit report runs from an on_exit handler registered when the library
+ * is loaded, before the program's own handlers: handlers run in reverse, so
+ * ours runs after the program's (C++ static destructors included) have
+ * freed what they free, and on_exit, unlike atexit, tells it the exit
+ * status that leak_exitcode needs.
+ */
+#include "lifecycle.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+#include "pool.h"
+#include "runtime.h"
+#include "track.h"
+
+/* ---- Gathering the live blocks ------------------------------------------ */
+
+/* A growing array of blocks in mmap'd memory. Pools call back under their
+ * lock, so growing must not take any lock a pool could wait for: mremap
+ * takes none of ours. */
+typedef struct ca__gather {
+  ca_report_block *blocks;
+  size_t n, cap;
+  int device; /* only this device's blocks; -1 for all */
+} ca__gather;
+
+static bool ca__gather_grow(ca__gather *g) {
+  size_t cap = g->cap ? 2 * g->cap : 1024;
+  size_t old = g->cap * sizeof(ca_report_block);
+  size_t bytes = cap * sizeof(ca_report_block);
+  void *p = g->blocks ? mremap(g->blocks, old, bytes, MREMAP_MAYMOVE)
+                      : mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    return false;
+  g->blocks = p;
+  g->cap = cap;
+  return true;
+}
+
+static void ca__gather_push(ca__gather *g, ca_report_block b) {
+  if (g->device >= 0 && b.device != g->device)
+    return;
+  if (g->n == g->cap && !ca__gather_grow(g))
+    return; /* Out of memory: the report misses this block. */
+  g->blocks[g->n++] = b;
+}
+
+static void ca__gather_pooled(const ca_live_block *b, void *arg) {
+  ca__gather_push(arg, (ca_report_block){.addr = b->addr,
+                                         .bytes = b->requested,
+                                         .seq = b->seq,
+                                         .device = b->device,
+                                         .stack = b->tag,
+                                         .call = CA_REPORT_POOLED_CALL});
+}
+
+static void ca__gather_tracked(const ca_tracked *t, void *arg) {
+  ca__gather_push(arg, (ca_report_block){.addr = t->key,
+                                         .bytes = t->size,
+                                         .seq = t->seq,
+                                         .device = t->device,
+                                         .stack = t->stack,
+                                         .call = ca_track_kind_call(t->kind)});
+}
+
+static void ca__gather_free(ca__gather *g) {
+  if (g->blocks)
+    munmap(g->blocks, g->cap * sizeof(ca_report_block));
+}
+
+/* Every pool's live blocks (of one device, or all). */
+static void ca__gather_pools(ca__gather *g) {
+  for (int d = 0; d < CUDALLOC_MAX_DEVICES; d++) {
+    ca_pool *pool = ca_runtime_pool_if_any(d);
+    if (pool && (g->device < 0 || g->device == d))
+      ca_pool_foreach_live(pool, ca__gather_pooled, g);
+  }
+}
+
+/* Every pool's statistics into out; returns how many; adds up the
+ * allocations served into *allocs. */
+static size_t ca__gather_stats(cudalloc_device_stats *out, uint64_t *allocs) {
+  size_t n = 0;
+  for (int d = 0; d < CUDALLOC_MAX_DEVICES; d++) {
+    ca_pool *pool = ca_runtime_pool_if_any(d);
+    if (pool == NULL)
+      continue;
+    ca_pool_get_stats(pool, &out[n]);
+    *allocs += out[n++].allocs;
+  }
+  return n;
+}
+
+static ca_leak_totals ca__report_all(ca_report_event event, bool leaks,
+                                     bool stats) {
+  static cudalloc_device_stats all[CUDALLOC_MAX_DEVICES];
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  /* One report at a time: the statistics buffer is shared, and two
+   * reports' lines would interleave. */
+  pthread_mutex_lock(&lock);
+  uint64_t allocs = ca_track_total();
+  size_t nstats = ca__gather_stats(all, &allocs);
+  ca__gather g = {.device = -1};
+  if (leaks) {
+    ca__gather_pools(&g);
+    ca_track_foreach(ca__gather_tracked, &g);
+  }
+  ca_report_input in = {.event = event,
+                        .device = -1,
+                        .leaks = leaks,
+                        .blocks = g.blocks,
+                        .nblocks = g.n,
+                        .allocations = allocs,
+                        .stats = all,
+                        .nstats = stats ? nstats : 0};
+  ca_leak_totals totals = ca_report(&in);
+  ca__gather_free(&g);
+  pthread_mutex_unlock(&lock);
+  return totals;
+}
+
+void ca_lifecycle_report(ca_report_event event, bool leaks, bool stats) {
+  ca__report_all(event, leaks, stats);
+}
+
+/* ---- Context deaths -------------------------------------------------------- */
+
+void ca_lifecycle_context_gone(int device) {
+  ca__gather g = {.device = device};
+  ca_pool *pool = ca_runtime_pool_if_any(device);
+  if (pool)
+    ca_pool_foreach_live(pool, ca__gather_pooled, &g);
+  ca_track_drop_device(device, ca__gather_tracked, &g);
+  if (ca_config_get()->leak_report && g.n > 0) {
+    ca_report_input in = {.event = CA_EVENT_CONTEXT_RESET,
+                          .device = device,
+                          .leaks = true,
+                          .blocks = g.blocks,
+                          .nblocks = g.n};
+    ca_report(&in);
+  }
+  ca__gather_free(&g);
+  if (pool)
+    ca_pool_drop_all(pool);
+  ca_runtime_forget_home(device);
+}
+
+/* ---- Exit -------------------------------------------------------------------- */
+
+/* The process that printed the exit report: once per process, and a forked
+ * child (another pid) prints its own. */
+static atomic_int ca__exit_reported_by;
+
+static void ca__at_exit(int status, void *arg) {
+  (void)arg;
+  /* Settings are not even read in a process that never used device
+   * memory: a bad CUDALLOC_CONF must not make it print. */
+  if (!ca_runtime_in_use() && ca_track_total() == 0)
+    return;
+  int pid = (int)getpid();
+  if (atomic_exchange(&ca__exit_reported_by, pid) == pid)
+    return;
+  const ca_config *cfg = ca_config_get();
+  if (!cfg->leak_report && !cfg->stats)
+    return;
+  ca_leak_totals t = ca__report_all(CA_EVENT_EXIT, cfg->leak_report,
+                                    cfg->stats);
+  if (cfg->leak_report && cfg->leak_exitcode != 0 && status == 0 &&
+      t.count > 0) {
+    /* Like LeakSanitizer's exitcode, the process ends here: only _exit can
+     * change a status once exit has begun. The program's buffered output
+     * is written first, since exit would have written it. */
+    fflush(NULL);
+    _exit(cfg->leak_exitcode);
+  }
+}
+
+__attribute__((constructor)) static void ca__register_exit(void) {
+  on_exit(ca__at_exit, NULL);
+}
+
+/* ---- SIGUSR1 ------------------------------------------------------------------- */
+
+/* The handler only posts a semaphore (async-signal-safe); a watcher thread
+ * waits on it and prints, so no lock is ever taken inside the handler. */
+static sem_t ca__signal_sem;
+static atomic_bool ca__used_seen;
+static pthread_once_t ca__fork_once = PTHREAD_ONCE_INIT;
+
+static void ca__on_sigusr1(int sig) {
+  (void)sig;
+  int saved = errno;
+  sem_post(&ca__signal_sem);
+  errno = saved;
+}
+
+static void *ca__watch_signal(void *arg) {
+  (void)arg;
+  for (;;) {
+    while (sem_wait(&ca__signal_sem) != 0 && errno == EINTR)
+      ;
+    ca__report_all(CA_EVENT_SIGNAL, false, true);
+  }
+  return NULL;
+}
+
+/* Starts the watcher with every signal blocked in it, so that the
+ * program's other signals keep going to the program's threads. */
+static void ca__start_watcher(void) {
+  sigset_t all, old;
+  pthread_t thread;
+  pthread_attr_t attr;
+  if (sem_init(&ca__signal_sem, 0, 0) != 0)
+    return;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&thread, &attr, ca__watch_signal, NULL);
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) {
+    ca_log("stats_signal: cannot start the watcher thread; SIGUSR1 is left "
+           "to the program");
+    return;
+  }
+  struct sigaction sa = {.sa_handler = ca__on_sigusr1,
+                         .sa_flags = SA_RESTART};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, NULL);
+}
+
+/* A forked child has no watcher thread: it starts its own on its own first
+ * use of device memory. */
+static void ca__forget_watcher_in_child(void) {
+  atomic_store(&ca__used_seen, false);
+}
+
+static void ca__register_fork(void) {
+  pthread_atfork(NULL, NULL, ca__forget_watcher_in_child);
+}
+
+void ca_lifecycle_device_used(void) {
+  if (atomic_load_explicit(&ca__used_seen, memory_order_relaxed))
+    return;
+  pthread_once(&ca__fork_once, ca__register_fork);
+  if (atomic_exchange(&ca__used_seen, true))
+    return;
+  if (ca_config_get()->stats_signal)
+    ca__start_watcher();
+}

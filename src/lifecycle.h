@@ -1,0 +1,30 @@
+/*
+ * The library's life in a process, beside the calls it intercepts: the
+ * leak report and the summary at exit, the summary on SIGUSR1, and what a
+ * context that dies with its memory does to the pools and the report.
+ *
+ * All of it is silent in a process that never touches device memory.
+ */
+#ifndef CA_LIFECYCLE_H
+#define CA_LIFECYCLE_H
+
+#include <stdbool.h>
+
+#include "report.h"
+
+/* The process has started to use device memory (a pool was made, or an
+ * allocation passed through was recorded). Starts the SIGUSR1 watcher when
+ * stats_signal:1. Cheap after the first call. */
+void ca_lifecycle_device_used(void);
+
+/* A context of `device` died and took its memory with it (a reset or a
+ * destroy that the driver has carried out): the blocks still live on the
+ * device are reported as leaked at this point, then forgotten, and the
+ * pool's segments are never handed out again. */
+void ca_lifecycle_context_gone(int device);
+
+/* Prints a report of every device now: the live blocks (`leaks`) and the
+ * memory summary (`stats`). */
+void ca_lifecycle_report(ca_report_event event, bool leaks, bool stats);
+
+#endif /* CA_LIFECYCLE_H */

@@ -602,14 +602,29 @@ typedef struct ca__leaks {
   size_t max_groups; /* printed at most; SIZE_MAX for all */
 } ca__leaks;
 
+/* The one line for a report with nothing to list. */
+static void ca__text_nothing(const ca__leaks *l) {
+  const ca_report_input *in = l->in;
+  const ca_leak_totals *t = &l->totals;
+  char how[128];
+  if (t->suppressed_count == 0)
+    snprintf(how, sizeof(how), "all freed");
+  else
+    snprintf(how, sizeof(how),
+             "%" PRIu64 " bytes in %" PRIu64 " allocations suppressed",
+             t->suppressed_bytes, t->suppressed_count);
+  if (in->event == CA_EVENT_API)
+    ca_log("no live device allocations%s%s%s", t->suppressed_count ? " (" : "",
+           t->suppressed_count ? how : "", t->suppressed_count ? ")" : "");
+  else if (in->event == CA_EVENT_EXIT)
+    ca_log("no device memory leaks (%" PRIu64 " allocations, %s)",
+           in->allocations, how);
+}
+
 static void ca__leaks_text(const ca__leaks *l) {
   const ca_report_input *in = l->in;
-  if (in->nblocks == 0) {
-    if (in->event == CA_EVENT_API)
-      ca_log("no live device allocations");
-    else if (in->event == CA_EVENT_EXIT)
-      ca_log("no device memory leaks (%" PRIu64 " allocations, all freed)",
-             in->allocations);
+  if (l->totals.count == 0) {
+    ca__text_nothing(l);
     return;
   }
   ca__text_header(in);

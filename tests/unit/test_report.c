@@ -286,6 +286,29 @@ static void nothing_leaked(void **state) {
   assert_string_equal(take_log(), "cudalloc: no live device allocations\n");
 }
 
+/* Everything suppressed: the one line for nothing leaked says how much the
+ * suppressions took (a framework's handles kept to the end, say). */
+static void nothing_left_after_suppressions(void **state) {
+  (void)state;
+  char path[] = "/tmp/test_report_supp_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_true(write(fd, "leak:site_\n", 11) == 11);
+  close(fd);
+  ca_config cfg;
+  ca_config_defaults(&cfg);
+  snprintf(cfg.suppressions, sizeof(cfg.suppressions), "%s", path);
+  uint32_t a = site_a();
+  ca_report_block blocks[] = {block(1, 4096, a), block(2, 4096, a)};
+  take_log();
+  ca_leak_totals t = report(&cfg, CA_EVENT_EXIT, blocks, 2);
+  unlink(path);
+  assert_int_equal(t.count, 0);
+  assert_string_equal(take_log(),
+                      "cudalloc: no device memory leaks (100 allocations, "
+                      "8192 bytes in 2 allocations suppressed)\n");
+}
+
 /* The summary comes before the leaks, with exact counts in JSON. */
 static void stats_before_leaks(void **state) {
   (void)state;
@@ -322,6 +345,7 @@ int main(void) {
       cmocka_unit_test(max_leaks_sums_the_rest),
       cmocka_unit_test(json_document),
       cmocka_unit_test(nothing_leaked),
+      cmocka_unit_test(nothing_left_after_suppressions),
       cmocka_unit_test(stats_before_leaks),
   };
   return cmocka_run_group_tests(tests, capture_log, release_log);

@@ -584,6 +584,26 @@ static void ca__copy(char *dst, size_t cap, const char *src) {
   dst[len] = '\0';
 }
 
+/* The C++ runtime's demangler: from the global scope; else from a libstdc++
+ * the process loaded privately (Python loads extension modules, and so
+ * PyTorch's libstdc++, with RTLD_LOCAL); else from libstdc++ loaded for the
+ * purpose, since even a C-looking CUDA program is C++ to nvcc and its names
+ * are mangled. Reports are rare; unreadable names cost the reader more.
+ * NULL when there is no libstdc++ at all. */
+static ca__demangle_fn ca__demangler(void) {
+  void *fn = dlsym(RTLD_DEFAULT, "__cxa_demangle");
+  if (fn == NULL) {
+    void *lib = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+    if (lib == NULL)
+      lib = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_LOCAL);
+    if (lib != NULL)
+      fn = dlsym(lib, "__cxa_demangle");
+  }
+  ca__demangle_fn demangle = NULL;
+  memcpy(&demangle, &fn, sizeof(fn));
+  return demangle;
+}
+
 /* The demangled name when the process carries a C++ runtime, else the
  * symbol as it is. */
 static void ca__set_function(char *dst, size_t cap, const char *name,
@@ -1393,8 +1413,7 @@ static void ca__symbolize_object(const char *open_path, const char *real_path,
  * its file was replaced or deleted since it started. */
 static void ca__symbolize_sorted(ca__lookup *lk, size_t n, ca_symbol *out,
                                  const char *forced_path) {
-  ca__demangle_fn demangle =
-      (ca__demangle_fn)dlsym(RTLD_DEFAULT, "__cxa_demangle");
+  ca__demangle_fn demangle = ca__demangler();
   for (size_t first = 0, last; first < n; first = last) {
     for (last = first + 1; last < n && lk[last].module == lk[first].module;
          last++)

@@ -28,7 +28,7 @@ count() { # mode, operations, reuse -> instructions per operation
 
 echo
 echo "== instructions (callgrind, inside ca_pool_alloc and ca_pool_free)"
-for reuse in immediate held; do
+for reuse in immediate safe; do
   printf 'pair  %-9s %s instructions per allocate+free pair\n' "$reuse" "$(count pair 200000 "$reuse")"
   printf 'mixed %-9s %s instructions per operation\n' "$reuse" "$(count mixed 200000 "$reuse")"
 done

@@ -29,11 +29,30 @@ typedef struct ca_backend {
   int (*mem_info)(void *ctx, int device, uint64_t *free_bytes,
                   uint64_t *total_bytes);
 
+  /* Stream-ordered reuse (reuse_policy safe). A marker stands for "all the
+   * device work queued so far, on every stream of `device` the process
+   * uses": blocks freed before it was made may be handed out again once it
+   * has passed. The pool makes one marker for a whole batch of frees.
+   *
+   * mark: makes a marker and stores its handle (never 0). Returns 0, or
+   * nonzero when no marker may be made now (a stream capture is active: the
+   * blocks then stay pending).
+   * poll: 0 when the marker has passed, 1 when not yet (or unknown); never
+   * waits and never disturbs a stream capture.
+   * wait: returns 0 once the marker has passed; nonzero when it must not
+   * wait now (a stream capture).
+   * forget: the marker will not be asked about again; its resources may be
+   * reused. Called for every marker made, also after a context reset.
+   * NULL mark: the backend cannot order reuse after device work; the pool
+   * then reuses blocks at once. */
+  int (*mark)(void *ctx, int device, uint64_t *marker);
+  int (*poll)(void *ctx, int device, uint64_t marker);
+  int (*wait)(void *ctx, int device, uint64_t marker);
+  void (*forget)(void *ctx, int device, uint64_t marker);
+
   /* Waits until every piece of device work queued on `device` so far has
-   * finished, so that blocks freed before the call can be handed out again.
-   * Returns 0 when it waited; anything else when it must not wait now (a
-   * stream capture is active) and the blocks must stay held. NULL: the
-   * backend needs no wait (tests, or a program that opted out). */
+   * finished (reuse_policy device_sync: cudaFree's own wait). Returns 0 when
+   * it waited; nonzero when it must not wait now (a stream capture). */
   int (*synchronize)(void *ctx, int device);
 } ca_backend;
 

@@ -82,6 +82,8 @@ typedef struct ca__key {
 #define CA__CHOICE_AT(field, words) CA__CHOICE, CA__OFFSET(field, int), words
 
 static const char *const ca__report_formats[] = {"text", "json", NULL};
+static const char *const ca__reuse_policies[] = {"safe", "immediate",
+                                                 "device_sync", NULL};
 
 #define CA__MIB_SHIFT 20
 /* The most MiB whose byte count still fits in a uint64_t. */
@@ -141,6 +143,13 @@ static const ca__key ca__keys[] = {
      "0, 1, false or true",
      "1 prints each device's memory summary when the process receives "
      "SIGUSR1."},
+    {"reuse_policy", CA__CHOICE_AT(reuse_policy, ca__reuse_policies), 0, 2,
+     {.integer = CA_REUSE_SETTING_SAFE}, "safe",
+     "safe, immediate or device_sync",
+     "When a freed block is handed out again: safe, once device work queued "
+     "before the free has finished on every stream; immediate, at once "
+     "(right only if all device work runs on one stream); device_sync, "
+     "after synchronizing the device at every free, as cudaFree does."},
 };
 
 #define CA__NKEYS (sizeof(ca__keys) / sizeof(ca__keys[0]))

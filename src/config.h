@@ -25,6 +25,13 @@ typedef enum ca_report_format {
   CA_REPORT_JSON,
 } ca_report_format;
 
+/* reuse_policy's values. */
+typedef enum ca_reuse_setting {
+  CA_REUSE_SETTING_SAFE,
+  CA_REUSE_SETTING_IMMEDIATE,
+  CA_REUSE_SETTING_DEVICE_SYNC,
+} ca_reuse_setting;
+
 typedef struct ca_config {
   double gc_threshold;     /* garbage_collection_threshold; 0 = off */
   uint64_t max_split_size; /* max_split_size_mb in bytes; UINT64_MAX = off */
@@ -41,6 +48,7 @@ typedef struct ca_config {
   int max_leaks;           /* max_leaks; groups printed, 0 = all */
   bool stats;              /* stats; the memory summary at exit */
   bool stats_signal;       /* stats_signal; the summary on SIGUSR1 */
+  int reuse_policy;        /* reuse_policy; a ca_reuse_setting */
 } ca_config;
 
 /* Fills *c with every key's default. */

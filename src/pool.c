@@ -13,8 +13,13 @@
  *   "is this pointer ours?" on free and is what the leak report reads.
  * - Segments whose every byte is free also sit in a least-recently-freed
  *   list: the garbage collector and the memory limit give those back first.
- * - With hold_freed, freed blocks wait in a FIFO until the backend confirms
- *   that device work queued before the free has finished.
+ * - Under CA_REUSE_SAFE, freed blocks wait until device work queued before
+ *   their free has finished. They gather in an open batch; when the pool
+ *   next misses, the backend makes one marker for the whole batch, which
+ *   joins a FIFO of closed batches; a batch whose marker has passed (polled
+ *   without waiting) goes back to the cache. The pool waits for a marker
+ *   only when memory is short. So a free costs a list append, and the
+ *   driver is asked once per batch, not once per free.
  * - Freed blocks are not merged at once: they wait, whole, in a LIFO "quick"
  *   list per size class (deferred coalescing, as dlmalloc's fast bins), so
  *   the steady state of a training loop, which frees and asks again for the
@@ -65,6 +70,7 @@ enum { CA__FREE = 1, CA__LIVE, CA__HELD, CA__QUICK };
 
 typedef struct ca__segment ca__segment;
 typedef struct ca__heap ca__heap;
+typedef struct ca__batch ca__batch;
 
 typedef struct ca__block {
   uint64_t addr;
@@ -91,6 +97,14 @@ struct ca__segment {
   uint64_t last_free; /* free_tick of the latest free inside it */
   int in_lru;
   UT_hash_handle hh; /* in the pool's segment table, keyed by base */
+};
+
+/* Blocks freed before one backend marker, waiting for it to pass. */
+struct ca__batch {
+  uint64_t marker;
+  ca__block *head, *tail;
+  uint64_t bytes;
+  ca__batch *next;
 };
 
 struct ca__heap {
@@ -120,8 +134,10 @@ struct ca_pool {
   ca__segment *segments;
   ca__segment *segment_table; /* the same segments, by base address */
   ca__segment *lru_head, *lru_tail;
-  ca__block *held_head, *held_tail;
-  uint64_t held_bytes;
+  ca__block *held_head, *held_tail; /* the open batch: no marker yet */
+  uint64_t open_bytes;
+  ca__batch *batch_head, *batch_tail; /* closed batches, oldest first */
+  uint64_t held_bytes; /* in the open batch and the closed ones */
   uint64_t quick_bytes;
   uint64_t generation; /* bumped by drop_all: lets a waiter see it */
   uint64_t gc_budget;  /* bytes; 0 until known */
@@ -129,7 +145,7 @@ struct ca_pool {
   uint64_t free_tick; /* counts frees: orders the LRU list */
   ca__block *live;     /* the live table */
   ca__block sentinel;  /* keeps the table allocated while it is empty */
-  ca__slab block_slab, segment_slab;
+  ca__slab block_slab, segment_slab, batch_slab;
   cudalloc_device_stats stats;
 };
 
@@ -561,46 +577,9 @@ static void ca__block_take(ca_pool *p, ca__block *b, uint64_t size) {
   b->state = CA__LIVE;
 }
 
-/* ---- Held frees ----------------------------------------------------------- */
+/* ---- Frees waiting for the device ---------------------------------------- */
 
-/* Makes every held block reusable once the backend confirms that the device
- * work queued before their frees has finished. The wait happens without the
- * lock, so other threads keep allocating; blocks freed meanwhile stay held
- * for the next round. Returns true when blocks were released. */
-static int ca__drain_held(ca_pool *p) {
-  ca__block *list = p->held_head;
-  if (!list)
-    return 0;
-  uint64_t bytes = p->held_bytes, generation = p->generation;
-  p->held_head = p->held_tail = NULL;
-  p->held_bytes = 0;
-  ca_lock_release(&p->lock);
-  int rc = p->backend->synchronize(p->backend->ctx, p->device);
-  ca_lock_acquire(&p->lock);
-  if (generation != p->generation)
-    return 0; /* drop_all forgot these blocks while we waited */
-  if (rc != 0) {
-    ca__block *tail = list;
-    while (tail->link_next)
-      tail = tail->link_next;
-    tail->link_next = p->held_head;
-    if (p->held_head)
-      p->held_head->link_prev = tail;
-    else
-      p->held_tail = tail;
-    p->held_head = list;
-    p->held_bytes += bytes;
-    return 0;
-  }
-  while (list) {
-    ca__block *next = list->link_next;
-    list->link_prev = NULL;
-    ca__quick_push(p, list);
-    list = next;
-  }
-  return 1;
-}
-
+/* Puts a freed block in the open batch (CA__HELD until its marker passes). */
 static void ca__hold(ca_pool *p, ca__block *b) {
   b->state = CA__HELD;
   b->link_next = NULL;
@@ -610,7 +589,107 @@ static void ca__hold(ca_pool *p, ca__block *b) {
   else
     p->held_head = b;
   p->held_tail = b;
+  p->open_bytes += b->size;
   p->held_bytes += b->size;
+}
+
+/* Hands the blocks of a passed batch back to the cache. */
+static void ca__release_batch(ca_pool *p, ca__batch *batch) {
+  for (ca__block *b = batch->head, *next; b; b = next) {
+    next = b->link_next;
+    b->link_prev = NULL;
+    ca__quick_push(p, b);
+  }
+  p->held_bytes -= batch->bytes;
+  p->backend->forget(p->backend->ctx, p->device, batch->marker);
+  ca__slab_put(&p->batch_slab, batch);
+}
+
+/* Closes the open batch under a new marker. Returns false, leaving the
+ * batch open, when there is nothing to close or no marker may be made now
+ * (a stream capture): the blocks then simply wait longer. */
+static bool ca__close_batch(ca_pool *p) {
+  if (!p->held_head || !p->backend->mark)
+    return false;
+  ca__batch *batch = ca__slab_get(&p->batch_slab);
+  uint64_t marker = 0;
+  if (!batch)
+    return false;
+  if (p->backend->mark(p->backend->ctx, p->device, &marker) != 0) {
+    ca__slab_put(&p->batch_slab, batch);
+    return false;
+  }
+  *batch = (ca__batch){.marker = marker,
+                       .head = p->held_head,
+                       .tail = p->held_tail,
+                       .bytes = p->open_bytes};
+  p->held_head = p->held_tail = NULL;
+  p->open_bytes = 0;
+  if (p->batch_tail)
+    p->batch_tail->next = batch;
+  else
+    p->batch_head = batch;
+  p->batch_tail = batch;
+  return true;
+}
+
+static void ca__pop_batch(ca_pool *p) {
+  p->batch_head = p->batch_head->next;
+  if (!p->batch_head)
+    p->batch_tail = NULL;
+}
+
+/* Releases the closed batches whose markers have passed, oldest first,
+ * without waiting. Returns true when blocks came back. */
+static bool ca__reap(ca_pool *p) {
+  bool any = false;
+  while (p->batch_head &&
+         p->backend->poll(p->backend->ctx, p->device,
+                          p->batch_head->marker) == 0) {
+    ca__batch *batch = p->batch_head;
+    ca__pop_batch(p);
+    ca__release_batch(p, batch);
+    any = true;
+  }
+  return any;
+}
+
+/* On a miss: what has passed comes back; what was freed since the last
+ * marker gets one, which has often passed already (the program synchronized
+ * since). Returns true when blocks came back. */
+static bool ca__recover_pending(ca_pool *p) {
+  bool any = ca__reap(p);
+  if (ca__close_batch(p))
+    any |= ca__reap(p);
+  return any;
+}
+
+/* Waits for the oldest batch, the lock released meanwhile so that other
+ * threads keep allocating. Returns true when blocks came back; false when
+ * there was nothing to wait for, the wait was refused (a stream capture),
+ * or drop_all forgot the batch while we waited. */
+static bool ca__wait_oldest(ca_pool *p) {
+  if (!p->batch_head && !ca__close_batch(p))
+    return false;
+  ca__batch *batch = p->batch_head;
+  uint64_t generation = p->generation;
+  ca__pop_batch(p);
+  ca_lock_release(&p->lock);
+  int rc = p->backend->wait(p->backend->ctx, p->device, batch->marker);
+  ca_lock_acquire(&p->lock);
+  if (generation != p->generation) {
+    p->backend->forget(p->backend->ctx, p->device, batch->marker);
+    return false;
+  }
+  if (rc != 0) { /* not now: back at the head, still the oldest */
+    batch->next = p->batch_head;
+    p->batch_head = batch;
+    if (!p->batch_tail)
+      p->batch_tail = batch;
+    return false;
+  }
+  ca__release_batch(p, batch);
+  return true;
 }
 
 /* ---- Growing -------------------------------------------------------------- */
@@ -689,12 +768,40 @@ static int ca__reserve(ca_pool *p, ca__heap *h, uint64_t seg,
   return 0;
 }
 
-/* Serves a cache miss with a new segment. When the backend or the memory
- * limit refuses it: wait for held frees, give back every cached segment, and
- * retry once with the smallest segment that serves the request. */
+/* Whether a new segment of `seg` bytes would pass the memory limit or the
+ * garbage collection threshold: then freed blocks are worth waiting for. */
+static bool ca__short_of_memory(ca_pool *p, uint64_t seg) {
+  uint64_t after = p->stats.reserved_bytes.current + seg;
+  if (p->opt.memory_limit && after > p->opt.memory_limit)
+    return true;
+  if (p->opt.gc_threshold <= 0)
+    return false;
+  uint64_t budget = ca__gc_budget(p);
+  return budget && (double)after > p->opt.gc_threshold * (double)budget;
+}
+
+/* Waits for pending batches, oldest first, until one of their blocks serves
+ * `size`. Returns true with *out set when one does. */
+static bool ca__wait_for_fit(ca_pool *p, uint64_t size, ca__block **out) {
+  while (ca__wait_oldest(p)) {
+    ca__quick_flush(p);
+    if ((*out = ca__find(p, size)))
+      return true;
+  }
+  return false;
+}
+
+/* Serves a cache miss with a new segment. When memory is short, blocks
+ * waiting for the device are waited for first. When the backend or the
+ * memory limit refuses the segment: wait for every pending block, give
+ * back every cached segment, and retry once with the smallest segment that
+ * serves the request. */
 static int ca__grow(ca_pool *p, uint64_t size, ca__block **out) {
   ca__heap *h = ca__heap_for(p, size);
   int oom = p->backend->oom_code;
+  if (ca__short_of_memory(p, ca__segment_size(size)) &&
+      ca__wait_for_fit(p, size, out))
+    return 0;
   ca__collect_garbage(p, ca__segment_size(size));
   uint64_t seg = ca__segment_within_limit(p, size);
   if (seg) {
@@ -703,11 +810,8 @@ static int ca__grow(ca_pool *p, uint64_t size, ca__block **out) {
       return rc;
     p->stats.oom_retries++;
   }
-  if (p->held_head && ca__drain_held(p)) {
-    ca__quick_flush(p);
-    if ((*out = ca__find(p, size)))
-      return 0;
-  }
+  if (ca__wait_for_fit(p, size, out))
+    return 0;
   ca__release_lru(p, 0);
   seg = ca__segment_size_min(size);
   if (!ca__fits_limit(p, seg))
@@ -739,12 +843,18 @@ ca_pool *ca_pool_create(const ca_backend *backend, int device,
   p->backend = backend;
   p->device = device;
   p->opt = *options;
-  if (!p->backend->synchronize)
-    p->opt.hold_freed = false;
+  /* Without markers a pool cannot order reuse after device work: it falls
+   * back to synchronizing at each free, or to reusing at once. */
+  if (p->opt.reuse == CA_REUSE_SAFE && !backend->mark)
+    p->opt.reuse = backend->synchronize ? CA_REUSE_DEVICE_SYNC
+                                        : CA_REUSE_IMMEDIATE;
+  if (p->opt.reuse == CA_REUSE_DEVICE_SYNC && !backend->synchronize)
+    p->opt.reuse = CA_REUSE_IMMEDIATE;
   ca__heap_init(&p->small, 0, p->opt.max_split_size);
   ca__heap_init(&p->large, 1, p->opt.max_split_size);
   p->block_slab.obj_size = sizeof(ca__block);
   p->segment_slab.obj_size = sizeof(ca__segment);
+  p->batch_slab.obj_size = sizeof(ca__batch);
   p->stats.device = device;
   if (!ca__live_init(p)) {
     free(p);
@@ -771,7 +881,14 @@ static void ca__forget_all(ca_pool *p, int release) {
   ca__heap_init(&p->small, 0, p->opt.max_split_size);
   ca__heap_init(&p->large, 1, p->opt.max_split_size);
   p->lru_head = p->lru_tail = NULL;
+  while (p->batch_head) {
+    ca__batch *batch = p->batch_head;
+    ca__pop_batch(p);
+    p->backend->forget(p->backend->ctx, p->device, batch->marker);
+    ca__slab_put(&p->batch_slab, batch);
+  }
   p->held_head = p->held_tail = NULL;
+  p->open_bytes = 0;
   p->held_bytes = 0;
   p->quick_bytes = 0;
   p->generation++;
@@ -783,6 +900,7 @@ void ca_pool_destroy(ca_pool *p) {
   ca__forget_all(p, 1);
   ca__slab_destroy(&p->block_slab);
   ca__slab_destroy(&p->segment_slab);
+  ca__slab_destroy(&p->batch_slab);
   free(p);
 }
 
@@ -800,14 +918,15 @@ void ca_pool_drop_all(ca_pool *p) {
 
 /* Finds a free block of at least `size` bytes in the cache: the quick lists
  * first, then the bins, then both again after merging parked blocks and,
- * last, after waiting for held ones. */
+ * last, after taking back the pending blocks whose device work has passed
+ * (never waiting for any). */
 static ca__block *ca__find_cached(ca_pool *p, uint64_t size) {
   ca__block *b = ca__find(p, size);
   if (!b && p->quick_bytes) {
     ca__quick_flush(p);
     b = ca__find(p, size);
   }
-  if (!b && p->held_head && ca__drain_held(p)) {
+  if (!b && (p->held_head || p->batch_head) && ca__recover_pending(p)) {
     ca__quick_flush(p);
     b = ca__find(p, size);
   }
@@ -869,6 +988,18 @@ static ca__block *ca__live_find(ca_pool *p, uint64_t addr) {
   return b;
 }
 
+/* A freed block's way back to the cache, by policy. device_sync waits
+ * under the lock: it is a debugging policy, and cudaFree itself stalls
+ * the whole device. */
+static void ca__retire(ca_pool *p, ca__block *b) {
+  if (p->opt.reuse == CA_REUSE_IMMEDIATE ||
+      (p->opt.reuse == CA_REUSE_DEVICE_SYNC &&
+       p->backend->synchronize(p->backend->ctx, p->device) == 0))
+    ca__quick_push(p, b);
+  else
+    ca__hold(p, b);
+}
+
 bool ca_pool_free(ca_pool *p, uint64_t addr) {
   ca_lock_acquire(&p->lock);
   ca__block *b = ca__live_find(p, addr);
@@ -882,10 +1013,7 @@ bool ca_pool_free(ca_pool *p, uint64_t addr) {
   ca__stat_sub(&p->stats.requested_bytes, b->requested);
   ca__stat_sub(&p->stats.allocated_bytes, b->size);
   ca__stat_sub(&p->stats.blocks, 1);
-  if (p->opt.hold_freed)
-    ca__hold(p, b);
-  else
-    ca__quick_push(p, b);
+  ca__retire(p, b);
   ca_lock_release(&p->lock);
   return true;
 }
@@ -920,8 +1048,8 @@ bool ca_pool_holds_segment(ca_pool *p, uint64_t addr) {
 
 uint64_t ca_pool_empty_cache(ca_pool *p) {
   ca_lock_acquire(&p->lock);
-  if (p->held_head)
-    ca__drain_held(p);
+  while (ca__wait_oldest(p))
+    ;
   ca__quick_flush(p);
   uint64_t released = ca__release_lru(p, 0);
   ca_lock_release(&p->lock);

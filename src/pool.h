@@ -36,12 +36,23 @@
  * it wastes less than this. */
 #define CA_OVERSIZE_MAX_WASTE (20u << 20)
 
+/* When a freed block may be handed out again (reuse_policy). */
+typedef enum ca_reuse {
+  /* After the device work queued before its free has finished, on every
+   * stream: frees wait in batches, one backend marker per batch. */
+  CA_REUSE_SAFE,
+  /* At once: right for programs that run all device work on one stream. */
+  CA_REUSE_IMMEDIATE,
+  /* At once, after the backend synchronizes the device at every free (what
+   * cudaFree does); a free during a stream capture waits like under SAFE. */
+  CA_REUSE_DEVICE_SYNC,
+} ca_reuse;
+
 typedef struct ca_pool_options {
   uint64_t max_split_size; /* UINT64_MAX: every block may be split */
   double gc_threshold;     /* 0: off; else a fraction in (0,1) of budget */
   uint64_t memory_limit;   /* 0: none; else the cap on reserved bytes */
-  bool hold_freed;         /* keep freed blocks out of reuse until the
-                              backend's synchronize has returned 0 */
+  ca_reuse reuse;          /* SAFE needs the backend's markers */
 } ca_pool_options;
 
 /* A live block as the leak report and the tests see it. */

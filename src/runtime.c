@@ -39,15 +39,24 @@ static void ca__register_fork_handler(void) {
   pthread_atfork(NULL, NULL, ca__forget_pools_in_child);
 }
 
+static ca_reuse ca__reuse(int setting) {
+  switch (setting) {
+  case CA_REUSE_SETTING_IMMEDIATE:
+    return CA_REUSE_IMMEDIATE;
+  case CA_REUSE_SETTING_DEVICE_SYNC:
+    return CA_REUSE_DEVICE_SYNC;
+  default:
+    return CA_REUSE_SAFE;
+  }
+}
+
 static ca_pool_options ca__pool_options(void) {
   const ca_config *c = ca_config_get();
   return (ca_pool_options){
       .max_split_size = c->max_split_size,
       .gc_threshold = c->gc_threshold,
       .memory_limit = c->memory_limit,
-      /* cudaFree waits for the device; a pooled free does not, so a block
-       * is reused only after the backend has synchronized. */
-      .hold_freed = true,
+      .reuse = ca__reuse(c->reuse_policy),
   };
 }
 

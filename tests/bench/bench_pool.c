@@ -7,8 +7,9 @@
  *   bench_pool pair [PAIRS [REUSE]]  cached allocate+free pairs of a few sizes
  *
  * COUNT defaults to 1e6. REUSE is "immediate" (freed blocks reused at once),
- * "held" (held until the fake, free, synchronization, as the library runs in
- * a process) or "both" (the default). It prints
+ * "safe" (reuse_policy safe, the library's default: frees wait in batches for
+ * a marker, here of an idle device whose markers pass at once, so the cost
+ * is the batching's own) or "both" (the default). It prints
  * nanoseconds per operation; scripts/bench-cpu.sh also counts instructions
  * with callgrind, which is repeatable where wall time is not.
  */
@@ -92,25 +93,26 @@ int main(int argc, char **argv) {
   long n = argc > 2 ? atol(argv[2]) : 1000000;
   const char *reuse = argc > 3 ? argv[3] : "both";
   int mixed = strcmp(mode, "mixed") == 0;
-  int from = strcmp(reuse, "held") == 0, to = strcmp(reuse, "immediate") ? 2 : 1;
+  int from = strcmp(reuse, "safe") == 0, to = strcmp(reuse, "immediate") ? 2 : 1;
   if ((!mixed && strcmp(mode, "pair") != 0) || n <= 0 ||
       (strcmp(reuse, "both") && !from && to == 2)) {
-    fprintf(stderr, "usage: bench_pool mixed|pair [COUNT [immediate|held|both]]\n");
+    fprintf(stderr, "usage: bench_pool mixed|pair [COUNT [immediate|safe|both]]\n");
     return 2;
   }
-  for (int held = from; held < to; held++) {
+  for (int safe = from; safe < to; safe++) {
     static ca_fake_backend fake;
-    ca_fake_init(&fake, 1ull << 40, held, false);
-    ca_pool_options opt = {.max_split_size = UINT64_MAX, .hold_freed = held};
+    ca_fake_init(&fake, 1ull << 40, safe, false);
+    ca_pool_options opt = {.max_split_size = UINT64_MAX,
+                           .reuse = safe ? CA_REUSE_SAFE : CA_REUSE_IMMEDIATE};
     ca_pool *pool = ca_pool_create(&fake.backend, 0, &opt);
     double ns = mixed ? run_mixed(pool, n) : run_pairs(pool, n);
     cudalloc_device_stats s;
     ca_pool_get_stats(pool, &s);
     printf("%-5s %-9s %8.1f ns per %s  (%ld ops, %.2f%% cache hits, "
-           "%llu driver allocations, %d syncs)\n",
-           mode, held ? "held" : "immediate", ns, mixed ? "op" : "pair", n,
+           "%llu driver allocations, %d markers)\n",
+           mode, safe ? "safe" : "immediate", ns, mixed ? "op" : "pair", n,
            s.allocs ? 100.0 * (double)s.cache_hits / (double)s.allocs : 0.0,
-           (unsigned long long)s.backend_allocs, fake.syncs);
+           (unsigned long long)s.backend_allocs, fake.marks);
     ca_pool_destroy(pool);
     ca_fake_fini(&fake);
   }

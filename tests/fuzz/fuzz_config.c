@@ -43,7 +43,7 @@ static size_t count_items(const char *text) {
 static int log_fd = -1;
 
 #define PREFIX "cudalloc: CUDALLOC_CONF: "
-#define LINE_MAX_LEN 400
+#define LINE_MAX_LEN 512
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;

@@ -92,6 +92,56 @@ static int ca__fake_synchronize(void *ctx, int device) {
   return rc;
 }
 
+static int ca__fake_mark(void *ctx, int device, uint64_t *marker) {
+  ca_fake_backend *f = ctx;
+  (void)device;
+  pthread_mutex_lock(&f->lock);
+  int rc = f->refuse_sync ? 1 : 0;
+  if (rc) {
+    f->refused_marks++;
+  } else {
+    *marker = (uint64_t)++f->marks;
+    if (f->auto_pass)
+      f->passed = *marker;
+  }
+  pthread_mutex_unlock(&f->lock);
+  return rc;
+}
+
+static int ca__fake_poll(void *ctx, int device, uint64_t marker) {
+  ca_fake_backend *f = ctx;
+  (void)device;
+  pthread_mutex_lock(&f->lock);
+  f->polls++;
+  int rc = f->passed >= marker ? 0 : 1;
+  pthread_mutex_unlock(&f->lock);
+  return rc;
+}
+
+/* Waiting is what makes the device reach the marker, in this model. */
+static int ca__fake_wait(void *ctx, int device, uint64_t marker) {
+  ca_fake_backend *f = ctx;
+  (void)device;
+  pthread_mutex_lock(&f->lock);
+  int rc = f->refuse_sync ? 1 : 0;
+  if (!rc) {
+    f->waits++;
+    if (f->passed < marker)
+      f->passed = marker;
+  }
+  pthread_mutex_unlock(&f->lock);
+  return rc;
+}
+
+static void ca__fake_forget(void *ctx, int device, uint64_t marker) {
+  ca_fake_backend *f = ctx;
+  (void)device;
+  (void)marker;
+  pthread_mutex_lock(&f->lock);
+  f->forgets++;
+  pthread_mutex_unlock(&f->lock);
+}
+
 void ca_fake_init(ca_fake_backend *f, uint64_t capacity, bool with_sync,
                   bool host_backed) {
   memset(f, 0, sizeof(*f));
@@ -107,6 +157,11 @@ void ca_fake_init(ca_fake_backend *f, uint64_t capacity, bool with_sync,
   f->backend.release = ca__fake_release;
   f->backend.mem_info = ca__fake_mem_info;
   f->backend.synchronize = with_sync ? ca__fake_synchronize : NULL;
+  f->backend.mark = with_sync ? ca__fake_mark : NULL;
+  f->backend.poll = with_sync ? ca__fake_poll : NULL;
+  f->backend.wait = with_sync ? ca__fake_wait : NULL;
+  f->backend.forget = with_sync ? ca__fake_forget : NULL;
+  f->auto_pass = true;
 }
 
 void ca_fake_fini(ca_fake_backend *f) {

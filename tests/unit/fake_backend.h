@@ -4,8 +4,12 @@
  * Each device has a capacity; reserve hands out fresh, never-reused address
  * ranges (or real host memory, with host_backed, so tests can write through
  * the pointers), remembers every live segment, and refuses with
- * CA_FAKE_OOM past the capacity. Tests can inject failures, make synchronize
- * refuse (as during a stream capture), and read call counts. Thread-safe.
+ * CA_FAKE_OOM past the capacity. Markers model the device's progress: the
+ * n-th marker made is n, and it has passed once the fake's `passed` clock
+ * reaches n (at once with auto_pass, an idle device; else when the test moves
+ * the clock or the pool waits). Tests can inject failures, make markers and
+ * synchronize refuse (as during a stream capture), and read call counts.
+ * Thread-safe.
  */
 #ifndef CA_FAKE_BACKEND_H
 #define CA_FAKE_BACKEND_H
@@ -36,18 +40,23 @@ typedef struct ca_fake_backend {
   int nsegments;
   /* Call counts. */
   int reserves, releases, mem_infos, syncs, refused_syncs;
+  int marks, refused_marks, polls, waits, forgets;
   int bad_releases; /* releases of unknown ranges or with a wrong size */
   /* Injection: the next `fail_reserves` reserves return `fail_code`. */
   int fail_reserves;
   int fail_code;
-  /* While true, synchronize refuses, as during a stream capture. */
+  /* While true, synchronize, mark and wait refuse, as during a capture. */
   bool refuse_sync;
+  /* The device's progress: markers up to `passed` have passed. */
+  uint64_t passed;
+  bool auto_pass; /* every marker passes as soon as it is made */
   /* The order in which segments were released, for LRU tests. */
   uint64_t released_addrs[CA_FAKE_MAX_SEGMENTS];
 } ca_fake_backend;
 
-/* Sets up a fake with `capacity` bytes per device. `with_sync` installs a
- * synchronize entry (the pool then holds freed blocks when asked to). */
+/* Sets up a fake with `capacity` bytes per device. `with_sync` installs
+ * synchronize and the markers (so a pool can use reuse_policy safe and
+ * device_sync); auto_pass starts true. */
 void ca_fake_init(ca_fake_backend *f, uint64_t capacity, bool with_sync,
                   bool host_backed);
 

@@ -32,7 +32,7 @@
 #define DEFAULTS CONF(0, UNLIMITED, 0, true, 0, false)
 
 /* A message line is never longer than this (prefix and newline included). */
-#define LINE_MAX_LEN 400
+#define LINE_MAX_LEN 512
 
 /* ---- captured log ------------------------------------------------------ */
 
@@ -291,7 +291,7 @@ static void test_message_wording(void **state) {
       "(known keys: garbage_collection_threshold, max_split_size_mb, "
       "memory_limit_mb, enabled, verbose, help, leak_report, "
       "backtrace_depth, log_path, leak_exitcode, suppressions, report_format, "
-      "max_leaks, stats, stats_signal; help:1 lists them)\n");
+      "max_leaks, stats, stats_signal, reuse_policy; help:1 lists them)\n");
 }
 
 /* The report's keys: every kind of value they take, and their defaults. */
@@ -303,12 +303,14 @@ static void test_report_keys(void **state) {
   assert_int_equal(c.backtrace_depth, 0);
   assert_string_equal(c.log_path, "");
   assert_int_equal(c.report_format, CA_REPORT_TEXT);
+  assert_int_equal(c.reuse_policy, CA_REUSE_SETTING_SAFE);
   take_log();
   assert_int_equal(
       ca_config_parse(&c, "leak_report:0, backtrace_depth:16,"
                           "log_path: /tmp/run:%p.log ,leak_exitcode:23,"
                           "suppressions:leaks.supp,report_format:json,"
-                          "max_leaks:5,stats:1,stats_signal:true"),
+                          "max_leaks:5,stats:1,stats_signal:true,"
+                          "reuse_policy:device_sync"),
       0);
   assert_string_equal(take_log(), "");
   assert_false(c.leak_report);
@@ -320,6 +322,14 @@ static void test_report_keys(void **state) {
   assert_int_equal(c.max_leaks, 5);
   assert_true(c.stats);
   assert_true(c.stats_signal);
+  assert_int_equal(c.reuse_policy, CA_REUSE_SETTING_DEVICE_SYNC);
+  assert_int_equal(ca_config_parse(&c, "reuse_policy:immediate"), 0);
+  assert_int_equal(c.reuse_policy, CA_REUSE_SETTING_IMMEDIATE);
+  assert_int_equal(ca_config_parse(&c, "reuse_policy:sometimes"), 1);
+  assert_non_null(strstr(take_log(), "reuse_policy:sometimes is not one of "
+                                     "the choices (accepted: safe, immediate "
+                                     "or device_sync); reuse_policy stays "
+                                     "immediate"));
 }
 
 /* A bad report key keeps its value and says what is accepted. */
@@ -395,7 +405,7 @@ static void test_help(void **state) {
       "garbage_collection_threshold", "max_split_size_mb", "memory_limit_mb",
       "enabled", "verbose", "help", "leak_report", "backtrace_depth",
       "log_path", "leak_exitcode", "suppressions", "report_format",
-      "max_leaks", "stats", "stats_signal"};
+      "max_leaks", "stats", "stats_signal", "reuse_policy"};
   const size_t nkeys = sizeof(keys) / sizeof(keys[0]);
   take_log();
   ca_config_print_help();
@@ -432,7 +442,7 @@ static void test_get_reads_environment_once(void **state) {
   expect_config("environment", c, &want);
   const char *printed = take_log();
   assert_non_null(strstr(printed, "max_split_size_mb"));
-  assert_int_equal(count_lines(printed), 16);
+  assert_int_equal(count_lines(printed), 17);
 
   assert_int_equal(setenv("CUDALLOC_CONF", "verbose:0", 1), 0);
   assert_ptr_equal(ca_config_get(), c);

@@ -430,41 +430,175 @@ static void keeps_devices_apart(void **state) {
   fixture_free(fx);
 }
 
-/* With hold_freed, a freed block is reused only after the backend has
- * synchronized, one synchronization covering every block freed before it;
- * while synchronizing is refused (a capture), the pool grows instead. */
-static void holds_freed_blocks_until_synchronized(void **state) {
-  (void)state;
-  ca_pool_options opt = default_options();
-  opt.hold_freed = true;
-  fixture *fx = fixture_new(1024 * MiB, opt, true);
-  uint64_t a[4];
+/* A pool with the fake's markers (reuse_policy safe), whose device is
+ * busy until the test says otherwise. */
+static fixture *safe_fixture(uint64_t capacity, ca_pool_options opt) {
+  opt.reuse = CA_REUSE_SAFE;
+  fixture *fx = fixture_new(capacity, opt, true);
+  fx->fake.auto_pass = false;
+  return fx;
+}
+
+/* Four 512 KiB blocks fill one small segment. */
+static void fill_small_segment(fixture *fx, uint64_t a[4]) {
   for (int i = 0; i < 4; i++)
-    a[i] = must_alloc(fx, 512 * KiB); /* fills one 2 MiB segment */
+    a[i] = must_alloc(fx, 512 * KiB);
+}
+
+/* Safe reuse: a freed block comes back only after the marker made after its
+ * free has passed; until then the pool grows rather than wait. */
+static void safe_reuses_after_marker_passes(void **state) {
+  (void)state;
+  fixture *fx = safe_fixture(1024 * MiB, default_options());
+  uint64_t a[4], b[4];
+  fill_small_segment(fx, a);
   assert_true(ca_pool_free(fx->pool, a[1]));
   assert_true(ca_pool_free(fx->pool, a[3]));
-  assert_int_equal(fx->fake.syncs, 0);
-  assert_consistent(fx);
   cudalloc_device_stats s = stats_of(fx);
   assert_int_equal(s.pending_free_bytes, 1 * MiB);
   assert_int_equal(s.free_cached_bytes, 0);
-  uint64_t x = must_alloc(fx, 512 * KiB); /* after one sync */
-  uint64_t y = must_alloc(fx, 512 * KiB); /* no second sync */
+  assert_int_equal(fx->fake.marks, 0); /* a free costs no driver call */
+  fill_small_segment(fx, b); /* the first miss marks, then grows */
+  assert_int_equal(fx->fake.marks, 1);
+  assert_int_equal(fx->fake.reserves, 2);
+  for (int i = 0; i < 4; i++)
+    assert_true(b[i] != a[1] && b[i] != a[3]);
+  fx->fake.passed = 1; /* the device got past the frees */
+  uint64_t x = must_alloc(fx, 512 * KiB), y = must_alloc(fx, 512 * KiB);
   assert_true((x == a[1] && y == a[3]) || (x == a[3] && y == a[1]));
-  assert_int_equal(fx->fake.syncs, 1);
-  assert_int_equal(fx->fake.reserves, 1);
-  /* During a capture the held block stays held. */
-  a[1] = x;
-  a[3] = y;
+  assert_int_equal(fx->fake.reserves, 2);
+  assert_int_equal(fx->fake.marks, 1);
+  assert_int_equal(fx->fake.waits, 0);
+  assert_int_equal(fx->fake.forgets, 1);
+  assert_int_equal(stats_of(fx).pending_free_bytes, 0);
+  assert_consistent(fx);
+  fixture_free(fx);
+}
+
+/* However many frees came before, one miss makes one marker for all. */
+static void one_marker_per_batch(void **state) {
+  (void)state;
+  fixture *fx = safe_fixture(1024 * MiB, default_options());
+  uint64_t a[64];
+  for (int i = 0; i < 64; i++)
+    a[i] = must_alloc(fx, 64 * KiB + (uint64_t)i * 512);
+  for (int i = 0; i < 64; i++)
+    assert_true(ca_pool_free(fx->pool, a[i]));
+  assert_int_equal(fx->fake.marks, 0);
+  must_alloc(fx, 4 * KiB); /* the segment's free tail serves it: no miss */
+  must_alloc(fx, 2 * MiB); /* a miss */
+  assert_int_equal(fx->fake.marks, 1);
+  fx->fake.passed = 1;
+  must_alloc(fx, 1 * MiB); /* a miss: the batch has passed, all come back */
+  assert_int_equal(fx->fake.marks, 1);
+  assert_int_equal(stats_of(fx).pending_free_bytes, 0);
+  assert_consistent(fx);
+  fixture_free(fx);
+}
+
+/* During a stream capture no marker may be made: freed blocks stay pending
+ * and the pool grows; after the capture the next miss marks them. */
+static void capture_keeps_frees_pending(void **state) {
+  (void)state;
+  fixture *fx = safe_fixture(1024 * MiB, default_options());
+  fx->fake.auto_pass = true;
+  uint64_t a[4], b[4];
+  fill_small_segment(fx, a);
   assert_true(ca_pool_free(fx->pool, a[0]));
   fx->fake.refuse_sync = true;
-  uint64_t b = must_alloc(fx, 512 * KiB);
-  assert_true(b != a[0]);
-  assert_int_equal(fx->fake.reserves, 2);
-  assert_consistent(fx);
+  fill_small_segment(fx, b);
+  assert_int_equal(fx->fake.refused_marks, 1);
+  assert_int_equal(fx->fake.marks, 0);
+  for (int i = 0; i < 4; i++)
+    assert_true(b[i] != a[0]);
+  assert_int_equal(stats_of(fx).pending_free_bytes, 512 * KiB);
   fx->fake.refuse_sync = false;
-  assert_true(ca_pool_empty_cache(fx->pool) == 0); /* a[0]'s segment busy */
+  assert_int_equal(must_alloc(fx, 512 * KiB), a[0]);
+  assert_int_equal(fx->fake.marks, 1);
   assert_consistent(fx);
+  fixture_free(fx);
+}
+
+/* Short of memory (the limit): wait for the oldest batch rather than fail
+ * or grow past the limit. */
+static void limit_waits_for_pending_frees(void **state) {
+  (void)state;
+  ca_pool_options opt = default_options();
+  opt.memory_limit = 2 * MiB;
+  fixture *fx = safe_fixture(1024 * MiB, opt);
+  uint64_t a[4];
+  fill_small_segment(fx, a);
+  for (int i = 0; i < 4; i++)
+    assert_true(ca_pool_free(fx->pool, a[i]));
+  uint64_t x = must_alloc(fx, 512 * KiB);
+  assert_int_equal(fx->fake.waits, 1);
+  assert_int_equal(fx->fake.reserves, 1);
+  assert_true(x == a[0] || x == a[1] || x == a[2] || x == a[3]);
+  assert_consistent(fx);
+  fixture_free(fx);
+}
+
+/* Out of device memory: wait for every pending block before failing. */
+static void out_of_memory_waits_for_pending_frees(void **state) {
+  (void)state;
+  fixture *fx = safe_fixture(2 * MiB, default_options());
+  uint64_t a[4];
+  fill_small_segment(fx, a);
+  for (int i = 0; i < 4; i++)
+    assert_true(ca_pool_free(fx->pool, a[i]));
+  must_alloc(fx, 1 * MiB);
+  assert_int_equal(fx->fake.waits, 1);
+  cudalloc_device_stats s = stats_of(fx);
+  assert_int_equal(s.oom_retries, 1);
+  assert_int_equal(s.failed_allocs, 0);
+  assert_consistent(fx);
+  fixture_free(fx);
+}
+
+/* immediate: the block is reused at once, and no marker is ever made. */
+static void immediate_reuses_at_once(void **state) {
+  (void)state;
+  ca_pool_options opt = default_options();
+  opt.reuse = CA_REUSE_IMMEDIATE;
+  fixture *fx = fixture_new(1024 * MiB, opt, true);
+  uint64_t a = must_alloc(fx, 1 * MiB);
+  assert_true(ca_pool_free(fx->pool, a));
+  assert_int_equal(must_alloc(fx, 1 * MiB), a);
+  assert_int_equal(fx->fake.marks + fx->fake.syncs, 0);
+  fixture_free(fx);
+}
+
+/* device_sync: every free waits for the device, then the block is reusable
+ * at once; during a capture the free waits like under safe instead. */
+static void device_sync_waits_at_each_free(void **state) {
+  (void)state;
+  ca_pool_options opt = default_options();
+  opt.reuse = CA_REUSE_DEVICE_SYNC;
+  fixture *fx = fixture_new(1024 * MiB, opt, true);
+  uint64_t a = must_alloc(fx, 1 * MiB), b = must_alloc(fx, 1 * MiB);
+  assert_true(ca_pool_free(fx->pool, a));
+  assert_int_equal(fx->fake.syncs, 1);
+  assert_int_equal(must_alloc(fx, 1 * MiB), a);
+  fx->fake.refuse_sync = true;
+  assert_true(ca_pool_free(fx->pool, b));
+  assert_int_equal(stats_of(fx).pending_free_bytes, 1 * MiB);
+  fx->fake.refuse_sync = false;
+  assert_int_equal(must_alloc(fx, 1 * MiB), b); /* marked, passed */
+  assert_int_equal(fx->fake.marks, 1);
+  assert_consistent(fx);
+  fixture_free(fx);
+}
+
+/* empty_cache waits for pending blocks, so their segments can go back. */
+static void empty_cache_waits_for_pending(void **state) {
+  (void)state;
+  fixture *fx = safe_fixture(1024 * MiB, default_options());
+  uint64_t a = must_alloc(fx, 64 * MiB);
+  assert_true(ca_pool_free(fx->pool, a));
+  assert_int_equal(ca_pool_empty_cache(fx->pool), 64 * MiB);
+  assert_int_equal(fx->fake.waits, 1);
+  assert_int_equal(fx->fake.forgets, 1);
+  assert_int_equal(fx->fake.nsegments, 0);
   fixture_free(fx);
 }
 
@@ -486,6 +620,23 @@ static void drop_all_forgets_without_releasing(void **state) {
   fx->fake.nsegments = 0; /* the "driver" freed them */
   must_alloc(fx, 4 * KiB);
   assert_int_equal(fx->fake.reserves, 3);
+  fixture_free(fx);
+}
+
+/* A context reset forgets pending frees too, and every marker with them. */
+static void drop_all_forgets_pending_markers(void **state) {
+  (void)state;
+  fixture *fx = safe_fixture(1024 * MiB, default_options());
+  uint64_t a[4], b[4];
+  fill_small_segment(fx, a);
+  assert_true(ca_pool_free(fx->pool, a[0]));
+  fill_small_segment(fx, b); /* marks a[0]'s batch, grows */
+  assert_true(ca_pool_free(fx->pool, b[0])); /* a new open batch */
+  ca_pool_drop_all(fx->pool);
+  assert_int_equal(fx->fake.forgets, fx->fake.marks);
+  assert_int_equal(stats_of(fx).pending_free_bytes, 0);
+  assert_consistent(fx);
+  fx->fake.nsegments = 0; /* the "driver" freed them */
   fixture_free(fx);
 }
 
@@ -556,8 +707,16 @@ int main(void) {
       cmocka_unit_test(refuses_pointers_it_does_not_own),
       cmocka_unit_test(lists_live_blocks),
       cmocka_unit_test(keeps_devices_apart),
-      cmocka_unit_test(holds_freed_blocks_until_synchronized),
+      cmocka_unit_test(safe_reuses_after_marker_passes),
+      cmocka_unit_test(one_marker_per_batch),
+      cmocka_unit_test(capture_keeps_frees_pending),
+      cmocka_unit_test(limit_waits_for_pending_frees),
+      cmocka_unit_test(out_of_memory_waits_for_pending_frees),
+      cmocka_unit_test(immediate_reuses_at_once),
+      cmocka_unit_test(device_sync_waits_at_each_free),
+      cmocka_unit_test(empty_cache_waits_for_pending),
       cmocka_unit_test(drop_all_forgets_without_releasing),
+      cmocka_unit_test(drop_all_forgets_pending_markers),
       cmocka_unit_test(knows_its_segment_bases),
       cmocka_unit_test(survives_random_operations),
   };

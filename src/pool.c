@@ -735,9 +735,18 @@ static void ca__collect_garbage(ca_pool *p, uint64_t seg) {
   p->stats.gc_segments_released += before - p->stats.segments.current;
 }
 
+/* What the memory limit leaves the pool: the limit less the device memory
+ * used beside it. UINT64_MAX when there is no limit. */
+static uint64_t ca__limit_room(const ca_pool *p) {
+  if (!p->opt.memory_limit)
+    return UINT64_MAX;
+  uint64_t outside =
+      p->opt.outside_bytes ? atomic_load(p->opt.outside_bytes) : 0;
+  return p->opt.memory_limit > outside ? p->opt.memory_limit - outside : 0;
+}
+
 static int ca__fits_limit(const ca_pool *p, uint64_t seg) {
-  return !p->opt.memory_limit ||
-         p->stats.reserved_bytes.current + seg <= p->opt.memory_limit;
+  return p->stats.reserved_bytes.current + seg <= ca__limit_room(p);
 }
 
 /* Picks a segment size within the memory limit, giving back cached
@@ -746,9 +755,9 @@ static uint64_t ca__segment_within_limit(ca_pool *p, uint64_t size) {
   uint64_t seg = ca__segment_size(size);
   if (ca__fits_limit(p, seg))
     return seg;
-  uint64_t min = ca__segment_size_min(size);
-  if (p->opt.memory_limit >= min)
-    ca__release_lru(p, p->opt.memory_limit - min);
+  uint64_t min = ca__segment_size_min(size), room = ca__limit_room(p);
+  if (room >= min)
+    ca__release_lru(p, room - min);
   if (ca__fits_limit(p, seg))
     return seg;
   return ca__fits_limit(p, min) ? min : 0;
@@ -772,7 +781,7 @@ static int ca__reserve(ca_pool *p, ca__heap *h, uint64_t seg,
  * garbage collection threshold: then freed blocks are worth waiting for. */
 static bool ca__short_of_memory(ca_pool *p, uint64_t seg) {
   uint64_t after = p->stats.reserved_bytes.current + seg;
-  if (p->opt.memory_limit && after > p->opt.memory_limit)
+  if (after > ca__limit_room(p))
     return true;
   if (p->opt.gc_threshold <= 0)
     return false;

@@ -12,6 +12,7 @@
 #ifndef CA_POOL_H
 #define CA_POOL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -51,8 +52,12 @@ typedef enum ca_reuse {
 typedef struct ca_pool_options {
   uint64_t max_split_size; /* UINT64_MAX: every block may be split */
   double gc_threshold;     /* 0: off; else a fraction in (0,1) of budget */
-  uint64_t memory_limit;   /* 0: none; else the cap on reserved bytes */
+  uint64_t memory_limit;   /* 0: none; else the cap on the device's memory */
   ca_reuse reuse;          /* SAFE needs the backend's markers */
+  /* Device memory in use beside the pool (allocations passed through to
+   * the driver), counted against memory_limit with the pool's reserved
+   * bytes; NULL for none. Read without the pool's lock. */
+  const _Atomic uint64_t *outside_bytes;
 } ca_pool_options;
 
 /* A live block as the leak report and the tests see it. */

@@ -12,6 +12,7 @@
 
 #include "backend_cuda.h"
 #include "lifecycle.h"
+#include "track.h"
 
 static _Atomic(ca_pool *) ca__pools[CUDALLOC_MAX_DEVICES];
 /* One past the highest device with a pool: frees look no further. */
@@ -50,13 +51,14 @@ static ca_reuse ca__reuse(int setting) {
   }
 }
 
-static ca_pool_options ca__pool_options(void) {
+static ca_pool_options ca__pool_options(int device) {
   const ca_config *c = ca_config_get();
   return (ca_pool_options){
       .max_split_size = c->max_split_size,
       .gc_threshold = c->gc_threshold,
       .memory_limit = c->memory_limit,
       .reuse = ca__reuse(c->reuse_policy),
+      .outside_bytes = ca_track_bytes_on(device),
   };
 }
 
@@ -74,7 +76,7 @@ ca_pool *ca_runtime_pool(int device) {
   pthread_mutex_lock(&ca__pools_lock);
   pool = atomic_load(&ca__pools[device]);
   if (!pool) {
-    ca_pool_options opt = ca__pool_options();
+    ca_pool_options opt = ca__pool_options(device);
     pool = ca_pool_create(ca_backend_cuda(), device, &opt);
     atomic_store_explicit(&ca__pools[device], pool, memory_order_release);
     if (pool && device >= atomic_load(&ca__pools_end))

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "cudalloc.h"
 #include "uthash.h"
 
 typedef struct ca__entry {
@@ -25,6 +26,21 @@ static ca__entry *ca__by_addr;   /* uthash head: device addresses */
 static ca__entry *ca__by_handle; /* uthash head: cuMemCreate handles */
 static ca__entry *ca__free_list;
 static uint64_t ca__seq;
+static _Atomic uint64_t ca__bytes_on[CUDALLOC_MAX_DEVICES];
+
+static bool ca__known_device(int device) {
+  return device >= 0 && device < CUDALLOC_MAX_DEVICES;
+}
+
+/* Under the lock: an entry comes (sign 1) or goes (-1). */
+static void ca__count(const ca_tracked *t, int sign) {
+  if (!ca__known_device(t->device))
+    return;
+  if (sign > 0)
+    atomic_fetch_add(&ca__bytes_on[t->device], t->size);
+  else
+    atomic_fetch_sub(&ca__bytes_on[t->device], t->size);
+}
 
 static void ca__give_entry(ca__entry *e);
 
@@ -47,6 +63,8 @@ static void ca__fork_child(void) {
   ca__clear(&ca__by_addr);
   ca__clear(&ca__by_handle);
   ca__seq = 0;
+  for (int d = 0; d < CUDALLOC_MAX_DEVICES; d++)
+    atomic_store(&ca__bytes_on[d], 0);
   pthread_mutex_unlock(&ca__lock);
 }
 static void ca__register_fork(void) {
@@ -117,6 +135,8 @@ void ca_track_add(ca_track_kind kind, uint64_t key, uint64_t size, int device,
       e->t.key = key;
       HASH_ADD(hh, *head, t.key, sizeof(e->t.key), e);
     }
+  } else {
+    ca__count(&e->t, -1);
   }
   if (e != NULL) {
     e->t.size = size;
@@ -125,6 +145,7 @@ void ca_track_add(ca_track_kind kind, uint64_t key, uint64_t size, int device,
     e->t.device = device;
     e->t.stack = stack;
     e->t.kind = kind;
+    ca__count(&e->t, 1);
   }
   ca__unlock_table();
 }
@@ -136,6 +157,7 @@ static bool ca__forget(ca__entry **head, uint64_t key, ca_tracked *out) {
   if (e != NULL) {
     if (out != NULL)
       *out = e->t;
+    ca__count(&e->t, -1);
     HASH_DEL(*head, e);
     ca__give_entry(e);
   }
@@ -164,6 +186,10 @@ size_t ca_track_foreach(void (*fn)(const ca_tracked *t, void *arg),
   return n;
 }
 
+const _Atomic uint64_t *ca_track_bytes_on(int device) {
+  return ca__known_device(device) ? &ca__bytes_on[device] : NULL;
+}
+
 uint64_t ca_track_total(void) {
   ca__lock_table();
   uint64_t n = ca__seq;
@@ -182,6 +208,7 @@ size_t ca_track_drop_device(int device,
       continue;
     if (fn != NULL)
       fn(&e->t, arg);
+    ca__count(&e->t, -1);
     HASH_DEL(ca__by_addr, e);
     ca__give_entry(e);
     n++;

@@ -12,6 +12,7 @@
 #ifndef CA_TRACK_H
 #define CA_TRACK_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -52,6 +53,11 @@ bool ca_track_forget_handle(uint64_t handle, ca_tracked *out);
 /* Calls fn once per live entry, in no particular order, under the
  * table's lock: fn must not call back into the table. Returns the count. */
 size_t ca_track_foreach(void (*fn)(const ca_tracked *t, void *arg), void *arg);
+
+/* The bytes live on `device` in the table, kept current as entries come and
+ * go (the memory limit counts them beside the pool's); NULL for a device
+ * outside [0, CUDALLOC_MAX_DEVICES). */
+const _Atomic uint64_t *ca_track_bytes_on(int device);
 
 /* The number of allocations recorded since the process (or, in a forked
  * child, the child) started. */

@@ -289,6 +289,29 @@ static void enforces_the_memory_limit(void **state) {
   fixture_free(fx);
 }
 
+/* The limit covers the device memory used beside the pool too (managed,
+ * stream-ordered, cuMemCreate allocations passed to the driver): the pool
+ * gives its cache back to make room for them, and refuses what would pass
+ * the limit with them counted. */
+static void limit_counts_memory_outside_the_pool(void **state) {
+  (void)state;
+  static _Atomic uint64_t outside;
+  atomic_store(&outside, 0);
+  ca_pool_options opt = default_options();
+  opt.memory_limit = 100 * MiB;
+  opt.outside_bytes = &outside;
+  fixture *fx = fixture_new(1000 * MiB, opt, false);
+  uint64_t a = must_alloc(fx, 30 * MiB), addr = 0;
+  assert_true(ca_pool_free(fx->pool, a));
+  atomic_store(&outside, 50 * MiB);
+  assert_int_equal(ca_pool_alloc(fx->pool, 40 * MiB, 0, &addr), 0);
+  assert_int_equal(fx->fake.releases, 1); /* the cached 30 MiB made room */
+  assert_int_equal(ca_pool_alloc(fx->pool, 20 * MiB, 0, &addr), CA_FAKE_OOM);
+  atomic_store(&outside, 0);
+  assert_int_equal(ca_pool_alloc(fx->pool, 20 * MiB, 0, &addr), 0);
+  fixture_free(fx);
+}
+
 /* When the backend runs out, every cached segment is given back and the
  * request is retried once; other errors pass through unchanged. */
 static void retries_once_after_out_of_memory(void **state) {
@@ -700,6 +723,7 @@ int main(void) {
       cmocka_unit_test(garbage_collects_oldest_segments_first),
       cmocka_unit_test(garbage_collection_budget_is_the_limit_when_set),
       cmocka_unit_test(enforces_the_memory_limit),
+      cmocka_unit_test(limit_counts_memory_outside_the_pool),
       cmocka_unit_test(retries_once_after_out_of_memory),
       cmocka_unit_test(retries_with_the_smallest_segment),
       cmocka_unit_test(empty_cache_gives_back_free_segments_only),

@@ -29,15 +29,24 @@
 #     report at the end of training must show a group of one allocation
 #     per step, and --fixed none (and, with examples/torch.supp, nothing
 #     leaked at exit); cudaDeviceReset in mid-program (reset_leak.cu)
-#     reported at the reset and correct after it.
+#     reported at the reset and correct after it;
+#   stream-safe reuse (issue 5, CUDALLOC_CONF=reuse_policy:...):
+#     hazard.cu (a kernel still writing a freed block, the new block used
+#     on another stream) without the library, under the default, safe and
+#     device_sync: never overwritten; under immediate: the count, INFO;
+#     graph_replay.cu (a captured graph with memory nodes, replayed with
+#     allocations around it) without the library and under each policy;
+#     oom_limit.cu under memory_limit_mb:1024, and without it (--max 24);
+#     torch_streams.py (two streams, tensors freed while still read):
+#     without and preloaded, results compared to a relative 1e-6.
 #
 # Run from anywhere (it moves to the repository root; a relative OUT is
 # taken from there):
 #   OUT=/some/dir scripts/gpu-check.sh        (OUT defaults to ./gpu-out)
 # Writes: $OUT/env.txt (machine facts), $OUT/logs/*.log (one per build step
-# and check), $OUT/*.json (PyTorch losses), $OUT/logs/leak.<pid>.json (the
-# JSON leak report), $OUT/summary.md (the table printed
-# at the end), $OUT/results.tsv (the same rows with untruncated notes),
+# and check), $OUT/*.json (PyTorch losses and results),
+# $OUT/logs/leak.<pid>.json (the JSON leak report), $OUT/summary.md (the
+# table printed at the end), $OUT/results.tsv (the same rows with untruncated notes),
 # $OUT/gpu-check.log (everything this script printed).
 #
 # Each check is judged by its content: the program's own verdict line (it
@@ -46,7 +55,8 @@
 # parsed from the "pooled:" line, the way the allocations reached the library
 # (CUDALLOC_CONF=verbose:2 makes the library log every hook it hands out),
 # and, for PyTorch, the two runs' losses compared here. Exit status: non-zero
-# if any check failed. The compute-sanitizer rows are informative only.
+# if any check failed. The compute-sanitizer rows and hazard under
+# reuse_policy:immediate are informative only.
 #
 # Time: each check runs under `timeout` (120 s at most), and the whole script
 # keeps within GPU_CHECK_BUDGET_S seconds (default 400): a check that would
@@ -781,7 +791,236 @@ check_leak_exitcode leak_exitcode_fixed static "$LL_STATIC" 0 --fixed
 check_reset_leak leak_reset
 
 # ---------------------------------------------------------------------------
-# 6. Summary
+# 6. Stream-safe reuse (issue 5)
+#
+# CUDALLOC_CONF=reuse_policy:safe|immediate|device_sync (default safe). A
+# pooled free does not wait for the device as cudaFree does; these checks
+# hold each policy to what it promises, by content:
+#   hazard (tests/gpu/hazard.cu): a kernel on one stream still to write a
+#     block when the host frees it, the new block used on another stream.
+#     Without the library, under the default, reuse_policy:safe and
+#     device_sync: no round may see the new block overwritten (the
+#     program's "result" line, read here: overwritten=0), and under
+#     device_sync no free may return before the kernel ended (pending=0).
+#     Under immediate the overwritten rounds are the documented hazard: the
+#     row is INFO with the count (FAIL only if the program itself failed);
+#   graph_replay: a graph captured in global mode with memory nodes,
+#     replayed 100 times with plain allocations and frees around it: correct
+#     results without the library and under every policy;
+#   oom_limit: under memory_limit_mb:1024, 64 MiB blocks until
+#     cudaErrorMemoryAllocation (at least 14), the error cleared, memory
+#     freed and obtained again, contents checked; without the library it
+#     stops at --max 24 with no failure;
+#   torch_streams (PYTORCH_NO_CUDA_MEMORY_CACHING=1): tensors crossing two
+#     streams and dropped while the other stream reads them; the results
+#     without and with the library must agree (relative 1e-6).
+# Every preloaded run must show the pool served the program's allocations
+# (its "pooled:" line), and the library must have accepted CUDALLOC_CONF
+# (no "CUDALLOC_CONF: ..." complaint in the log).
+
+HZ=$BIN/hazard GR=$BIN/graph_replay OOM=$BIN/oom_limit
+notes=()
+for prog in hazard graph_replay oom_limit; do
+  if build_prog "$prog" "build-$prog" -arch=sm_90 -cudart=static "${NVCC_FLAGS[@]}" \
+    -o "$BIN/$prog" "tests/gpu/$prog.cu" -ldl; then
+    needs "$BIN/$prog" libcudart.so && notes+=("$prog links libcudart.so")
+  else
+    notes+=("$prog failed")
+    rm -f "$BIN/$prog"
+  fi
+done
+if ((${#notes[@]})); then
+  record build_reuse_programs - - - - FAIL "${notes[*]}; see logs/build-*.log"
+else
+  record build_reuse_programs - - - - PASS "hazard, graph_replay, oom_limit (static runtime)"
+fi
+
+# reuse_run NAME RUNTIME CONF MAX_SECONDS TAG COMMAND...: runs COMMAND
+# without the library (CONF "-") or preloaded with CUDALLOC_CONF=CONF (""
+# for the default), for at most MAX_SECONDS. Its output goes to REUSE_LOG,
+# the pooled line's numbers to REUSE_POOLED ("allocs/backend_allocs"), and
+# to WHY whatever any run must not show: a non-zero exit, no "TAG: PASS",
+# the library where it should be absent, or absent, idle or complaining
+# about CUDALLOC_CONF where it should serve. Returns 1, recording NAME as
+# FAIL, when it cannot run.
+reuse_run() {
+  local name=$1 runtime=$2 conf=$3 max_t=$4 tag=$5
+  shift 5
+  REUSE_LOG=$LOGS/$name.log REUSE_POOLED=-/-
+  WHY=()
+  local env_add=(LD_PRELOAD="$LIB" CUDALLOC_CONF="$conf") skip="" limit
+  [[ $conf == - ]] && env_add=()
+  limit=$(time_left)
+  ((limit > max_t)) && limit=$max_t
+  if [[ $conf != - && -z $LIB ]]; then skip="library not built"
+  elif ! [[ -x $1 ]] && ! command -v "$1" >/dev/null; then skip="$1 not built"
+  elif ((limit < max_t && limit < 15)); then skip="time budget (${BUDGET}s) spent"
+  fi
+  if [[ -n $skip ]]; then
+    reuse_record "$name" "$runtime" "$conf" FAIL "not run: $skip"
+    return 1
+  fi
+  say "running $name (timeout ${limit}s) -> $REUSE_LOG"
+  echo "# $name: ${env_add[*]:-(no library)} $*" >"$REUSE_LOG"
+  local t0=$SECONDS rc
+  timeout -k 5 "$limit" env -u LD_PRELOAD -u CUDALLOC_CONF \
+    ${env_add[@]+"${env_add[@]}"} "$@" >>"$REUSE_LOG" 2>&1
+  rc=$?
+  REUSE_SECS=$((SECONDS - t0))
+  if ((rc == 124 || rc == 137)); then WHY+=("timed out after ${limit}s")
+  elif ((rc != 0)); then WHY+=("exit status $rc"); fi
+  if ! grep -qx "$tag: PASS" "$REUSE_LOG"; then
+    local verdict
+    verdict=$(grep -E "^$tag: FAIL" "$REUSE_LOG" | head -n1)
+    WHY+=("${verdict:-no \"$tag: PASS\" line}")
+  fi
+  reuse_check_library "$conf"
+  return 0
+}
+
+# What the "pooled:" and "program:" lines show, against CONF (reuse_run).
+reuse_check_library() {
+  local pooled mine allocs=""
+  pooled=$(grep -E '^pooled: ' "$REUSE_LOG" | tail -n1)
+  mine=$(sed -n 's/^program: allocs=\([0-9]*\) .*/\1/p' "$REUSE_LOG" | tail -n1)
+  if [[ $pooled =~ allocs=([0-9]+)\ backend_allocs=([0-9]+) ]]; then
+    allocs=${BASH_REMATCH[1]}
+    REUSE_POOLED=$allocs/${BASH_REMATCH[2]}
+  fi
+  if [[ $1 == - ]]; then
+    [[ $pooled == "pooled: none"* ]] ||
+      WHY+=("expected no library, saw: ${pooled:-no pooled line}")
+    if grep -q '^cudalloc: ' "$REUSE_LOG"; then WHY+=("library output in a run without it"); fi
+    return
+  fi
+  if [[ -z $allocs ]]; then
+    WHY+=("no pool statistics: ${pooled:-no pooled line}")
+  elif [[ -n $mine ]] && ((allocs < mine)); then
+    WHY+=("the pool served $allocs allocations, the program made $mine")
+  elif ((allocs == 0)); then
+    WHY+=("the pool served no allocation")
+  fi
+  local complaint
+  complaint=$(grep -m1 -E '^(cudalloc: )?CUDALLOC_CONF: ' "$REUSE_LOG")
+  [[ -z $complaint ]] || WHY+=("CUDALLOC_CONF=$1 not accepted: $complaint")
+}
+
+# reuse_record NAME RUNTIME CONF RESULT NOTE
+reuse_record() {
+  local pre=no
+  [[ $3 != - ]] && pre="yes, ${3:-default}"
+  record "$1" "$2" "$pre" - "${REUSE_POOLED:--}" "$4" "$5"
+}
+
+# reuse_verdict NAME RUNTIME CONF RESULT FACTS: RESULT (PASS or INFO) when
+# no WHY was given, FAIL otherwise; FACTS go in the note either way.
+reuse_verdict() {
+  local note="${REUSE_SECS:-?}s${5:+, $5}"
+  if ((${#WHY[@]})); then
+    reuse_record "$1" "$2" "$3" FAIL "$note; $(printf '%s; ' "${WHY[@]}" | sed 's/; $//')"
+  else
+    reuse_record "$1" "$2" "$3" "$4" "$note"
+  fi
+}
+
+# check_hazard NAME CONF MODE: MODE safe (nothing overwritten), sync (also
+# no free returned before the kernel ended) or report (INFO: the count).
+check_hazard() {
+  local name=$1 conf=$2 mode=$3 line rounds over reused pending arg=safe
+  [[ $mode == report ]] && arg=report
+  REUSE_POOLED=-/-
+  reuse_run "$name" static "$conf" 20 hazard "$HZ" "$arg" || return
+  line=$(grep -E '^hazard: result ' "$REUSE_LOG" | tail -n1)
+  if [[ $line =~ rounds=([0-9]+)\ overwritten=([0-9]+)\ reused=([0-9]+)\ pending=([0-9]+) ]]; then
+    rounds=${BASH_REMATCH[1]} over=${BASH_REMATCH[2]}
+    reused=${BASH_REMATCH[3]} pending=${BASH_REMATCH[4]}
+    [[ $mode != report ]] && ((over > 0)) &&
+      WHY+=("$over of $rounds rounds had the new block overwritten")
+    [[ $mode == sync ]] && ((pending > 0)) &&
+      WHY+=("$pending frees returned while the kernel still ran: no device wait")
+  else
+    WHY+=("no 'hazard: result' line")
+  fi
+  local result=PASS
+  [[ $mode == report ]] && result=INFO
+  reuse_verdict "$name" static "$conf" "$result" \
+    "overwritten ${over:-?}/${rounds:-?} rounds, address reused ${reused:-?}, kernel still running after the free ${pending:-?}"
+}
+
+check_graph() { # NAME CONF
+  REUSE_POOLED=-/-
+  reuse_run "$1" static "$2" 20 graph_replay "$GR" 100 || return
+  local facts
+  facts=$(sed -n 's/^graph_replay: \([0-9]* replays checked\).*/\1/p' "$REUSE_LOG" | tail -n1)
+  reuse_verdict "$1" static "$2" PASS "${facts:-no replay count}"
+}
+
+check_oom() { # NAME CONF ARGS...
+  local name=$1 conf=$2 line
+  shift 2
+  REUSE_POOLED=-/-
+  reuse_run "$name" static "$conf" 20 oom_limit "$OOM" "$@" || return
+  line=$(sed -n 's/^oom_limit: result //p' "$REUSE_LOG" | tail -n1)
+  [[ -n $line ]] || WHY+=("no 'oom_limit: result' line")
+  reuse_verdict "$name" static "$conf" PASS "${line:-}"
+}
+
+check_hazard hazard_plain - safe
+check_hazard hazard_default "" safe
+check_hazard hazard_safe reuse_policy:safe safe
+check_hazard hazard_device_sync reuse_policy:device_sync sync
+check_hazard hazard_immediate reuse_policy:immediate report
+
+check_graph graph_replay_plain -
+check_graph graph_replay_default ""
+check_graph graph_replay_safe reuse_policy:safe
+check_graph graph_replay_immediate reuse_policy:immediate
+check_graph graph_replay_device_sync reuse_policy:device_sync
+
+check_oom oom_limit_plain - --max 24
+check_oom oom_limit_1024 memory_limit_mb:1024 --limit-mb 1024 --max 24
+
+# PyTorch, two streams: the results without and with the library compared.
+export PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUBLAS_WORKSPACE_CONFIG=:4096:8
+rm -f "$OUT/torch_streams_plain.json" "$OUT/torch_streams_pool.json"
+REUSE_POOLED=-/-
+reuse_run torch_streams_plain torch - 30 torch_streams \
+  python3 tests/gpu/torch_streams.py "$OUT/torch_streams_plain.json" --expect plain &&
+  reuse_verdict torch_streams_plain torch - PASS ""
+REUSE_POOLED=-/-
+reuse_run torch_streams_pool torch "" 30 torch_streams \
+  python3 tests/gpu/torch_streams.py "$OUT/torch_streams_pool.json" --expect pooled &&
+  reuse_verdict torch_streams_pool torch "" PASS ""
+unset PYTORCH_NO_CUDA_MEMORY_CACHING
+cmp_out=$(python3 - "$OUT/torch_streams_plain.json" "$OUT/torch_streams_pool.json" <<'EOF' 2>&1
+import json, math, sys
+try:
+    a = json.load(open(sys.argv[1]))["results"]
+    b = json.load(open(sys.argv[2]))["results"]
+except Exception as e:
+    print("FAIL cannot read both result files: %s" % e)
+    sys.exit(0)
+if len(a) != len(b) or not a:
+    print("FAIL %d results without the library, %d with" % (len(a), len(b)))
+    sys.exit(0)
+worst = max(abs(x - y) / max(abs(x), abs(y), 1e-30) for x, y in zip(a, b))
+bad = [i for i, (x, y) in enumerate(zip(a, b))
+       if not math.isclose(x, y, rel_tol=1e-6, abs_tol=0.0)]
+print("%s %d results, max relative difference %.3g, %s%s" % (
+    "FAIL" if bad else "PASS", len(a), worst,
+    "bit-identical" if a == b else "not bit-identical",
+    ", first differing step %d of %d differing" % (bad[0], len(bad)) if bad else ""))
+EOF
+)
+say "torch_streams comparison: $cmp_out"
+if [[ $cmp_out == "PASS "* ]]; then
+  record torch_streams_match torch "no vs yes" - - PASS "${cmp_out#PASS }"
+else
+  record torch_streams_match torch "no vs yes" - - FAIL "${cmp_out#FAIL }"
+fi
+
+# ---------------------------------------------------------------------------
+# 7. Summary
 
 SUMMARY=$OUT/summary.md
 {

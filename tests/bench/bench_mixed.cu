@@ -1,0 +1,189 @@
+/*
+ * bench_mixed: the mixed allocation workload of issue 6, on a real GPU.
+ *
+ * What a program that allocates per iteration costs: 20,000 random
+ * operations over 64 slots (an empty slot gets an allocation, a full one is
+ * freed), sizes log-uniform from 256 B to 64 MiB from a fixed-seed PRNG (the
+ * same sequence in every run and round), and every 64 operations a small
+ * kernel, on a non-blocking stream, writes into the newest block, so that
+ * frees have device work queued before them, as in a real program. The
+ * time of a round includes waiting for those kernels at its end. Prints the
+ * median, over ROUNDS rounds (5) after one warm-up round, of the time per
+ * operation.
+ *
+ * Modes: "sync" (default) calls cudaMalloc/cudaFree; run it plain and under
+ * LD_PRELOAD=libcudalloc.so with each CUDALLOC_CONF=reuse_policy:... to
+ * compare (scripts/bench-reuse.sh does). "async" calls cudaMallocAsync/
+ * cudaFreeAsync on the kernels' stream, with the device's default memory
+ * pool keeping everything (release threshold UINT64_MAX): the driver's own
+ * stream-ordered pool, as a reference.
+ *
+ *   bench_mixed [sync|async] [ops_per_round] [rounds]
+ *
+ * This is a program, not a test: it checks every CUDA return code and exits
+ * 1 on an error, and prints one line "bench_mixed: <us> us per op ...".
+ */
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SLOTS 64
+#define TOUCH_EVERY 64
+#define MAX_ROUNDS 64
+#define SEED 0x6D1CED5EEDull
+
+#define CK(call)                                                               \
+  do {                                                                         \
+    cudaError_t ck_err_ = (call);                                              \
+    if (ck_err_ != cudaSuccess) {                                              \
+      fprintf(stderr, "bench_mixed: %s:%d: %s returned %s\n", __FILE__,        \
+              __LINE__, #call, cudaGetErrorName(ck_err_));                     \
+      exit(1);                                                                 \
+    }                                                                          \
+  } while (0)
+
+typedef struct bench {
+  int async;
+  cudaStream_t stream;
+  void *slot[SLOTS];
+  size_t bytes[SLOTS];
+  long allocs, frees, kernels;
+} bench;
+
+/* Writes up to 2048 words at the start of a block. */
+__global__ void touch_kernel(uint32_t *p, size_t words, uint32_t value) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < words)
+    p[i] = value + (uint32_t)i;
+}
+
+static double now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* splitmix64. */
+static uint64_t next_random(uint64_t *state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* 256 B .. 64 MiB, log-uniform, a multiple of 4. */
+static size_t log_uniform_size(uint64_t *rng) {
+  double u = (double)(next_random(rng) >> 11) / 9007199254740992.0;
+  size_t bytes = (size_t)(256.0 * exp2(u * 18.0));
+  return bytes & ~(size_t)3;
+}
+
+static void alloc_slot(bench *b, int s, size_t bytes) {
+  if (b->async)
+    CK(cudaMallocAsync(&b->slot[s], bytes, b->stream));
+  else
+    CK(cudaMalloc(&b->slot[s], bytes));
+  b->bytes[s] = bytes;
+  b->allocs++;
+}
+
+static void free_slot(bench *b, int s) {
+  if (b->async)
+    CK(cudaFreeAsync(b->slot[s], b->stream));
+  else
+    CK(cudaFree(b->slot[s]));
+  b->slot[s] = NULL;
+  b->frees++;
+}
+
+static void touch(bench *b, int s, long op) {
+  size_t words = b->bytes[s] / 4;
+  if (words > 2048)
+    words = 2048;
+  unsigned blocks = (unsigned)((words + 255) / 256);
+  touch_kernel<<<blocks, 256, 0, b->stream>>>((uint32_t *)b->slot[s], words,
+                                              (uint32_t)op);
+  CK(cudaGetLastError());
+  b->kernels++;
+}
+
+/* One round: the operations, then the wait for the kernels. Nanoseconds
+ * per operation. Frees what is left afterwards, untimed. */
+static double one_round(bench *b, long ops) {
+  uint64_t rng = SEED;
+  int newest = -1;
+  double start = now_ns();
+  for (long op = 0; op < ops; op++) {
+    int s = (int)(next_random(&rng) % SLOTS);
+    if (b->slot[s] != NULL) {
+      free_slot(b, s);
+      if (s == newest)
+        newest = -1;
+    } else {
+      alloc_slot(b, s, log_uniform_size(&rng));
+      newest = s;
+    }
+    if (op % TOUCH_EVERY == TOUCH_EVERY - 1 && newest >= 0)
+      touch(b, newest, op);
+  }
+  CK(cudaStreamSynchronize(b->stream));
+  double ns = (now_ns() - start) / (double)ops;
+  for (int s = 0; s < SLOTS; s++)
+    if (b->slot[s] != NULL)
+      free_slot(b, s);
+  CK(cudaDeviceSynchronize());
+  return ns;
+}
+
+static void setup(bench *b, const char *mode) {
+  memset(b, 0, sizeof(*b));
+  b->async = strcmp(mode, "async") == 0;
+  CK(cudaSetDevice(0));
+  CK(cudaFree(0)); /* the context, outside the timing */
+  CK(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
+  if (b->async) {
+    cudaMemPool_t pool;
+    uint64_t keep = UINT64_MAX;
+    CK(cudaDeviceGetDefaultMemPool(&pool, 0));
+    CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  }
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "sync";
+  long ops = argc > 2 ? atol(argv[2]) : 20000;
+  int rounds = argc > 3 ? atoi(argv[3]) : 5;
+  if ((strcmp(mode, "sync") != 0 && strcmp(mode, "async") != 0) || ops < 1 ||
+      rounds < 1 || rounds > MAX_ROUNDS) {
+    fprintf(stderr,
+            "usage: bench_mixed [sync|async] [ops_per_round] "
+            "[rounds (1..%d)]\n",
+            MAX_ROUNDS);
+    return 2;
+  }
+  static bench b;
+  double us[MAX_ROUNDS];
+  setup(&b, mode);
+  double first = one_round(&b, ops) / 1e3; /* warm-up, not counted */
+  for (int r = 0; r < rounds; r++)
+    us[r] = one_round(&b, ops) / 1e3;
+  qsort(us, (size_t)rounds, sizeof(us[0]), cmp_double);
+  long per_round = b.allocs / (rounds + 1);
+  printf("bench_mixed: %.3f us per op (median of %d rounds of %ld ops, min "
+         "%.3f, max %.3f; warm-up round %.3f), mode %s, per round %ld "
+         "allocations, %ld kernels\n",
+         us[rounds / 2], rounds, ops, us[0], us[rounds - 1], first, mode,
+         per_round, b.kernels / (rounds + 1));
+  CK(cudaStreamDestroy(b.stream));
+  return 0;
+}

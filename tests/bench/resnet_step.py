@@ -1,0 +1,93 @@
+"""resnet_step: the time of one ResNet-50 training step, and the memory used.
+
+A benchmark, not a test (scripts/bench-reuse.sh runs it): torchvision's
+ResNet-50 (no pretrained weights), batch 64 of 224x224 random images with
+random labels, fp32, cross-entropy, SGD with momentum. After WARMUP (5)
+steps it times STEPS (20) steps one by one, torch.cuda.synchronize() before
+and after each, and prints the median. Memory in use is sampled after each
+step as total - free from torch.cuda.mem_get_info (the driver's figures;
+under cudalloc, free counts the pool's cached blocks as free, so this is
+the memory the program's tensors hold, plus what any allocator keeps
+cached outside cudalloc: PyTorch's own cache when it is on), and the peak
+printed.
+
+Run it as is for PyTorch's caching allocator, with
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 for a cudaMalloc per tensor, and that under
+LD_PRELOAD=libcudalloc.so to measure cudalloc. Prints
+  resnet_step: <ms> ms (median of 20 steps, min .., max ..)
+  resnet_step: peak in use <GiB> GiB
+and exits 1 on an error (a missing torchvision included).
+
+Usage: resnet_step.py [--steps 20] [--warmup 5] [--batch 64]
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+
+def train_steps(args):
+    import torch
+    import torch.nn as nn
+    try:
+        import torchvision
+    except ImportError as e:
+        sys.exit("resnet_step: torchvision is not importable: %s" % e)
+    if not torch.cuda.is_available():
+        sys.exit("resnet_step: torch.cuda.is_available() is False")
+    torch.manual_seed(0)
+    dev = torch.device("cuda:0")
+    model = torchvision.models.resnet50(weights=None).to(dev)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    x = torch.randn(args.batch, 3, 224, 224, device=dev)
+    y = torch.randint(0, 1000, (args.batch,), device=dev)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    def in_use():
+        free_b, total_b = torch.cuda.mem_get_info(dev)
+        return total_b - free_b
+
+    peak, times = 0, []
+    for _ in range(args.warmup):
+        step()
+        torch.cuda.synchronize()
+        peak = max(peak, in_use())
+    for _ in range(args.steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+        peak = max(peak, in_use())
+    return times, peak, torch.__version__
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=64)
+    args = ap.parse_args()
+    if args.steps < 1 or args.warmup < 0 or args.batch < 1:
+        sys.exit("resnet_step: bad arguments")
+    times, peak, version = train_steps(args)
+    print("resnet_step: torch %s, batch %d, PYTORCH_NO_CUDA_MEMORY_CACHING=%s"
+          % (version, args.batch,
+             os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "")))
+    print("resnet_step: %.2f ms (median of %d steps, min %.2f, max %.2f)"
+          % (statistics.median(times), len(times), min(times), max(times)))
+    print("resnet_step: peak in use %.2f GiB" % (peak / 2.0 ** 30))
+
+
+if __name__ == "__main__":
+    main()

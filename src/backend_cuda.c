@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cudalloc.h"
@@ -38,6 +39,68 @@ static int ca__ncaptures;
 static atomic_int ca__captures_live; /* ca__ncaptures + ca__captures_lost */
 static int ca__captures_lost;
 static pthread_mutex_t ca__captures_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* What the markers need (see "Markers" below). */
+
+/* A live stream the program created with CU_STREAM_NON_BLOCKING. */
+typedef struct ca__stream {
+  CUstream stream;
+  CUcontext ctx; /* current when it was created: its context */
+  int device;
+  bool primary; /* ctx is the device's primary context */
+} ca__stream;
+
+static ca__stream *ca__streams;
+static size_t ca__nstreams, ca__streams_cap;
+/* A stream could not be recorded (out of host memory): a marker would not
+ * cover it, so no marker is made any more. */
+static bool ca__streams_lost;
+/* Read-held while a marker records its events, write-held to change the
+ * table and across the real cuStreamDestroy: no event is recorded on a
+ * stream being destroyed. */
+static pthread_rwlock_t ca__streams_lock = PTHREAD_RWLOCK_INITIALIZER;
+
+/* An event no marker uses, kept for the next marker of its context. */
+typedef struct ca__event {
+  CUevent event;
+  CUcontext ctx;
+  bool primary;
+} ca__event;
+
+typedef struct ca__spares {
+  ca__event *v;
+  size_t n, cap;
+} ca__spares;
+
+/* Events recorded together: [0] on the legacy stream, one on each live
+ * non-blocking stream of `ctx`. */
+typedef struct ca__marker {
+  bool used;
+  bool dead; /* its context died: it has passed; its events are dropped */
+  bool primary;
+  int device;
+  CUcontext ctx;
+  CUevent *events;
+  size_t n, cap;
+  size_t index;     /* in ca__markers: the handle is index + 1 */
+  size_t next_free; /* while unused: the next free slot, or SIZE_MAX */
+} ca__marker;
+
+/* Each marker is allocated once and never moves, so poll and wait read
+ * its events outside the lock while the table grows. */
+static ca__marker **ca__markers;
+static size_t ca__nmarkers, ca__markers_cap;
+static size_t ca__free_marker = SIZE_MAX;
+static ca__spares ca__spare[CUDALLOC_MAX_DEVICES];
+/* The last context asked about on each device, and whether it is the
+ * primary one (finding out costs a retain and a release). */
+static struct {
+  CUcontext ctx;
+  bool primary;
+} ca__kind[CUDALLOC_MAX_DEVICES];
+/* Guards the markers, the spare events and ca__kind. Never held across a
+ * driver call; taken after ca__streams_lock when both are held. */
+static pthread_mutex_t ca__marks_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ------------------------------------------------------------------------ */
 /* Resolving the driver                                                      */
@@ -95,6 +158,10 @@ static void ca__api_init(void) {
               "cuStreamBeginCaptureToGraph_ptsz");
   CA__RESOLVE(stream_end_capture, "cuStreamEndCapture");
   CA__RESOLVE(stream_end_capture_ptsz, "cuStreamEndCapture_ptsz");
+  CA__RESOLVE(stream_create, "cuStreamCreate");
+  CA__RESOLVE(stream_create_with_priority, "cuStreamCreateWithPriority");
+  CA__RESOLVE(stream_destroy_v1, "cuStreamDestroy");
+  CA__RESOLVE(stream_destroy, "cuStreamDestroy_v2");
   CA__RESOLVE(ctx_get_current, "cuCtxGetCurrent");
   CA__RESOLVE(ctx_get_device, "cuCtxGetDevice");
   CA__RESOLVE(ctx_synchronize, "cuCtxSynchronize");
@@ -102,9 +169,15 @@ static void ca__api_init(void) {
   CA__RESOLVE(ctx_pop_current, "cuCtxPopCurrent_v2");
   CA__RESOLVE(device_get, "cuDeviceGet");
   CA__RESOLVE(device_primary_ctx_retain, "cuDevicePrimaryCtxRetain");
+  CA__RESOLVE(device_primary_ctx_release, "cuDevicePrimaryCtxRelease_v2");
   CA__RESOLVE(device_primary_ctx_get_state, "cuDevicePrimaryCtxGetState");
   CA__RESOLVE(stream_is_capturing, "cuStreamIsCapturing");
   CA__RESOLVE(get_error_name, "cuGetErrorName");
+  CA__RESOLVE(event_create, "cuEventCreate");
+  CA__RESOLVE(event_record, "cuEventRecord");
+  CA__RESOLVE(event_query, "cuEventQuery");
+  CA__RESOLVE(event_synchronize, "cuEventSynchronize");
+  CA__RESOLVE(event_destroy, "cuEventDestroy_v2");
 }
 
 /* A forked child cannot use the parent's contexts (CUDA does not survive
@@ -114,16 +187,41 @@ static void ca__forget_contexts_in_child(void) {
     atomic_store(&ca__primary[i], NULL);
 }
 
+/* Nor its streams and events: every marker the child's pools still hold
+ * counts as passed (there is no device work to wait for in the child), and
+ * no event or stream of the parent is used again. Under the locks. */
+static void ca__forget_markers_in_child(void) {
+  ca__nstreams = 0;
+  ca__streams_lost = false;
+  for (int i = 0; i < CUDALLOC_MAX_DEVICES; i++) {
+    ca__spare[i].n = 0;
+    ca__kind[i].ctx = NULL;
+  }
+  for (size_t i = 0; i < ca__nmarkers; i++)
+    ca__markers[i]->dead = true;
+}
+
 /* A fork while another thread holds one of our locks would leave the
  * child's copy locked forever; holding them across fork keeps both whole.
  * Captures do not survive into the child. */
-static void ca__fork_prepare(void) { pthread_mutex_lock(&ca__captures_lock); }
-static void ca__fork_parent(void) { pthread_mutex_unlock(&ca__captures_lock); }
+static void ca__fork_prepare(void) {
+  pthread_rwlock_wrlock(&ca__streams_lock);
+  pthread_mutex_lock(&ca__marks_lock);
+  pthread_mutex_lock(&ca__captures_lock);
+}
+static void ca__fork_parent(void) {
+  pthread_mutex_unlock(&ca__captures_lock);
+  pthread_mutex_unlock(&ca__marks_lock);
+  pthread_rwlock_unlock(&ca__streams_lock);
+}
 static void ca__fork_child(void) {
   ca__ncaptures = 0;
   ca__captures_lost = 0;
   atomic_store(&ca__captures_live, 0);
+  ca__forget_markers_in_child();
   pthread_mutex_unlock(&ca__captures_lock);
+  pthread_mutex_unlock(&ca__marks_lock);
+  pthread_rwlock_unlock(&ca__streams_lock);
   ca__forget_contexts_in_child();
 }
 
@@ -216,15 +314,54 @@ bool ca_backend_cuda_is_primary(int device, CUcontext ctx) {
          primary == ctx;
 }
 
+static void ca__bury_primary(int device);
+
 void ca_backend_cuda_forget_primary(int device) {
-  if (device >= 0 && device < CUDALLOC_MAX_DEVICES)
-    atomic_store(&ca__primary[device], NULL);
+  if (device < 0 || device >= CUDALLOC_MAX_DEVICES)
+    return;
+  ca__bury_primary(device);
+  atomic_store(&ca__primary[device], NULL);
 }
 
-/* Whether the calling thread's current context belongs to `device`. */
-static int ca__current_is(int device) {
-  int cur = -1;
-  return ca_driver_current_device(&cur) == CUDA_SUCCESS && cur == device;
+/* The primary context of `device` when it is active, without keeping a
+ * reference: a retain and its release. A reference kept would keep the
+ * context alive past the program's own last release. */
+static CUcontext ca__primary_peek(int device) {
+  const ca_driver_api *d = ca_driver();
+  if (d->device_get == NULL || d->device_primary_ctx_get_state == NULL ||
+      d->device_primary_ctx_retain == NULL ||
+      d->device_primary_ctx_release == NULL)
+    return NULL;
+  CUdevice dev = 0;
+  unsigned int flags = 0;
+  int active = 0;
+  CUcontext ctx = NULL;
+  if (d->device_get(&dev, device) != CUDA_SUCCESS ||
+      d->device_primary_ctx_get_state(dev, &flags, &active) != CUDA_SUCCESS ||
+      !active || d->device_primary_ctx_retain(&ctx, dev) != CUDA_SUCCESS)
+    return NULL;
+  d->device_primary_ctx_release(dev);
+  return ctx;
+}
+
+/* Whether `ctx`, a live context of `device`, is its primary context: a
+ * primary reset kills only what lives in it. */
+static bool ca__is_primary_ctx(int device, CUcontext ctx) {
+  CUcontext held = atomic_load(&ca__primary[device]);
+  if (held != NULL)
+    return held == ctx;
+  pthread_mutex_lock(&ca__marks_lock);
+  bool known = ca__kind[device].ctx == ctx;
+  bool primary = ca__kind[device].primary;
+  pthread_mutex_unlock(&ca__marks_lock);
+  if (known)
+    return primary;
+  primary = ca__primary_peek(device) == ctx;
+  pthread_mutex_lock(&ca__marks_lock);
+  ca__kind[device].ctx = ctx;
+  ca__kind[device].primary = primary;
+  pthread_mutex_unlock(&ca__marks_lock);
+  return primary;
 }
 
 /* One driver call of the backend, with its arguments. */
@@ -233,11 +370,35 @@ typedef struct ca__call {
   uint64_t size;
   uint64_t addr;
   size_t free_bytes, total_bytes;
+  /* Markers: set by ca__in_device (the context the call runs in, and
+   * whether we pushed the primary one), or by the caller (poll, wait). */
+  int device;
+  CUcontext ctx;
+  bool primary;
+  uint64_t marker;       /* mark: the new handle */
+  const CUevent *events; /* poll, wait: the marker's events */
+  size_t nevents;
+  int answer; /* poll: 0 passed, 1 not yet */
 } ca__call;
 
-enum { CA__RESERVE, CA__RELEASE, CA__MEM_INFO, CA__SYNC };
+enum { CA__RESERVE, CA__RELEASE, CA__MEM_INFO, CA__SYNC, CA__MARK, CA__POLL,
+       CA__WAIT };
 
 static CUresult ca__do(const ca_driver_api *d, ca__call *c);
+
+/* Runs `c` with `ctx` pushed, popping it after. */
+static CUresult ca__pushed(const ca_driver_api *d, CUcontext ctx,
+                           ca__call *c) {
+  if (d->ctx_push_current == NULL || d->ctx_pop_current == NULL)
+    return CUDA_ERROR_NOT_SUPPORTED;
+  CUresult r = d->ctx_push_current(ctx);
+  if (r != CUDA_SUCCESS)
+    return r;
+  r = ca__do(d, c);
+  CUcontext popped = NULL;
+  d->ctx_pop_current(&popped);
+  return r;
+}
 
 /* Runs `c` with a context of `device` current: the caller's own when it
  * already is one (the normal case: the pool reserves inside cuMemAlloc), else
@@ -247,21 +408,33 @@ static CUresult ca__in_device(int device, ca__call *c) {
   if (device < 0 || device >= CUDALLOC_MAX_DEVICES)
     return CUDA_ERROR_INVALID_DEVICE;
   const ca_driver_api *d = ca_driver();
-  if (ca__current_is(device))
+  int cur = -1;
+  CUcontext ctx = NULL;
+  c->device = device;
+  if (ca_driver_current(&cur, &ctx) == CUDA_SUCCESS && cur == device) {
+    c->ctx = ctx;
+    c->primary = false; /* not known */
     return ca__do(d, c);
+  }
   if (d->ctx_push_current == NULL || d->ctx_pop_current == NULL)
     return CUDA_ERROR_NOT_SUPPORTED;
-  CUcontext ctx = NULL;
   CUresult r = ca__primary_context(device, &ctx);
   if (r != CUDA_SUCCESS)
     return r;
-  r = d->ctx_push_current(ctx);
-  if (r != CUDA_SUCCESS)
-    return r;
-  r = ca__do(d, c);
-  CUcontext popped = NULL;
-  d->ctx_pop_current(&popped);
-  return r;
+  c->ctx = ctx;
+  c->primary = true;
+  return ca__pushed(d, ctx, c);
+}
+
+/* Runs `c` in `ctx` (a marker's context, which may be a context the
+ * program created): as it is when current, else pushed. */
+static CUresult ca__in_context(CUcontext ctx, ca__call *c) {
+  const ca_driver_api *d = ca_driver();
+  CUcontext cur = NULL;
+  if (d->ctx_get_current != NULL &&
+      d->ctx_get_current(&cur) == CUDA_SUCCESS && cur == ctx)
+    return ca__do(d, c);
+  return ca__pushed(d, ctx, c);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -359,6 +532,385 @@ static int ca__capturing(const ca_driver_api *d) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* The program's streams                                                     */
+
+/* Grows a table to hold one more element: the new table, or NULL (the old
+ * one and *cap unchanged) when the host is out of memory. */
+static void *ca__grow(void *v, size_t *cap, size_t elem) {
+  size_t n = *cap != 0 ? *cap * 2 : 16;
+  void *p = realloc(v, n * elem);
+  if (p != NULL)
+    *cap = n;
+  return p;
+}
+
+/* Under the write lock. */
+static void ca__stream_put(const ca__stream *rec) {
+  for (size_t i = 0; i < ca__nstreams; i++) {
+    /* The handle of a stream that died unseen (its context destroyed
+     * through a path we do not hook) is free for a new stream. */
+    if (ca__streams[i].stream == rec->stream) {
+      ca__streams[i] = *rec;
+      return;
+    }
+  }
+  if (ca__nstreams == ca__streams_cap) {
+    ca__stream *v = ca__grow(ca__streams, &ca__streams_cap, sizeof(*v));
+    if (v == NULL) {
+      ca__streams_lost = true;
+      return;
+    }
+    ca__streams = v;
+  }
+  ca__streams[ca__nstreams++] = *rec;
+}
+
+void ca_backend_cuda_stream_created(CUstream stream, unsigned int flags) {
+  if (!(flags & CU_STREAM_NON_BLOCKING) || stream == NULL)
+    return;
+  ca__stream rec = {.stream = stream, .device = -1};
+  /* cuStreamCreate made it in the current context, which is there. */
+  if (ca_driver_current(&rec.device, &rec.ctx) != CUDA_SUCCESS ||
+      rec.device < 0 || rec.device >= CUDALLOC_MAX_DEVICES)
+    return;
+  rec.primary = ca__is_primary_ctx(rec.device, rec.ctx);
+  pthread_rwlock_wrlock(&ca__streams_lock);
+  ca__stream_put(&rec);
+  pthread_rwlock_unlock(&ca__streams_lock);
+}
+
+CUresult ca_backend_cuda_destroy_stream(CUstream stream, bool v1) {
+  const ca_driver_api *d = ca_driver();
+  CUresult (*destroy)(CUstream) = v1 ? d->stream_destroy_v1 : d->stream_destroy;
+  if (destroy == NULL)
+    return d->handle == NULL ? CUDA_ERROR_NOT_INITIALIZED
+                             : CUDA_ERROR_NOT_FOUND;
+  /* cuStreamDestroy returns at once, even with work queued on the stream
+   * (that work is covered by the markers made before), so holding the lock
+   * across it costs a marker being made no real wait. */
+  pthread_rwlock_wrlock(&ca__streams_lock);
+  CUresult r = destroy(stream);
+  if (r == CUDA_SUCCESS) {
+    size_t j = 0;
+    for (size_t i = 0; i < ca__nstreams; i++)
+      if (ca__streams[i].stream != stream)
+        ca__streams[j++] = ca__streams[i];
+    ca__nstreams = j;
+  }
+  pthread_rwlock_unlock(&ca__streams_lock);
+  return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Context deaths                                                            */
+
+/* What died: a device's contexts (ctx NULL), or one context, or only the
+ * device's primary context. */
+typedef struct ca__grave {
+  int device; /* -1: any */
+  CUcontext ctx;
+  bool primary_only;
+} ca__grave;
+
+static bool ca__buried(const ca__grave *g, int device, CUcontext ctx,
+                       bool primary) {
+  return (g->device < 0 || g->device == device) &&
+         (g->ctx == NULL || g->ctx == ctx) && (!g->primary_only || primary);
+}
+
+/* Under ca__marks_lock. The events are dropped, not destroyed: their
+ * context is gone, and a handle may already name a new context's event. */
+static void ca__bury_spares(const ca__grave *g, int device) {
+  ca__spares *sp = &ca__spare[device];
+  size_t j = 0;
+  for (size_t i = 0; i < sp->n; i++)
+    if (!ca__buried(g, device, sp->v[i].ctx, sp->v[i].primary))
+      sp->v[j++] = sp->v[i];
+  sp->n = j;
+  ca__kind[device].ctx = NULL;
+}
+
+/* Forgets the streams and spare events of what died, and makes its
+ * markers pass. */
+static void ca__bury(const ca__grave *g) {
+  pthread_rwlock_wrlock(&ca__streams_lock);
+  size_t j = 0;
+  for (size_t i = 0; i < ca__nstreams; i++) {
+    const ca__stream *s = &ca__streams[i];
+    if (!ca__buried(g, s->device, s->ctx, s->primary))
+      ca__streams[j++] = *s;
+  }
+  ca__nstreams = j;
+  pthread_rwlock_unlock(&ca__streams_lock);
+
+  pthread_mutex_lock(&ca__marks_lock);
+  for (int dev = 0; dev < CUDALLOC_MAX_DEVICES; dev++)
+    if (g->device < 0 || g->device == dev)
+      ca__bury_spares(g, dev);
+  for (size_t i = 0; i < ca__nmarkers; i++) {
+    ca__marker *m = ca__markers[i];
+    if (m->used && ca__buried(g, m->device, m->ctx, m->primary))
+      m->dead = true;
+  }
+  pthread_mutex_unlock(&ca__marks_lock);
+}
+
+static void ca__bury_primary(int device) {
+  ca__grave g = {.device = device, .primary_only = true};
+  ca__bury(&g);
+}
+
+void ca_backend_cuda_context_destroyed(CUcontext ctx) {
+  if (ctx == NULL)
+    return;
+  ca__grave g = {.device = -1, .ctx = ctx};
+  ca__bury(&g);
+}
+
+void ca_backend_cuda_context_gone(int device) {
+  if (device < 0 || device >= CUDALLOC_MAX_DEVICES)
+    return;
+  ca__grave g = {.device = device};
+  ca__bury(&g);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Markers                                                                   */
+
+/* Errors that say "a stream capture is in the way", not "this event can
+ * hold no work": the marker's state is then unknown. */
+static bool ca__capture_error(CUresult r) {
+  switch (r) {
+  case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
+  case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
+  case CUDA_ERROR_STREAM_CAPTURE_MERGE:
+  case CUDA_ERROR_STREAM_CAPTURE_UNMATCHED:
+  case CUDA_ERROR_STREAM_CAPTURE_UNJOINED:
+  case CUDA_ERROR_STREAM_CAPTURE_ISOLATION:
+  case CUDA_ERROR_STREAM_CAPTURE_IMPLICIT:
+  case CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD:
+  case CUDA_ERROR_CAPTURED_EVENT:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* Under ca__marks_lock: gives `n` events of `ctx` back for later markers.
+ * Past what the host can hold, the rest are dropped (a few events stay
+ * allocated in a live context). */
+static void ca__spares_put(int device, CUcontext ctx, bool primary,
+                           const CUevent *events, size_t n) {
+  ca__spares *sp = &ca__spare[device];
+  for (size_t i = 0; i < n; i++) {
+    if (sp->n == sp->cap) {
+      ca__event *v = ca__grow(sp->v, &sp->cap, sizeof(*v));
+      if (v == NULL)
+        return;
+      sp->v = v;
+    }
+    sp->v[sp->n++] = (ca__event){events[i], ctx, primary};
+  }
+}
+
+/* Under ca__marks_lock: moves spare events of the marker's context into it,
+ * up to `want`. */
+static void ca__spares_take(ca__marker *m, size_t want) {
+  ca__spares *sp = &ca__spare[m->device];
+  for (size_t i = sp->n; i-- > 0 && m->n < want;) {
+    if (sp->v[i].ctx != m->ctx)
+      continue;
+    m->events[m->n++] = sp->v[i].event;
+    sp->v[i] = sp->v[--sp->n];
+  }
+}
+
+/* Under ca__marks_lock: a marker slot, taken, with room for `want` events
+ * and as many spare ones in it as there are; NULL when out of host memory. */
+static ca__marker *ca__marker_open(const ca__call *c, bool primary,
+                                   size_t want) {
+  ca__marker *m;
+  if (ca__free_marker != SIZE_MAX) {
+    m = ca__markers[ca__free_marker];
+    ca__free_marker = m->next_free;
+  } else {
+    if (ca__nmarkers == ca__markers_cap) {
+      ca__marker **v = ca__grow(ca__markers, &ca__markers_cap, sizeof(*v));
+      if (v == NULL)
+        return NULL;
+      ca__markers = v;
+    }
+    m = calloc(1, sizeof(*m));
+    if (m == NULL)
+      return NULL;
+    m->index = ca__nmarkers;
+    ca__markers[ca__nmarkers++] = m;
+  }
+  if (m->cap < want) {
+    CUevent *ev = realloc(m->events, want * sizeof(*ev));
+    if (ev == NULL) {
+      m->next_free = ca__free_marker;
+      ca__free_marker = m->index;
+      return NULL;
+    }
+    m->events = ev;
+    m->cap = want;
+  }
+  *m = (ca__marker){.used = true, .primary = primary, .device = c->device,
+                    .ctx = c->ctx, .events = m->events, .cap = m->cap,
+                    .index = m->index};
+  ca__spares_take(m, want);
+  return m;
+}
+
+/* Under ca__marks_lock: the slot is free again; its events go back to the
+ * spares from `from` on, unless their context died. */
+static void ca__marker_close(ca__marker *m, size_t from) {
+  if (!m->dead && from < m->n)
+    ca__spares_put(m->device, m->ctx, m->primary, m->events + from,
+                   m->n - from);
+  m->used = false;
+  m->n = 0;
+  m->next_free = ca__free_marker;
+  ca__free_marker = m->index;
+}
+
+/* Creates the events the spares could not give, in the current context. */
+static CUresult ca__marker_fill(const ca_driver_api *d, ca__marker *m,
+                                size_t want) {
+  while (m->n < want) {
+    CUevent e = NULL;
+    CUresult r = d->event_create(&e, CU_EVENT_DISABLE_TIMING);
+    if (r != CUDA_SUCCESS)
+      return r;
+    m->events[m->n++] = e;
+  }
+  return CUDA_SUCCESS;
+}
+
+/* Under the streams read lock: records events[0] on the legacy stream and
+ * one more on each known non-blocking stream of the marker's context (the
+ * marker holds exactly one event per stream). A record that fails (the
+ * stream died in a way we did not see) is skipped and its event dropped:
+ * it may be the event that is bad. Leaves m->n at the events recorded. */
+static CUresult ca__marker_record(const ca_driver_api *d, ca__marker *m) {
+  CUresult r = d->event_record(m->events[0], CU_STREAM_LEGACY);
+  if (r != CUDA_SUCCESS)
+    return r;
+  size_t done = 1, left = m->n;
+  for (size_t i = 0; i < ca__nstreams && done < left; i++) {
+    if (ca__streams[i].ctx != m->ctx)
+      continue;
+    if (d->event_record(m->events[done], ca__streams[i].stream) ==
+        CUDA_SUCCESS)
+      done++;
+    else
+      m->events[done] = m->events[--left];
+  }
+  m->n = done;
+  return CUDA_SUCCESS;
+}
+
+static size_t ca__streams_in(CUcontext ctx) {
+  size_t n = 0;
+  for (size_t i = 0; i < ca__nstreams; i++)
+    n += ca__streams[i].ctx == ctx;
+  return n;
+}
+
+/* Under the streams read lock, so that the streams counted are the ones
+ * recorded on, and none is destroyed meanwhile. */
+static CUresult ca__mark_locked(const ca_driver_api *d, ca__call *c,
+                                bool primary) {
+  if (ca__streams_lost)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  size_t want = 1 + ca__streams_in(c->ctx);
+  pthread_mutex_lock(&ca__marks_lock);
+  ca__marker *m = ca__marker_open(c, primary, want);
+  pthread_mutex_unlock(&ca__marks_lock);
+  if (m == NULL)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  size_t keep_from = 0;
+  CUresult r = ca__marker_fill(d, m, want);
+  if (r == CUDA_SUCCESS) {
+    r = ca__marker_record(d, m);
+    /* A legacy record refused by a capture leaves its event sound; any
+     * other failure may be the event's own. */
+    keep_from = r != CUDA_SUCCESS && !ca__capture_error(r) ? 1 : 0;
+  }
+  pthread_mutex_lock(&ca__marks_lock);
+  if (r == CUDA_SUCCESS)
+    c->marker = (uint64_t)m->index + 1;
+  else
+    ca__marker_close(m, keep_from);
+  pthread_mutex_unlock(&ca__marks_lock);
+  return r;
+}
+
+/* In the marker's context. A capture is checked first: an event recorded
+ * on the legacy stream while a blocking stream captures would join the
+ * legacy stream to the capture, which the driver refuses by invalidating
+ * it. */
+static CUresult ca__do_mark(const ca_driver_api *d, ca__call *c) {
+  if (d->event_create == NULL || d->event_record == NULL ||
+      d->event_query == NULL || d->event_synchronize == NULL)
+    return CUDA_ERROR_NOT_SUPPORTED;
+  if (ca__capturing(d))
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  bool primary = c->primary || ca__is_primary_ctx(c->device, c->ctx);
+  pthread_rwlock_rdlock(&ca__streams_lock);
+  CUresult r = ca__mark_locked(d, c, primary);
+  pthread_rwlock_unlock(&ca__streams_lock);
+  return r;
+}
+
+/* In the marker's context. During a capture no event is queried: a query
+ * in a global-mode capture is refused and invalidates it (driver_facts.txt),
+ * and the mode is not known here. An error other than "not ready" or a
+ * capture's means the event can hold no work (its context died, or broke):
+ * it counts as passed. */
+static CUresult ca__do_poll(const ca_driver_api *d, ca__call *c) {
+  c->answer = 1;
+  if (d->event_query == NULL || ca__capturing(d))
+    return CUDA_SUCCESS;
+  for (size_t i = 0; i < c->nevents; i++) {
+    CUresult r = d->event_query(c->events[i]);
+    if (r == CUDA_ERROR_NOT_READY || ca__capture_error(r))
+      return CUDA_SUCCESS;
+  }
+  c->answer = 0;
+  return CUDA_SUCCESS;
+}
+
+/* In the marker's context; errors count as in ca__do_poll. */
+static CUresult ca__do_wait(const ca_driver_api *d, ca__call *c) {
+  if (d->event_synchronize == NULL)
+    return CUDA_ERROR_NOT_SUPPORTED;
+  if (ca__capturing(d))
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  for (size_t i = 0; i < c->nevents; i++) {
+    CUresult r = d->event_synchronize(c->events[i]);
+    if (ca__capture_error(r))
+      return r;
+  }
+  return CUDA_SUCCESS;
+}
+
+/* The marker `handle` names, copied under the lock; false for a handle not
+ * in use. Its events stay put until forget, so they are read unlocked. */
+static bool ca__marker_get(uint64_t handle, ca__marker *out) {
+  bool found = false;
+  pthread_mutex_lock(&ca__marks_lock);
+  if (handle != 0 && handle <= ca__nmarkers &&
+      ca__markers[handle - 1]->used) {
+    *out = *ca__markers[handle - 1];
+    found = true;
+  }
+  pthread_mutex_unlock(&ca__marks_lock);
+  return found;
+}
+
+/* ------------------------------------------------------------------------ */
 /* The backend                                                               */
 
 static CUresult ca__do(const ca_driver_api *d, ca__call *c) {
@@ -385,6 +937,12 @@ static CUresult ca__do(const ca_driver_api *d, ca__call *c) {
     if (ca__capturing(d))
       return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     return d->ctx_synchronize();
+  case CA__MARK:
+    return ca__do_mark(d, c);
+  case CA__POLL:
+    return ca__do_poll(d, c);
+  case CA__WAIT:
+    return ca__do_wait(d, c);
   }
   return CUDA_ERROR_INVALID_VALUE;
 }
@@ -425,13 +983,69 @@ static int ca__synchronize(void *ctx, int device) {
   return (int)ca__in_device(device, &c);
 }
 
+static int ca__mark(void *ctx, int device, uint64_t *marker) {
+  (void)ctx;
+  ca__call c = {.kind = CA__MARK};
+  CUresult r = ca__in_device(device, &c);
+  if (r == CUDA_SUCCESS)
+    *marker = c.marker;
+  return (int)r;
+}
+
+/* A marker whose context died has passed; while a capture we saw is under
+ * way, nothing is asked of the driver (the registry says so without a
+ * call). A context that cannot be made current answers "not yet". */
+static int ca__poll(void *ctx, int device, uint64_t marker) {
+  (void)ctx;
+  (void)device;
+  ca__marker m;
+  if (!ca__marker_get(marker, &m))
+    return 1;
+  if (m.dead)
+    return 0;
+  if (atomic_load(&ca__captures_live) > 0)
+    return 1;
+  ca__call c = {.kind = CA__POLL, .events = m.events, .nevents = m.n};
+  return ca__in_context(m.ctx, &c) == CUDA_SUCCESS ? c.answer : 1;
+}
+
+static int ca__wait(void *ctx, int device, uint64_t marker) {
+  (void)ctx;
+  (void)device;
+  ca__marker m;
+  if (!ca__marker_get(marker, &m))
+    return CUDA_ERROR_INVALID_VALUE;
+  if (m.dead)
+    return 0;
+  if (atomic_load(&ca__captures_live) > 0)
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  ca__call c = {.kind = CA__WAIT, .events = m.events, .nevents = m.n};
+  return (int)ca__in_context(m.ctx, &c);
+}
+
+static void ca__forget(void *ctx, int device, uint64_t marker) {
+  (void)ctx;
+  (void)device;
+  pthread_mutex_lock(&ca__marks_lock);
+  if (marker != 0 && marker <= ca__nmarkers &&
+      ca__markers[marker - 1]->used)
+    ca__marker_close(ca__markers[marker - 1], 0);
+  pthread_mutex_unlock(&ca__marks_lock);
+}
+
 static const ca_backend ca__backend = {
     .ctx = NULL,
     .oom_code = CUDA_ERROR_OUT_OF_MEMORY,
     .reserve = ca__reserve,
     .release = ca__release,
     .mem_info = ca__mem_info,
+    .mark = ca__mark,
+    .poll = ca__poll,
+    .wait = ca__wait,
+    .forget = ca__forget,
     .synchronize = ca__synchronize,
 };
 
 const ca_backend *ca_backend_cuda(void) { return &ca__backend; }
+
+const ca_backend *ca_test_backend_cuda(void) { return &ca__backend; }

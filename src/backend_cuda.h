@@ -73,6 +73,11 @@ typedef struct ca_driver_api {
                                                  CUstreamCaptureMode mode);
   CUresult (*stream_end_capture)(CUstream stream, CUgraph *graph);
   CUresult (*stream_end_capture_ptsz)(CUstream stream, CUgraph *graph);
+  CUresult (*stream_create)(CUstream *stream, unsigned int flags);
+  CUresult (*stream_create_with_priority)(CUstream *stream, unsigned int flags,
+                                          int priority);
+  CUresult (*stream_destroy_v1)(CUstream stream);
+  CUresult (*stream_destroy)(CUstream stream);
 
   /* What the backend and the policy need besides. */
   CUresult (*ctx_get_current)(CUcontext *ctx);
@@ -82,11 +87,19 @@ typedef struct ca_driver_api {
   CUresult (*ctx_pop_current)(CUcontext *ctx);
   CUresult (*device_get)(CUdevice *device, int ordinal);
   CUresult (*device_primary_ctx_retain)(CUcontext *ctx, CUdevice device);
+  CUresult (*device_primary_ctx_release)(CUdevice device);
   CUresult (*device_primary_ctx_get_state)(CUdevice device,
                                            unsigned int *flags, int *active);
   CUresult (*stream_is_capturing)(CUstream stream,
                                   CUstreamCaptureStatus *status);
   CUresult (*get_error_name)(CUresult error, const char **name);
+  /* The markers' events. cuEventRecord, not its _ptsz twin: the backend
+   * always names its stream explicitly (CU_STREAM_LEGACY or a handle). */
+  CUresult (*event_create)(CUevent *event, unsigned int flags);
+  CUresult (*event_record)(CUevent event, CUstream stream);
+  CUresult (*event_query)(CUevent event);
+  CUresult (*event_synchronize)(CUevent event);
+  CUresult (*event_destroy)(CUevent event);
 } ca_driver_api;
 
 /* The real driver functions, resolved on the first call (thread-safe, once).
@@ -110,8 +123,38 @@ CUresult ca_driver_current(int *device, CUcontext *context);
 bool ca_backend_cuda_is_primary(int device, CUcontext ctx);
 
 /* After a reset of `device`'s primary context: the handle the backend kept
- * for it is asked for again when next needed. */
+ * for it is asked for again when next needed, and what the markers kept of
+ * that context (its non-blocking streams, its spare events) is forgotten;
+ * markers made in it count as passed (a reset context holds no work). */
 void ca_backend_cuda_forget_primary(int device);
+
+/* After a successful cuCtxDestroy of `ctx` (never a primary context): its
+ * non-blocking streams and spare events are forgotten, and markers made in
+ * it count as passed. Events of a dead context are never destroyed (the
+ * handle may already name another context's event) nor reused. */
+void ca_backend_cuda_context_destroyed(CUcontext ctx);
+
+/* A context of `device` died and the pool goes with it: forgets every
+ * spare event and every known stream of the device, whatever its context,
+ * and makes its markers count as passed (forget still comes for each). The
+ * two calls above already do this precisely, context by context; this one
+ * is for the pool's own bookkeeping when it drops everything. */
+void ca_backend_cuda_context_gone(int device);
+
+/* The program's streams, as the hooks see them made and destroyed. Only
+ * streams created with CU_STREAM_NON_BLOCKING are recorded, with the
+ * context current at creation: an event recorded on CU_STREAM_LEGACY is
+ * ordered after all prior work of every blocking stream of its context
+ * (per-thread default streams included), so a marker needs one more event
+ * only for each live non-blocking stream. Call after a successful create. */
+void ca_backend_cuda_stream_created(CUstream stream, unsigned int flags);
+
+/* Destroys `stream` with the real cuStreamDestroy_v2 (`v1`: the plain
+ * cuStreamDestroy export) and, when that succeeds, forgets it. A marker
+ * being made holds the destroy back until its events are recorded, so no
+ * event is ever recorded on a destroyed stream we know of. Returns the
+ * driver's result. */
+CUresult ca_backend_cuda_destroy_stream(CUstream stream, bool v1);
 
 /* Stream captures, as the policy sees them begin and end. Synchronizing a
  * device invalidates every capture on it (measured on the H200, driver 580:
@@ -129,5 +172,11 @@ void ca_backend_cuda_capture_ended(CUstream stream, bool per_thread);
 /* The backend over the real driver; the pool's production backend. Status
  * codes are CUresult; oom_code is CUDA_ERROR_OUT_OF_MEMORY. */
 const ca_backend *ca_backend_cuda(void);
+
+/* The same backend, exported under this name for tests/e2e/e2e_streams.c
+ * only (found with dlsym in a preloaded process): it makes markers on
+ * request and counts the mock's events, whatever the pool does. */
+__attribute__((visibility("default"))) const ca_backend *
+ca_test_backend_cuda(void);
 
 #endif /* CA_BACKEND_CUDA_H */

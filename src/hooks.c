@@ -46,6 +46,9 @@
 /* And cuDevicePrimaryCtxReset, whose pre-11.0 original the driver exports
  * too (it resets the same way). */
 #undef cuDevicePrimaryCtxReset
+/* And cuStreamDestroy, whose CUDA 2.0 original the driver still exports
+ * (it destroys the same way). */
+#undef cuStreamDestroy
 
 /* ------------------------------------------------------------------------ */
 /* The hooks                                                                 */
@@ -151,6 +154,21 @@ static CUresult CUDAAPI ca__end_capture(CUstream stream, CUgraph *graph) {
 static CUresult CUDAAPI ca__end_capture_ptsz(CUstream stream, CUgraph *graph) {
   return ca_on_stream_end_capture(stream, graph, true);
 }
+static CUresult CUDAAPI ca__stream_create(CUstream *stream,
+                                          unsigned int flags) {
+  return ca_on_stream_create(stream, flags);
+}
+static CUresult CUDAAPI ca__stream_create_with_priority(CUstream *stream,
+                                                        unsigned int flags,
+                                                        int priority) {
+  return ca_on_stream_create_with_priority(stream, flags, priority);
+}
+static CUresult CUDAAPI ca__stream_destroy_v1(CUstream stream) {
+  return ca_on_stream_destroy(stream, true);
+}
+static CUresult CUDAAPI ca__stream_destroy(CUstream stream) {
+  return ca_on_stream_destroy(stream, false);
+}
 static CUresult CUDAAPI ca__get_proc_address(const char *symbol, void **pfn,
                                              int version, cuuint64_t flags);
 static CUresult CUDAAPI
@@ -193,6 +211,10 @@ static const ca__hook ca__hooks[] = {
      (void *)ca__begin_capture_to_graph_ptsz},
     {"cuStreamEndCapture", (void *)ca__end_capture},
     {"cuStreamEndCapture_ptsz", (void *)ca__end_capture_ptsz},
+    {"cuStreamCreate", (void *)ca__stream_create},
+    {"cuStreamCreateWithPriority", (void *)ca__stream_create_with_priority},
+    {"cuStreamDestroy", (void *)ca__stream_destroy_v1},
+    {"cuStreamDestroy_v2", (void *)ca__stream_destroy},
     {"cuGetProcAddress", (void *)ca__get_proc_address},
     {"cuGetProcAddress_v2", (void *)ca__get_proc_address_v2},
 };
@@ -221,9 +243,9 @@ CA__EARLY static void *ca__hook_for_name(const char *name) {
 /* Prototypes cuda.h declares only when CUDA_API_PER_THREAD_DEFAULT_STREAM is
  * defined (which would in turn hide the plain names and turn
  * cuGetProcAddress_v2 into an inline wrapper), and the legacy entry points
- * (the four-argument cuGetProcAddress, the mode-less cuStreamBeginCapture),
- * which it declares only for the driver's own build. The signatures are
- * cuda.h 13's. */
+ * (the four-argument cuGetProcAddress, the mode-less cuStreamBeginCapture,
+ * the original cuStreamDestroy), which it declares only for the driver's
+ * own build. The signatures are cuda.h 13's. */
 CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
                                       CUstream hStream);
 CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr,
@@ -243,6 +265,7 @@ CUresult CUDAAPI cuStreamBeginCaptureToGraph_ptsz(
     const CUgraphEdgeData *dependencyData, size_t numDependencies,
     CUstreamCaptureMode mode);
 CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph);
+CUresult CUDAAPI cuStreamDestroy(CUstream hStream);
 
 /* Exports `name` (declared above or by cuda.h, so the compiler checks that
  * the hook has the driver's exact prototype) as an alias of `hook`. */
@@ -290,6 +313,11 @@ CA__EXPORT(cuStreamBeginCaptureToGraph_ptsz, ca__begin_capture_to_graph_ptsz,
 CA__EXPORT(cuStreamEndCapture, ca__end_capture, (CUstream, CUgraph *));
 CA__EXPORT(cuStreamEndCapture_ptsz, ca__end_capture_ptsz,
            (CUstream, CUgraph *));
+CA__EXPORT(cuStreamCreate, ca__stream_create, (CUstream *, unsigned int));
+CA__EXPORT(cuStreamCreateWithPriority, ca__stream_create_with_priority,
+           (CUstream *, unsigned int, int));
+CA__EXPORT(cuStreamDestroy, ca__stream_destroy_v1, (CUstream));
+CA__EXPORT(cuStreamDestroy_v2, ca__stream_destroy, (CUstream));
 CA__EXPORT(cuGetProcAddress, ca__get_proc_address,
            (const char *, void **, int, cuuint64_t));
 CA__EXPORT(cuGetProcAddress_v2, ca__get_proc_address_v2,

@@ -258,6 +258,9 @@ CUresult ca_on_device_primary_ctx_reset(CUdevice dev, bool v1) {
 CUresult ca_on_ctx_destroy(CUcontext ctx) {
   int device = ca__enabled() ? ca_runtime_device_of_context(ctx) : -1;
   CUresult r = CA__REAL(ctx_destroy, ctx);
+  /* Its streams died with it, pool or no pool (see the streams below). */
+  if (r == CUDA_SUCCESS && ca__enabled())
+    ca_backend_cuda_context_destroyed(ctx);
   if (r == CUDA_SUCCESS && device >= 0)
     ca_lifecycle_context_gone(device);
   return r;
@@ -309,4 +312,39 @@ CUresult ca_on_stream_end_capture(CUstream stream, CUgraph *graph, bool ptsz) {
   if (ca__enabled())
     ca_backend_cuda_capture_ended(stream, ptsz);
   return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Streams: passed through, the non-blocking ones told to the backend        */
+
+/* A pooled free does not wait for the device, so a freed block is reused
+ * only once a marker made after the free has passed: an event on the legacy
+ * stream (ordered after every blocking stream) and one on each live
+ * non-blocking stream, which only these hooks can know of. */
+static CUresult ca__stream_created(CUresult r, const CUstream *stream,
+                                   unsigned int flags) {
+  if (r == CUDA_SUCCESS && ca__enabled())
+    ca_backend_cuda_stream_created(*stream, flags);
+  return r;
+}
+
+CUresult ca_on_stream_create(CUstream *stream, unsigned int flags) {
+  return ca__stream_created(CA__REAL(stream_create, stream, flags), stream,
+                            flags);
+}
+
+CUresult ca_on_stream_create_with_priority(CUstream *stream,
+                                           unsigned int flags, int priority) {
+  return ca__stream_created(
+      CA__REAL(stream_create_with_priority, stream, flags, priority), stream,
+      flags);
+}
+
+/* The backend makes the real call, so that no marker records on the stream
+ * while it is being destroyed. */
+CUresult ca_on_stream_destroy(CUstream stream, bool v1) {
+  if (!ca__enabled())
+    return v1 ? CA__REAL(stream_destroy_v1, stream)
+              : CA__REAL(stream_destroy, stream);
+  return ca_backend_cuda_destroy_stream(stream, v1);
 }

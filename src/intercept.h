@@ -55,4 +55,13 @@ CUresult ca_on_stream_begin_capture_to_graph(CUstream stream, CUgraph graph,
                                              bool ptsz);
 CUresult ca_on_stream_end_capture(CUstream stream, CUgraph *graph, bool ptsz);
 
+/* Streams: passed through; the backend records those created with
+ * CU_STREAM_NON_BLOCKING (a marker records an event on each) and forgets
+ * them when destroyed. `v1` is the plain cuStreamDestroy export, which
+ * cuda.h maps to cuStreamDestroy_v2 for callers. */
+CUresult ca_on_stream_create(CUstream *stream, unsigned int flags);
+CUresult ca_on_stream_create_with_priority(CUstream *stream,
+                                           unsigned int flags, int priority);
+CUresult ca_on_stream_destroy(CUstream stream, bool v1);
+
 #endif /* CA_INTERCEPT_H */

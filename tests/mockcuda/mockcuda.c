@@ -54,14 +54,24 @@ struct CUstream_st {
   mock_obj hdr;
   int kind;
   unsigned flags;
+  CUcontext ctx;    /* user streams: the context current at creation */
+  uint64_t records; /* cuEventRecord calls on it that succeeded */
   CUstreamCaptureStatus capture;
   CUstreamCaptureMode mode;
   pthread_t thread; /* that began the capture */
 };
 
+/* An event completes when the work before it does. The mock's work is done
+ * the moment it is queued, so an event completes at once, unless the test
+ * asked for a delay (mockcuda_set_event_delay): then it stays NOT_READY for
+ * `pending` more queries (-1: until something waits for it). */
 struct CUevent_st {
   mock_obj hdr;
   int recorded;
+  CUcontext ctx;   /* current at creation */
+  CUstream stream; /* last recorded on (the resolved stream) */
+  int pending;
+  int captured; /* last recorded on a capturing stream: part of a graph */
 };
 
 struct CUmemPoolHandle_st {
@@ -105,6 +115,11 @@ static mock_device g_dev[MOCK_MAX_DEVICES];
 static struct CUmemPoolHandle_st g_pools[MOCK_MAX_DEVICES];
 static mockcuda_counters g_cnt;
 static mock_obj *g_objs;
+/* Streams and events of destroyed contexts: invalid handles from then on,
+ * but kept allocated, so that no new object takes a dead one's address
+ * while a test still holds the old handle. */
+static mock_obj *g_zombies;
+static int g_event_delay; /* mockcuda_set_event_delay */
 static mock_handle *g_handles;
 static CUmemGenericAllocationHandle g_next_handle = 0x100000;
 static CUstream g_captures[MOCK_MAX_CAPTURES]; /* captures begun, not ended */
@@ -381,7 +396,19 @@ static CUresult mock_alloc_locked(int dev, CUcontext ctx, uint64_t size, int kin
   return CUDA_SUCCESS;
 }
 
-/* A destroyed context takes its allocations with it, as on a GPU. */
+static void mock_capture_forget(CUstream s);
+
+/* The context a stream or event object belongs to. */
+static CUcontext mock_obj_ctx(const mock_obj *o) {
+  if (o->type == MOCK_OBJ_STREAM)
+    return ((const struct CUstream_st *)o)->ctx;
+  if (o->type == MOCK_OBJ_EVENT)
+    return ((const struct CUevent_st *)o)->ctx;
+  return NULL;
+}
+
+/* A destroyed context takes its allocations, streams and events with it,
+ * as on a GPU. */
 static void mock_ctx_teardown(CUcontext c) {
   for (int d = 0; d < g_ndev; d++) {
     mock_device *dv = &g_dev[d];
@@ -389,7 +416,29 @@ static void mock_ctx_teardown(CUcontext c) {
       if (dv->allocs[i].ctx == c)
         mock_remove(dv, &dv->allocs[i]);
   }
+  for (mock_obj **pp = &g_objs; *pp;) {
+    mock_obj *o = *pp;
+    if (mock_obj_ctx(o) != c) {
+      pp = &o->next;
+      continue;
+    }
+    if (o->type == MOCK_OBJ_STREAM)
+      mock_capture_forget((CUstream)o);
+    *pp = o->next;
+    o->next = g_zombies;
+    g_zombies = o;
+  }
   c->alive = 0;
+}
+
+/* Work is done: every event of `c` recorded on `s` (NULL: any stream) has
+ * completed. */
+static void mock_events_complete(CUcontext c, CUstream s) {
+  for (mock_obj *o = g_objs; o; o = o->next) {
+    struct CUevent_st *e = (struct CUevent_st *)o;
+    if (o->type == MOCK_OBJ_EVENT && e->ctx == c && (!s || e->stream == s))
+      e->pending = 0;
+  }
 }
 
 /* ---- initialization and devices --------------------------------------- */
@@ -403,6 +452,7 @@ CUresult cuInit(unsigned int flags) {
   } else if (!g_inited) {
     int n = (int)mock_env_long("MOCKCUDA_DEVICES", 2, 0, MOCK_MAX_DEVICES);
     g_capacity = (uint64_t)mock_env_long("MOCKCUDA_MEM_MB", 1024, 1, 1L << 24) << 20;
+    g_event_delay = (int)mock_env_long("MOCKCUDA_EVENT_DELAY", 0, -1, 1L << 30);
     /* Address space to place allocations in: several times the capacity so
      * that first fit never runs out for want of addresses alone. Reserved
      * PROT_NONE, so no host object can live there and a host access faults. */
@@ -668,6 +718,8 @@ CUresult cuCtxSynchronize(void) {
   CUresult rc = mock_need_ctx(&c);
   if (rc == CUDA_SUCCESS)
     rc = mock_capture_guard("cuCtxSynchronize", 1);
+  if (rc == CUDA_SUCCESS)
+    mock_events_complete(c, NULL);
   mock_unlock();
   mock_trace("cuCtxSynchronize() = %d", rc);
   return rc;
@@ -675,8 +727,10 @@ CUresult cuCtxSynchronize(void) {
 
 /* ---- streams and capture ---------------------------------------------- */
 
-CUresult cuStreamCreate(CUstream *ph, unsigned int flags) {
+/* Priorities are accepted and ignored: the mock runs nothing. */
+static CUresult mock_stream_create(CUstream *ph, unsigned int flags, const char *what) {
   mock_lock();
+  g_cnt.stream_create++;
   CUcontext c = NULL;
   CUresult rc = mock_need_ctx(&c);
   if (rc == CUDA_SUCCESS && (!ph || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING)))
@@ -687,15 +741,28 @@ CUresult cuStreamCreate(CUstream *ph, unsigned int flags) {
   if (rc == CUDA_SUCCESS) {
     s->kind = MOCK_STREAM_USER;
     s->flags = flags;
+    s->ctx = c;
     mock_obj_link(&s->hdr, MOCK_OBJ_STREAM);
     *ph = s;
   }
   mock_unlock();
+  mock_trace("%s(flags %u) = %d -> %p", what, flags, rc, rc == CUDA_SUCCESS ? (void *)s : NULL);
   return rc;
 }
 
-CUresult cuStreamDestroy_v2(CUstream s) {
+CUresult cuStreamCreate(CUstream *ph, unsigned int flags) {
+  return mock_stream_create(ph, flags, "cuStreamCreate");
+}
+
+CUresult cuStreamCreateWithPriority(CUstream *ph, unsigned int flags, int priority) {
+  (void)priority;
+  return mock_stream_create(ph, flags, "cuStreamCreateWithPriority");
+}
+
+/* Returns at once, as the driver does even with work queued on the stream. */
+static CUresult mock_stream_destroy(CUstream s, const char *what) {
   mock_lock();
+  g_cnt.stream_destroy++;
   CUresult rc = mock_need_init();
   if (rc == CUDA_SUCCESS && !mock_obj_find(s, MOCK_OBJ_STREAM))
     rc = CUDA_ERROR_INVALID_HANDLE;
@@ -705,8 +772,13 @@ CUresult cuStreamDestroy_v2(CUstream s) {
     free(s);
   }
   mock_unlock();
+  mock_trace("%s(%p) = %d", what, (void *)s, rc);
   return rc;
 }
+
+CUresult cuStreamDestroy_v2(CUstream s) { return mock_stream_destroy(s, "cuStreamDestroy_v2"); }
+/* The CUDA 2.0 name, which the driver still exports. */
+CUresult cuStreamDestroy(CUstream s) { return mock_stream_destroy(s, "cuStreamDestroy"); }
 
 static CUresult mock_stream_sync(CUstream hs, int ptsz) {
   mock_lock();
@@ -722,6 +794,8 @@ static CUresult mock_stream_sync(CUstream hs, int ptsz) {
   }
   if (rc == CUDA_SUCCESS)
     rc = mock_capture_guard("cuStreamSynchronize", 0);
+  if (rc == CUDA_SUCCESS)
+    mock_events_complete(c, s);
   mock_unlock();
   return rc;
 }
@@ -831,19 +905,20 @@ CUresult cuGraphDestroy(CUgraph g) { return g == &g_graph ? CUDA_SUCCESS : CUDA_
 
 /* ---- events ----------------------------------------------------------- */
 
-/* Work completes the moment it is queued, so every event is complete. */
-
 CUresult cuEventCreate(CUevent *ph, unsigned int flags) {
-  (void)flags;
   mock_lock();
+  g_cnt.event_create++;
   CUcontext c = NULL;
   CUresult rc = mock_need_ctx(&c);
-  if (rc == CUDA_SUCCESS && !ph)
+  if (rc == CUDA_SUCCESS &&
+      (!ph || (flags & ~(unsigned)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING |
+                                   CU_EVENT_INTERPROCESS))))
     rc = CUDA_ERROR_INVALID_VALUE;
   CUevent e = NULL;
   if (rc == CUDA_SUCCESS && !(e = calloc(1, sizeof *e)))
     rc = CUDA_ERROR_OUT_OF_MEMORY;
   if (rc == CUDA_SUCCESS) {
+    e->ctx = c;
     mock_obj_link(&e->hdr, MOCK_OBJ_EVENT);
     *ph = e;
   }
@@ -851,6 +926,43 @@ CUresult cuEventCreate(CUevent *ph, unsigned int flags) {
   return rc;
 }
 
+/* Which counter a record on `s` moves. */
+static void mock_count_record(CUstream s) {
+  if (s->kind == MOCK_STREAM_LEGACY)
+    g_cnt.event_record_legacy++;
+  else if (s->kind == MOCK_STREAM_PER_THREAD)
+    g_cnt.event_record_per_thread++;
+  else if (s->flags & CU_STREAM_NON_BLOCKING)
+    g_cnt.event_record_nonblocking++;
+  else
+    g_cnt.event_record_blocking++;
+  s->records++;
+}
+
+/* A record on the legacy stream makes it wait for every blocking stream,
+ * the per-thread default streams included: while one of them captures,
+ * the driver refuses (cudaErrorStreamCaptureImplicit, "the operation would
+ * make the legacy stream depend on a capturing blocking stream") and the
+ * capture is invalidated. From CUDA's documentation of that error; not yet
+ * measured by driver_probe. */
+static CUresult mock_record_guard(CUstream s) {
+  if (s->kind != MOCK_STREAM_LEGACY)
+    return CUDA_SUCCESS;
+  CUresult rc = CUDA_SUCCESS;
+  for (int i = 0; i < g_ncaptures; i++)
+    if (!(g_captures[i]->flags & CU_STREAM_NON_BLOCKING)) {
+      g_captures[i]->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+      rc = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    }
+  if (rc != CUDA_SUCCESS) {
+    g_cnt.capture_violations++;
+    mock_trace("cuEventRecord on the legacy stream during a capture: capture invalidated");
+  }
+  return rc;
+}
+
+/* Event and stream must belong to one context: the legacy and per-thread
+ * streams are the current context's. */
 static CUresult mock_event_record(CUevent e, CUstream hs, int ptsz) {
   mock_lock();
   g_cnt.event_record++;
@@ -859,17 +971,28 @@ static CUresult mock_event_record(CUevent e, CUstream hs, int ptsz) {
   CUstream s = NULL;
   CUresult rc = mock_need_ctx_stream(
       hs, ptsz, mock_obj_find(e, MOCK_OBJ_EVENT) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE, &c, &s);
+  if (rc == CUDA_SUCCESS && e->ctx != (s->kind == MOCK_STREAM_USER ? s->ctx : c))
+    rc = CUDA_ERROR_INVALID_HANDLE;
   if (rc == CUDA_SUCCESS)
+    rc = mock_record_guard(s);
+  if (rc == CUDA_SUCCESS) {
     e->recorded = 1;
+    e->stream = s;
+    e->captured = s->capture != CU_STREAM_CAPTURE_STATUS_NONE;
+    e->pending = e->captured ? 0 : g_event_delay;
+    mock_count_record(s);
+  }
   mock_unlock();
+  mock_trace("cuEventRecord%s(%p, %p) = %d", ptsz ? "_ptsz" : "", (void *)e, (void *)hs, rc);
   return rc;
 }
 
 CUresult cuEventRecord(CUevent e, CUstream s) { return mock_event_record(e, s, 0); }
 CUresult cuEventRecord_ptsz(CUevent e, CUstream s) { return mock_event_record(e, s, 1); }
 
-static CUresult mock_event_wait(CUevent e, uint64_t *counter, const char *what) {
-  mock_lock();
+/* Query or wait: refused during a capture as other unsafe calls are
+ * (driver_facts.txt), then refused for an event recorded into a graph. */
+static CUresult mock_event_check(CUevent e, uint64_t *counter, const char *what) {
   (*counter)++;
   CUcontext c = NULL;
   CUresult rc = mock_need_ctx(&c);
@@ -877,19 +1000,37 @@ static CUresult mock_event_wait(CUevent e, uint64_t *counter, const char *what) 
     rc = CUDA_ERROR_INVALID_HANDLE;
   if (rc == CUDA_SUCCESS)
     rc = mock_capture_guard(what, 0);
-  mock_unlock();
+  if (rc == CUDA_SUCCESS && e->captured)
+    rc = CUDA_ERROR_CAPTURED_EVENT;
   return rc;
 }
 
 CUresult cuEventQuery(CUevent e) {
-  return mock_event_wait(e, &g_cnt.event_query, "cuEventQuery");
-}
-CUresult cuEventSynchronize(CUevent e) {
-  return mock_event_wait(e, &g_cnt.event_synchronize, "cuEventSynchronize");
+  mock_lock();
+  CUresult rc = mock_event_check(e, &g_cnt.event_query, "cuEventQuery");
+  if (rc == CUDA_SUCCESS && e->pending) {
+    if (e->pending > 0)
+      e->pending--;
+    g_cnt.event_not_ready++;
+    rc = CUDA_ERROR_NOT_READY;
+  }
+  mock_unlock();
+  return rc;
 }
 
+CUresult cuEventSynchronize(CUevent e) {
+  mock_lock();
+  CUresult rc = mock_event_check(e, &g_cnt.event_synchronize, "cuEventSynchronize");
+  if (rc == CUDA_SUCCESS)
+    e->pending = 0;
+  mock_unlock();
+  return rc;
+}
+
+/* As the driver, an event may be destroyed while pending. */
 CUresult cuEventDestroy_v2(CUevent e) {
   mock_lock();
+  g_cnt.event_destroy++;
   CUresult rc = mock_need_init();
   if (rc == CUDA_SUCCESS && !mock_obj_find(e, MOCK_OBJ_EVENT))
     rc = CUDA_ERROR_INVALID_HANDLE;
@@ -1300,6 +1441,8 @@ static const struct mock_sym {
     S("cuCtxPopCurrent", cuCtxPopCurrent_v2, 4000),
     S("cuCtxSynchronize", cuCtxSynchronize, 2000),
     S("cuStreamCreate", cuStreamCreate, 2000),
+    S("cuStreamCreateWithPriority", cuStreamCreateWithPriority, 5050),
+    S("cuStreamDestroy", cuStreamDestroy, 2000),
     S("cuStreamDestroy", cuStreamDestroy_v2, 4000),
     S("cuStreamSynchronize", cuStreamSynchronize, 2000),
     P("cuStreamSynchronize", cuStreamSynchronize_ptsz, 7000),
@@ -1414,6 +1557,23 @@ void mockcuda_get_counters(mockcuda_counters *out) {
   out->capacity_bytes = g_capacity;
   out->devices = g_ndev;
   mock_unlock();
+}
+
+void mockcuda_set_event_delay(int queries) {
+  mock_lock();
+  g_event_delay = queries < 0 ? -1 : queries;
+  mock_unlock();
+}
+
+uint64_t mockcuda_stream_records(const void *stream) {
+  mock_lock();
+  uint64_t n = 0;
+  if (stream == CU_STREAM_LEGACY)
+    n = g_legacy.records;
+  else if (mock_obj_find(stream, MOCK_OBJ_STREAM))
+    n = ((const struct CUstream_st *)stream)->records;
+  mock_unlock();
+  return n;
 }
 
 int mockcuda_owns(uint64_t ptr, uint64_t size) {

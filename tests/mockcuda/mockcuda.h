@@ -7,14 +7,15 @@
  * faults, as on a GPU), each allocation is backed by a host buffer that
  * cuMemsetD8 / cuMemcpy* read and write, and capacity is enforced.
  *
- * Besides the driver's names it exports the two queries below, so a test can
- * see what the "driver" was asked. Programs find them with
- * dlsym(RTLD_DEFAULT or the libcuda handle, "mockcuda_get_counters") or link
- * the mock directly.
+ * Besides the driver's names it exports the mockcuda_ functions below, so a
+ * test can see what the "driver" was asked (and make its events slow).
+ * Programs find them with dlsym(RTLD_DEFAULT or the libcuda handle,
+ * "mockcuda_get_counters") or link the mock directly.
  *
  * Environment: MOCKCUDA_DEVICES (default 2, 0 makes cuInit fail with
  * CUDA_ERROR_NO_DEVICE), MOCKCUDA_MEM_MB (capacity per device, default 1024),
- * MOCKCUDA_VERBOSE=1 (one line per call on stderr; silent otherwise).
+ * MOCKCUDA_VERBOSE=1 (one line per call on stderr; silent otherwise),
+ * MOCKCUDA_EVENT_DELAY (as mockcuda_set_event_delay, from cuInit on).
  */
 #ifndef MOCKCUDA_H
 #define MOCKCUDA_H
@@ -54,6 +55,18 @@ typedef struct mockcuda_counters {
   uint64_t event_record;          /* cuEventRecord(_ptsz) */
   uint64_t event_query;
   uint64_t event_synchronize;
+  uint64_t event_create;          /* cuEventCreate */
+  uint64_t event_destroy;         /* cuEventDestroy_v2 */
+  uint64_t event_not_ready;       /* queries answered CUDA_ERROR_NOT_READY */
+  /* Records that succeeded, by the stream they went on: the legacy stream
+   * (CU_STREAM_LEGACY, or 0 through the plain export), a per-thread default
+   * stream, a created blocking or non-blocking stream. */
+  uint64_t event_record_legacy;
+  uint64_t event_record_per_thread;
+  uint64_t event_record_blocking;
+  uint64_t event_record_nonblocking;
+  uint64_t stream_create;         /* cuStreamCreate, cuStreamCreateWithPriority */
+  uint64_t stream_destroy;        /* cuStreamDestroy(_v2) */
   uint64_t ptsz_calls;            /* any _ptsz / _ptds export */
   uint64_t capture_violations;    /* unsafe calls refused during a capture */
   uint64_t oom;                   /* allocations refused for capacity */
@@ -75,8 +88,22 @@ void mockcuda_get_counters(mockcuda_counters *out);
  * itself does), else 0. */
 int mockcuda_owns(uint64_t ptr, uint64_t size);
 
+/* Events recorded from now on stay CUDA_ERROR_NOT_READY for `queries`
+ * cuEventQuery calls each (a negative number: for every query), or until
+ * cuEventSynchronize, a successful cuCtxSynchronize of their context or
+ * cuStreamSynchronize of the stream they were recorded on: device work that
+ * takes time, so a test can see that a block is not reused while a marker
+ * recorded after its free is pending. 0 (the default): complete at once. */
+void mockcuda_set_event_delay(int queries);
+
+/* Records that succeeded on a live stream created by cuStreamCreate(WithPriority),
+ * or on the legacy stream (CU_STREAM_LEGACY); 0 for any other handle. */
+uint64_t mockcuda_stream_records(const void *stream);
+
 typedef void (*mockcuda_get_counters_fn)(mockcuda_counters *out);
 typedef int (*mockcuda_owns_fn)(uint64_t ptr, uint64_t size);
+typedef void (*mockcuda_set_event_delay_fn)(int queries);
+typedef uint64_t (*mockcuda_stream_records_fn)(const void *stream);
 
 #ifdef __cplusplus
 }

@@ -77,6 +77,9 @@ static void test_proc_address(void) {
   expect_proc("cuMemFreeAsync", 13000, PT, "cuMemFreeAsync_ptsz");
   expect_proc("cuMemAllocFromPoolAsync", 13000, PT, "cuMemAllocFromPoolAsync_ptsz");
   expect_proc("cuEventRecord", 13000, PT, "cuEventRecord_ptsz");
+  expect_proc("cuStreamCreateWithPriority", 13000, 0, "cuStreamCreateWithPriority");
+  expect_proc("cuStreamDestroy", 13000, 0, "cuStreamDestroy_v2");
+  expect_proc("cuStreamDestroy", 3020, 0, "cuStreamDestroy");
   expect_proc("cuStreamIsCapturing", 13000, PT, "cuStreamIsCapturing_ptsz");
   expect_proc("cuStreamBeginCapture", 13000, 0, "cuStreamBeginCapture_v2");
   expect_proc("cuMemcpyHtoD", 13000, PT, "cuMemcpyHtoD_v2_ptds");
@@ -315,6 +318,9 @@ static void test_capture(void) {
   RC(cuMemFree_v2(0xdead0000), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   RC(cuStreamSynchronize(nb), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   RC(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  /* e was last recorded into the first capture's graph; recorded again
+   * outside any capture it is an ordinary event (see test_events). */
+  RC(cuEventRecord(e, s), CUDA_SUCCESS);
 
   /* Relaxed mode allows them, but never waiting on the capture itself. */
   RC(cuStreamBeginCapture_v2_ptsz(nb, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
@@ -358,6 +364,176 @@ static void test_capture(void) {
   RC(cuStreamDestroy_v2(s), CUDA_SUCCESS);
   RC(cuStreamDestroy_v2(nb), CUDA_SUCCESS);
   RC(cuStreamSynchronize(s), CUDA_ERROR_INVALID_HANDLE);
+}
+
+/* Events and streams as the markers of stream-ordered reuse use them:
+ * counters by stream kind, delays, contexts, captures. */
+static void test_event_counters(void) {
+  CUstream blk, nb, prio;
+  CUevent e;
+  mockcuda_counters c0 = counters();
+  RC(cuStreamCreate(&blk, 0), CUDA_SUCCESS);
+  RC(cuStreamCreate(&nb, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  RC(cuStreamCreateWithPriority(&prio, CU_STREAM_NON_BLOCKING, -1), CUDA_SUCCESS);
+  RC(cuStreamCreateWithPriority(&prio, 4, 0), CUDA_ERROR_INVALID_VALUE);
+  RC(cuStreamCreateWithPriority(&prio, CU_STREAM_NON_BLOCKING, 0), CUDA_SUCCESS);
+  RC(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  RC(cuEventCreate(&e, 0x100), CUDA_ERROR_INVALID_VALUE);
+  RC(cuEventRecord(e, CU_STREAM_LEGACY), CUDA_SUCCESS);
+  RC(cuEventRecord(e, NULL), CUDA_SUCCESS);
+  RC(cuEventRecord_ptsz(e, NULL), CUDA_SUCCESS);
+  RC(cuEventRecord(e, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+  RC(cuEventRecord(e, blk), CUDA_SUCCESS);
+  RC(cuEventRecord(e, nb), CUDA_SUCCESS);
+  RC(cuEventRecord(e, prio), CUDA_SUCCESS);
+  RC(cuEventRecord(e, prio), CUDA_SUCCESS);
+  RC(cuEventRecord(e, (CUstream)0xdead0000), CUDA_ERROR_INVALID_HANDLE);
+  mockcuda_counters c1 = counters();
+  CHECK(c1.stream_create - c0.stream_create == 5 && c1.event_create - c0.event_create == 2,
+        "creates: %llu streams, %llu events",
+        (unsigned long long)(c1.stream_create - c0.stream_create),
+        (unsigned long long)(c1.event_create - c0.event_create));
+  CHECK(c1.event_record - c0.event_record == 9 &&
+            c1.event_record_legacy - c0.event_record_legacy == 2 &&
+            c1.event_record_per_thread - c0.event_record_per_thread == 2 &&
+            c1.event_record_blocking - c0.event_record_blocking == 1 &&
+            c1.event_record_nonblocking - c0.event_record_nonblocking == 3,
+        "records: legacy %llu per-thread %llu blocking %llu non-blocking %llu",
+        (unsigned long long)(c1.event_record_legacy - c0.event_record_legacy),
+        (unsigned long long)(c1.event_record_per_thread - c0.event_record_per_thread),
+        (unsigned long long)(c1.event_record_blocking - c0.event_record_blocking),
+        (unsigned long long)(c1.event_record_nonblocking - c0.event_record_nonblocking));
+  CHECK(mockcuda_stream_records(prio) == 2 && mockcuda_stream_records(nb) == 1 &&
+            mockcuda_stream_records(blk) == 1 && mockcuda_stream_records(NULL) == 0,
+        "per-stream records %llu %llu %llu", (unsigned long long)mockcuda_stream_records(prio),
+        (unsigned long long)mockcuda_stream_records(nb),
+        (unsigned long long)mockcuda_stream_records(blk));
+  RC(cuEventDestroy_v2(e), CUDA_SUCCESS);
+  RC(cuStreamDestroy(prio), CUDA_SUCCESS); /* the CUDA 2.0 export */
+  RC(cuStreamDestroy_v2(prio), CUDA_ERROR_INVALID_HANDLE);
+  CHECK(mockcuda_stream_records(prio) == 0, "a destroyed stream still counts records");
+  RC(cuStreamDestroy_v2(nb), CUDA_SUCCESS);
+  RC(cuStreamDestroy_v2(blk), CUDA_SUCCESS);
+  CHECK(counters().stream_destroy - c1.stream_destroy == 4, "stream destroys");
+}
+
+static void test_event_delay(void) {
+  CUstream a, b;
+  CUevent ea, eb;
+  RC(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  RC(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  RC(cuEventCreate(&ea, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  RC(cuEventCreate(&eb, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  RC(cuEventQuery(ea), CUDA_SUCCESS); /* never recorded: complete */
+
+  mockcuda_set_event_delay(2);
+  mockcuda_counters c0 = counters();
+  RC(cuEventRecord(ea, a), CUDA_SUCCESS);
+  RC(cuEventQuery(ea), CUDA_ERROR_NOT_READY);
+  RC(cuEventQuery(ea), CUDA_ERROR_NOT_READY);
+  RC(cuEventQuery(ea), CUDA_SUCCESS);
+  RC(cuEventQuery(ea), CUDA_SUCCESS);
+  CHECK(counters().event_not_ready - c0.event_not_ready == 2, "not-ready answers");
+  RC(cuEventRecord(ea, a), CUDA_SUCCESS); /* a new record is new work */
+  RC(cuEventQuery(ea), CUDA_ERROR_NOT_READY);
+
+  /* Pending until something waits: the event itself, its stream, the
+   * context; another stream's synchronization does not help. */
+  mockcuda_set_event_delay(-1);
+  RC(cuEventRecord(ea, a), CUDA_SUCCESS);
+  RC(cuEventRecord(eb, b), CUDA_SUCCESS);
+  for (int i = 0; i < 5; i++)
+    RC(cuEventQuery(ea), CUDA_ERROR_NOT_READY);
+  RC(cuStreamSynchronize(b), CUDA_SUCCESS);
+  RC(cuEventQuery(ea), CUDA_ERROR_NOT_READY);
+  RC(cuEventQuery(eb), CUDA_SUCCESS);
+  RC(cuEventSynchronize(ea), CUDA_SUCCESS);
+  RC(cuEventQuery(ea), CUDA_SUCCESS);
+  RC(cuEventRecord(ea, a), CUDA_SUCCESS);
+  RC(cuEventRecord(eb, CU_STREAM_LEGACY), CUDA_SUCCESS);
+  RC(cuCtxSynchronize(), CUDA_SUCCESS);
+  RC(cuEventQuery(ea), CUDA_SUCCESS);
+  RC(cuEventQuery(eb), CUDA_SUCCESS);
+  mockcuda_set_event_delay(0);
+  RC(cuEventRecord(ea, a), CUDA_SUCCESS);
+  RC(cuEventQuery(ea), CUDA_SUCCESS);
+  RC(cuEventDestroy_v2(ea), CUDA_SUCCESS);
+  RC(cuEventDestroy_v2(eb), CUDA_SUCCESS);
+  RC(cuStreamDestroy_v2(a), CUDA_SUCCESS);
+  RC(cuStreamDestroy_v2(b), CUDA_SUCCESS);
+}
+
+/* An event and the stream it is recorded on share one context; a destroyed
+ * context's streams and events are invalid handles. */
+static void test_event_contexts(void) {
+  CUcontext primary, mine;
+  CUstream s_primary, s_mine;
+  CUevent e_primary, e_mine;
+  RC(cuCtxGetCurrent(&primary), CUDA_SUCCESS);
+  RC(cuStreamCreate(&s_primary, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  RC(cuEventCreate(&e_primary, 0), CUDA_SUCCESS);
+  RC(cuCtxCreate_v4(&mine, NULL, 0, 0), CUDA_SUCCESS);
+  RC(cuStreamCreate(&s_mine, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  RC(cuEventCreate(&e_mine, 0), CUDA_SUCCESS);
+  RC(cuEventRecord(e_mine, s_primary), CUDA_ERROR_INVALID_HANDLE);
+  RC(cuEventRecord(e_primary, CU_STREAM_LEGACY), CUDA_ERROR_INVALID_HANDLE);
+  RC(cuEventRecord(e_primary, s_primary), CUDA_SUCCESS); /* the stream names its context */
+  RC(cuEventRecord(e_mine, CU_STREAM_LEGACY), CUDA_SUCCESS);
+  RC(cuEventRecord(e_mine, s_mine), CUDA_SUCCESS);
+  RC(cuCtxDestroy_v2(mine), CUDA_SUCCESS);
+  RC(cuEventQuery(e_mine), CUDA_ERROR_INVALID_HANDLE);
+  RC(cuEventSynchronize(e_mine), CUDA_ERROR_INVALID_HANDLE);
+  RC(cuEventRecord(e_primary, s_mine), CUDA_ERROR_INVALID_HANDLE);
+  RC(cuStreamDestroy_v2(s_mine), CUDA_ERROR_INVALID_HANDLE);
+  RC(cuEventDestroy_v2(e_mine), CUDA_ERROR_INVALID_HANDLE);
+  RC(cuEventQuery(e_primary), CUDA_SUCCESS);
+  RC(cuEventDestroy_v2(e_primary), CUDA_SUCCESS);
+  RC(cuStreamDestroy_v2(s_primary), CUDA_SUCCESS);
+}
+
+/* Records during a capture: on the legacy stream, refused while a blocking
+ * stream (the per-thread default stream included) captures, which breaks
+ * the capture; allowed beside a non-blocking capture. An event recorded on
+ * the capturing stream becomes part of the graph and cannot be queried. */
+static void test_event_capture(void) {
+  CUstream s, nb;
+  CUevent e;
+  CUgraph g;
+  CUstreamCaptureStatus st;
+  RC(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  RC(cuStreamCreate(&nb, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  RC(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+
+  mockcuda_counters c0 = counters();
+  RC(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  RC(cuEventRecord(e, nb), CUDA_SUCCESS);
+  RC(cuEventRecord(e, CU_STREAM_LEGACY), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  RC(cuStreamIsCapturing(s, &st), CUDA_SUCCESS);
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_INVALIDATED, "status %d", (int)st);
+  RC(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  mockcuda_counters c1 = counters();
+  CHECK(c1.capture_violations == c0.capture_violations + 1 &&
+            c1.event_record_legacy == c0.event_record_legacy,
+        "legacy record during a blocking capture");
+
+  RC(cuStreamBeginCapture_v2_ptsz(NULL, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  RC(cuEventRecord(e, CU_STREAM_LEGACY), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  RC(cuStreamEndCapture_ptsz(NULL, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+
+  RC(cuStreamBeginCapture_v2(nb, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  RC(cuEventRecord(e, CU_STREAM_LEGACY), CUDA_SUCCESS);
+  RC(cuEventRecord(e, s), CUDA_SUCCESS);
+  RC(cuEventRecord(e, nb), CUDA_SUCCESS); /* into the graph */
+  RC(cuStreamIsCapturing(nb, &st), CUDA_SUCCESS);
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_ACTIVE, "status %d", (int)st);
+  RC(cuStreamEndCapture(nb, &g), CUDA_SUCCESS);
+  RC(cuEventQuery(e), CUDA_ERROR_CAPTURED_EVENT);
+  RC(cuEventSynchronize(e), CUDA_ERROR_CAPTURED_EVENT);
+  RC(cuEventRecord(e, nb), CUDA_SUCCESS);
+  RC(cuEventQuery(e), CUDA_SUCCESS);
+  RC(cuEventDestroy_v2(e), CUDA_SUCCESS);
+  RC(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+  RC(cuStreamDestroy_v2(nb), CUDA_SUCCESS);
 }
 
 static void *thread_main(void *arg) {
@@ -412,12 +588,17 @@ int main(void) {
   CHECK(total == (64u << 20), "total %zu (run with MOCKCUDA_MEM_MB=64)", total);
   RC(cuMemAlloc_v2(&p, 256), CUDA_ERROR_INVALID_CONTEXT);
 
+  mockcuda_set_event_delay(0); /* events complete at once, whatever the environment */
   CUcontext ctx;
   RC(cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
   RC(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
   test_memory();
   test_contexts();
   test_capture();
+  test_event_counters();
+  test_event_delay();
+  test_event_contexts();
+  test_event_capture();
   test_threads(ctx);
 
   const char *s = NULL;

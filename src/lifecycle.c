@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "lock.h"
 #include "log.h"
 #include "pool.h"
 #include "runtime.h"
@@ -105,13 +106,25 @@ static size_t ca__gather_stats(cudalloc_device_stats *out, uint64_t *allocs) {
   return n;
 }
 
+/* One report at a time: the statistics buffer is shared, and two reports'
+ * lines would interleave. A forked child starts with it free (the watcher
+ * thread that may have held it is not in the child). */
+static pthread_mutex_t ca__report_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void ca__report_begin(void) {
+  ca_locks_note(1);
+  pthread_mutex_lock(&ca__report_lock);
+}
+
+static void ca__report_end(void) {
+  pthread_mutex_unlock(&ca__report_lock);
+  ca_locks_note(-1);
+}
+
 static ca_leak_totals ca__report_all(ca_report_event event, bool leaks,
                                      bool stats) {
   static cudalloc_device_stats all[CUDALLOC_MAX_DEVICES];
-  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-  /* One report at a time: the statistics buffer is shared, and two
-   * reports' lines would interleave. */
-  pthread_mutex_lock(&lock);
+  ca__report_begin();
   uint64_t allocs = ca_track_total();
   size_t nstats = ca__gather_stats(all, &allocs);
   ca__gather g = {.device = -1};
@@ -129,7 +142,7 @@ static ca_leak_totals ca__report_all(ca_report_event event, bool leaks,
                         .nstats = stats ? nstats : 0};
   ca_leak_totals totals = ca_report(&in);
   ca__gather_free(&g);
-  pthread_mutex_unlock(&lock);
+  ca__report_end();
   return totals;
 }
 
@@ -141,6 +154,7 @@ void ca_lifecycle_report(ca_report_event event, bool leaks, bool stats) {
 
 void ca_lifecycle_context_gone(int device) {
   ca__gather g = {.device = device};
+  ca__report_begin();
   ca_pool *pool = ca_runtime_pool_if_any(device);
   if (pool)
     ca_pool_foreach_live(pool, ca__gather_pooled, &g);
@@ -157,6 +171,7 @@ void ca_lifecycle_context_gone(int device) {
   if (pool)
     ca_pool_drop_all(pool);
   ca_runtime_forget_home(device);
+  ca__report_end();
 }
 
 /* ---- Exit -------------------------------------------------------------------- */
@@ -175,6 +190,14 @@ static void ca__at_exit(int status, void *arg) {
   if (atomic_exchange(&ca__exit_reported_by, pid) == pid)
     return;
   const ca_config *cfg = ca_config_get();
+  if (ca_locks_held > 0) {
+    /* exit() from a signal handler that interrupted this thread inside
+     * the library: the report would wait for a lock this thread holds. */
+    if (cfg->leak_report || cfg->stats)
+      ca_log("exit during a device-memory call on the same thread (from a "
+             "signal handler?): the leak report is skipped");
+    return;
+  }
   if (!cfg->leak_report && !cfg->stats)
     return;
   ca_leak_totals t = ca__report_all(CA_EVENT_EXIT, cfg->leak_report,
@@ -196,16 +219,25 @@ __attribute__((constructor)) static void ca__register_exit(void) {
 /* ---- SIGUSR1 ------------------------------------------------------------------- */
 
 /* The handler only posts a semaphore (async-signal-safe); a watcher thread
- * waits on it and prints, so no lock is ever taken inside the handler. */
+ * waits on it and prints, so no lock is ever taken inside the handler. A
+ * handler the program had installed before keeps running after ours. */
 static sem_t ca__signal_sem;
+static struct sigaction ca__program_sigusr1;
+static atomic_bool ca__sigusr1_ours;
 static atomic_bool ca__used_seen;
 static pthread_once_t ca__fork_once = PTHREAD_ONCE_INIT;
 
-static void ca__on_sigusr1(int sig) {
-  (void)sig;
+static void ca__on_sigusr1(int sig, siginfo_t *info, void *uctx) {
   int saved = errno;
   sem_post(&ca__signal_sem);
   errno = saved;
+  const struct sigaction *prev = &ca__program_sigusr1;
+  if (prev->sa_flags & SA_SIGINFO) {
+    if (prev->sa_sigaction != NULL)
+      prev->sa_sigaction(sig, info, uctx);
+  } else if (prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN) {
+    prev->sa_handler(sig);
+  }
 }
 
 static void *ca__watch_signal(void *arg) {
@@ -238,20 +270,25 @@ static void ca__start_watcher(void) {
            "to the program");
     return;
   }
-  struct sigaction sa = {.sa_handler = ca__on_sigusr1,
-                         .sa_flags = SA_RESTART};
+  struct sigaction sa = {.sa_sigaction = ca__on_sigusr1,
+                         .sa_flags = SA_RESTART | SA_SIGINFO};
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGUSR1, &sa, NULL);
+  if (sigaction(SIGUSR1, &sa, &ca__program_sigusr1) == 0)
+    atomic_store(&ca__sigusr1_ours, true);
 }
 
-/* A forked child has no watcher thread: it starts its own on its own first
- * use of device memory. */
-static void ca__forget_watcher_in_child(void) {
+/* A forked child has no watcher thread, and no report in progress: it
+ * gives SIGUSR1 back to the program's own action, frees the report lock,
+ * and starts its own watcher on its own first use of device memory. */
+static void ca__forget_in_child(void) {
+  pthread_mutex_init(&ca__report_lock, NULL);
+  if (atomic_exchange(&ca__sigusr1_ours, false))
+    sigaction(SIGUSR1, &ca__program_sigusr1, NULL);
   atomic_store(&ca__used_seen, false);
 }
 
 static void ca__register_fork(void) {
-  pthread_atfork(NULL, NULL, ca__forget_watcher_in_child);
+  pthread_atfork(NULL, NULL, ca__forget_in_child);
 }
 
 void ca_lifecycle_device_used(void) {

@@ -7,6 +7,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+__thread int ca_locks_held __attribute__((tls_model("initial-exec")));
+
 /* Spins this many times before sleeping: a pool's critical sections are
  * short unless they call the driver. */
 #define CA__LOCK_SPINS 100

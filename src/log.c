@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/types.h>
@@ -16,7 +17,14 @@
  * forked child (whose pid differs from the opener's) opens its own. */
 static atomic_int ca__log_fd = 2;
 static const char *_Atomic ca__log_template;
-static atomic_int ca__log_pid; /* the process that opened ca__log_fd */
+/* With a template: the process that opened the file (high half) and the
+ * descriptor (low half), in one word so that no thread can see one without
+ * the other. 0 until a process opens. */
+static _Atomic uint64_t ca__log_opened;
+
+static uint64_t ca__opened(int pid, int fd) {
+  return (uint64_t)(uint32_t)pid << 32 | (uint32_t)fd;
+}
 
 void ca_log_set_fd(int fd) {
   atomic_store(&ca__log_template, NULL);
@@ -26,7 +34,7 @@ void ca_log_set_fd(int fd) {
 void ca_log_set_path(const char *path_template) {
   atomic_store(&ca__log_template,
                path_template && path_template[0] ? path_template : NULL);
-  atomic_store(&ca__log_pid, 0);
+  atomic_store(&ca__log_opened, 0);
 }
 
 /* Writes `template` with each "%p" replaced by `pid` and "%%" by "%". Returns
@@ -80,19 +88,18 @@ int ca_log_fd(void) {
   if (template == NULL)
     return atomic_load(&ca__log_fd);
   int pid = (int)getpid();
-  if (atomic_load(&ca__log_pid) == pid)
-    return atomic_load(&ca__log_fd);
+  uint64_t seen = atomic_load(&ca__log_opened);
+  if (seen >> 32 == (uint32_t)pid)
+    return (int)(uint32_t)seen;
   /* Two threads may race to open: both open the same path in append mode,
-   * and the loser closes its descriptor. */
+   * and the loser closes its descriptor and takes the winner's. */
   int fd = ca__open_log(template, pid);
-  int seen = atomic_load(&ca__log_pid);
-  if (seen != pid && atomic_compare_exchange_strong(&ca__log_pid, &seen, pid)) {
-    atomic_store(&ca__log_fd, fd);
+  if (atomic_compare_exchange_strong(&ca__log_opened, &seen,
+                                     ca__opened(pid, fd)))
     return fd;
-  }
   if (fd != 2)
     close(fd);
-  return atomic_load(&ca__log_fd);
+  return (int)(uint32_t)atomic_load(&ca__log_opened);
 }
 
 void ca_log_raw(const char *buf, size_t len) {

@@ -115,6 +115,32 @@ static void ca__put_json_string(ca__out *o, const char *s) {
   ca__put(o, "\"", 1);
 }
 
+/* A problem found while reporting (a bad suppressions line, say): a line
+ * of its own, as JSON when the report is JSON, so that a log file of JSON
+ * documents stays one document per line. */
+static void ca__warn(bool json, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void ca__warn(bool json, const char *fmt, ...) {
+  char message[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(message, sizeof(message), fmt, ap);
+  va_end(ap);
+  if (!json) {
+    ca_log("%s", message);
+    return;
+  }
+  ca__out o;
+  o.len = 0;
+  ca__printf(&o,
+             "{\"tool\":\"cudalloc\",\"version\":\"" CA__VERSION
+             "\",\"pid\":%d,\"event\":\"warning\",\"message\":",
+             (int)getpid());
+  ca__put_json_string(&o, message);
+  ca__put(&o, "}\n", 2);
+  ca__flush(&o);
+}
+
 void ca_format_bytes(char *buf, size_t len, uint64_t bytes) {
   static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
   if (bytes < 1024) {
@@ -390,8 +416,8 @@ static char *ca__trim(char *s) {
   return s;
 }
 
-static void ca__parse_rules(ca__rules *r, const char *path) {
-  size_t line_no = 0;
+static void ca__parse_rules(ca__rules *r, const char *path, bool json) {
+  size_t line_no = 0, dropped = 0;
   for (char *line = r->text; line != NULL;) {
     char *next = strchr(line, '\n');
     if (next != NULL)
@@ -401,31 +427,43 @@ static void ca__parse_rules(ca__rules *r, const char *path) {
     if (t[0] != '\0' && t[0] != '#') {
       char *pattern = ca__starts(t, "leak:") ? ca__trim(t + 5) : NULL;
       if (pattern == NULL || pattern[0] == '\0')
-        ca_log("suppressions: %s:%zu: '%.60s' ignored (expected "
-               "leak:<pattern>)",
-               path, line_no, t);
+        ca__warn(json,
+                 "suppressions: %s:%zu: '%.60s' ignored (expected "
+                 "leak:<pattern>)",
+                 path, line_no, t);
       else if (r->n < CA__MAX_RULES)
         r->pattern[r->n++] = pattern;
+      else
+        dropped++;
     }
     line = next;
   }
+  if (dropped > 0)
+    ca__warn(json, "suppressions: %s: only the first %d rules are used; %zu "
+                   "more ignored",
+             path, CA__MAX_RULES, dropped);
 }
 
 /* Reads the suppressions file, if one is configured. */
-static void ca__load_rules(ca__rules *r, const char *path) {
+static void ca__load_rules(ca__rules *r, const char *path, bool json) {
   *r = (ca__rules){0};
   if (path[0] == '\0')
     return;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   struct stat st;
-  if (fd < 0 || fstat(fd, &st) != 0) {
-    ca_log("suppressions: cannot open '%s': no leak is suppressed", path);
+  if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ca__warn(json, "suppressions: cannot read '%s' (%s): no leak is "
+                   "suppressed",
+             path, fd < 0 ? "cannot open it" : "not a regular file");
     if (fd >= 0)
       close(fd);
     return;
   }
   size_t size = st.st_size > (off_t)CA__MAX_RULES_FILE ? CA__MAX_RULES_FILE
                                                        : (size_t)st.st_size;
+  if (size < (size_t)st.st_size)
+    ca__warn(json, "suppressions: %s: only the first %u bytes are read",
+             path, CA__MAX_RULES_FILE);
   r->text_bytes = size + 1;
   r->text = ca__scratch(r->text_bytes); /* zero-filled: NUL-terminated */
   size_t got = 0;
@@ -437,7 +475,7 @@ static void ca__load_rules(ca__rules *r, const char *path) {
   }
   close(fd);
   if (r->text != NULL)
-    ca__parse_rules(r, path);
+    ca__parse_rules(r, path, json);
 }
 
 /* Whether text[0..] matches glob p[0..pn) ('*' = any run) as a whole. */
@@ -729,12 +767,17 @@ static void ca__json(const ca__leaks *l) {
   if (in->event == CA_EVENT_CONTEXT_RESET)
     ca__printf(&o, ",\"device\":%d", in->device);
   if (in->leaks) {
+    /* Suppressed groups are listed too, marked, for tools; max_leaks
+     * counts the others, as in the text report. */
     ca__put(&o, ",\"leaks\":[", 10);
-    size_t printed = 0;
-    for (size_t i = 0; i < l->ngroups && printed < l->max_groups; i++) {
-      if (printed++ > 0)
+    size_t listed = 0, printed = 0;
+    for (size_t i = 0; i < l->ngroups; i++) {
+      const ca__group *g = &l->groups[i];
+      if (!g->suppressed && printed++ >= l->max_groups)
+        continue;
+      if (listed++ > 0)
         ca__put(&o, ",", 1);
-      ca__json_group(&o, l, &l->groups[i]);
+      ca__json_group(&o, l, g);
     }
     const ca_leak_totals *t = &l->totals;
     ca__printf(&o,
@@ -780,7 +823,8 @@ static bool ca__prepare(ca__leaks *l, const ca_config *cfg,
   qsort(l->groups, l->ngroups, sizeof(ca__group), ca__cmp_group);
   ca__symbolize_groups(*sorted, l->groups, l->ngroups, &l->symbols);
   ca__rules rules;
-  ca__load_rules(&rules, cfg->suppressions);
+  ca__load_rules(&rules, cfg->suppressions,
+                 cfg->report_format == CA_REPORT_JSON);
   for (size_t i = 0; i < l->ngroups; i++) {
     ca__group *g = &l->groups[i];
     const uintptr_t *pcs;
@@ -808,7 +852,8 @@ ca_leak_totals ca_report(const ca_report_input *in) {
   bool ok = !in->leaks ||
             ca__prepare(&l, cfg, &sorted, &sorted_bytes, &groups_bytes);
   if (!ok)
-    ca_log("leak report: out of memory for %zu live blocks", in->nblocks);
+    ca__warn(cfg->report_format == CA_REPORT_JSON,
+             "leak report: out of memory for %zu live blocks", in->nblocks);
   if (ok && cfg->report_format == CA_REPORT_JSON) {
     ca__json(&l);
   } else if (ok) {

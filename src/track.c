@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "cudalloc.h"
+#include "lock.h"
 #include "uthash.h"
 
 typedef struct ca__entry {
@@ -73,10 +74,14 @@ static void ca__register_fork(void) {
 
 static void ca__lock_table(void) {
   pthread_once(&ca__fork_once, ca__register_fork);
+  ca_locks_note(1);
   pthread_mutex_lock(&ca__lock);
 }
 
-static void ca__unlock_table(void) { pthread_mutex_unlock(&ca__lock); }
+static void ca__unlock_table(void) {
+  pthread_mutex_unlock(&ca__lock);
+  ca_locks_note(-1);
+}
 
 /* Under the lock. */
 static ca__entry *ca__take_entry(void) {

@@ -852,7 +852,10 @@ CA__RAW_STACK static bool ca__step(const ca__stack *st, uint64_t rule,
     return false;
   if (rule & CA__RBP_SAVED) {
     uintptr_t at = cfa + (uintptr_t)(intptr_t)ca__rule_bp_off(rule);
-    if (!ca__on_stack(st, at))
+    /* A saved register lies in the frame being left, between its stack
+     * pointer and its CFA: anywhere else the rule is wrong, and the page
+     * may not even be mapped (the main thread's stack grows on demand). */
+    if (at < r->sp || at + sizeof(uintptr_t) > cfa || !ca__on_stack(st, at))
       return false;
     r->bp = *(const uintptr_t *)at;
   }

@@ -12,7 +12,9 @@
 #include "config.h"
 #include "cudalloc.h"
 #include "lifecycle.h"
+#include "log.h"
 #include "pool.h"
+#include "report.h"
 #include "runtime.h"
 #include "stacks.h"
 #include "track.h"
@@ -61,6 +63,25 @@ static void ca__track(ca_track_kind kind, uint64_t key, uint64_t size,
   ca_lifecycle_device_used();
 }
 
+/* With verbose, the one line that says why an allocation failed. */
+static void ca__say_out_of_memory(ca_pool *pool, int device, uint64_t size) {
+  if (ca_config_get()->verbose < 1)
+    return;
+  cudalloc_device_stats s;
+  ca_pool_get_stats(pool, &s);
+  char req[32], used[32], cached[32], largest[32], limit[32] = "none";
+  ca_format_bytes(req, sizeof(req), size);
+  ca_format_bytes(used, sizeof(used), s.allocated_bytes.current);
+  ca_format_bytes(cached, sizeof(cached),
+                  s.free_cached_bytes + s.pending_free_bytes);
+  ca_format_bytes(largest, sizeof(largest), s.largest_free_block);
+  if (ca_config_get()->memory_limit)
+    ca_format_bytes(limit, sizeof(limit), ca_config_get()->memory_limit);
+  ca_log("out of memory on device %d: requested %s; in use %s, cached %s, "
+         "largest free block %s, limit %s, fragmentation %.1f%%",
+         device, req, used, cached, largest, limit, 100.0 * s.fragmentation);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Pooled                                                                    */
 
@@ -86,6 +107,8 @@ CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
   int status = ca_pool_alloc(pool, (uint64_t)size, ca__stack_here(), &addr);
   if (status == 0)
     *dptr = (CUdeviceptr)addr;
+  else if (status == CUDA_ERROR_OUT_OF_MEMORY)
+    ca__say_out_of_memory(pool, device, size);
   return (CUresult)status;
 }
 
@@ -155,50 +178,105 @@ CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes) {
 /* ------------------------------------------------------------------------ */
 /* Passed through, tracked                                                   */
 
+/* The pool gives back what it holds on `device` (waiting for its pending
+ * frees first), so that a passed-through allocation the driver or the limit
+ * refused can be tried once more. Returns whether anything was given back. */
+static bool ca__make_room(int device) {
+  ca_pool *pool = ca_runtime_pool_if_any(device);
+  return pool != NULL && ca_pool_empty_cache(pool) > 0;
+}
+
+/* Whether memory_limit_mb leaves room for `size` more bytes on `device`
+ * beside the pool's reserved memory and the other passed-through memory;
+ * the pool's cache is given back first if that makes the room. */
+static bool ca__limit_allows(int device, uint64_t size) {
+  uint64_t limit = ca_config_get()->memory_limit;
+  const _Atomic uint64_t *outside = ca_track_bytes_on(device);
+  if (limit == 0 || outside == NULL)
+    return true;
+  for (int attempt = 0;; attempt++) {
+    cudalloc_device_stats s = {0};
+    ca_pool *pool = ca_runtime_pool_if_any(device);
+    if (pool != NULL)
+      ca_pool_get_stats(pool, &s);
+    uint64_t used = s.reserved_bytes.current + atomic_load(outside);
+    if (used <= limit && size <= limit - used)
+      return true;
+    if (attempt > 0 || !ca__make_room(device))
+      return false;
+  }
+}
+
+/* Runs one passed-through allocation under the policy shared by all of
+ * them: refused past the memory limit; retried once after the pool has
+ * given back what it holds, when the driver runs out of memory. `call`
+ * makes the real call. */
+#define CA__PASS_THROUGH(device, size, call)                                     ({                                                                               CUresult r_ = CUDA_ERROR_OUT_OF_MEMORY;                                        if (ca__limit_allows((device), (size))) {                                        r_ = (call);                                                                   if (r_ == CUDA_ERROR_OUT_OF_MEMORY && ca__make_room(device))                     r_ = (call);                                                               }                                                                              r_;                                                                          })
+
 CUresult ca_on_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width,
                                size_t height, unsigned int element_size) {
-  CUresult r = CA__REAL(mem_alloc_pitch, dptr, pitch, width, height,
-                        element_size);
-  if (r == CUDA_SUCCESS && ca__enabled())
+  if (!ca__enabled())
+    return CA__REAL(mem_alloc_pitch, dptr, pitch, width, height, element_size);
+  int device = ca__device_or_unknown();
+  CUresult r = CA__PASS_THROUGH(
+      device, (uint64_t)width * height,
+      CA__REAL(mem_alloc_pitch, dptr, pitch, width, height, element_size));
+  if (r == CUDA_SUCCESS)
     ca__track(CA_TRACK_PITCH, (uint64_t)*dptr, (uint64_t)*pitch * height,
-              ca__device_or_unknown());
+              device);
   return r;
 }
 
 CUresult ca_on_mem_alloc_managed(CUdeviceptr *dptr, size_t size,
                                  unsigned int flags) {
-  CUresult r = CA__REAL(mem_alloc_managed, dptr, size, flags);
-  if (r == CUDA_SUCCESS && ca__enabled())
-    ca__track(CA_TRACK_MANAGED, (uint64_t)*dptr, size,
-              ca__device_or_unknown());
+  if (!ca__enabled())
+    return CA__REAL(mem_alloc_managed, dptr, size, flags);
+  int device = ca__device_or_unknown();
+  CUresult r = CA__PASS_THROUGH(device, size,
+                                CA__REAL(mem_alloc_managed, dptr, size, flags));
+  if (r == CUDA_SUCCESS)
+    ca__track(CA_TRACK_MANAGED, (uint64_t)*dptr, size, device);
   return r;
 }
 
 CUresult ca_on_mem_alloc_async(CUdeviceptr *dptr, size_t size,
                                CUstream stream, bool ptsz) {
-  CUresult r = ptsz ? CA__REAL(mem_alloc_async_ptsz, dptr, size, stream)
-                    : CA__REAL(mem_alloc_async, dptr, size, stream);
-  if (r == CUDA_SUCCESS && ca__enabled())
-    ca__track(CA_TRACK_ASYNC, (uint64_t)*dptr, size, ca__device_or_unknown());
+  if (!ca__enabled())
+    return ptsz ? CA__REAL(mem_alloc_async_ptsz, dptr, size, stream)
+                : CA__REAL(mem_alloc_async, dptr, size, stream);
+  int device = ca__device_or_unknown();
+  CUresult r = CA__PASS_THROUGH(
+      device, size,
+      ptsz ? CA__REAL(mem_alloc_async_ptsz, dptr, size, stream)
+           : CA__REAL(mem_alloc_async, dptr, size, stream));
+  if (r == CUDA_SUCCESS)
+    ca__track(CA_TRACK_ASYNC, (uint64_t)*dptr, size, device);
   return r;
 }
 
 CUresult ca_on_mem_alloc_from_pool_async(CUdeviceptr *dptr, size_t size,
                                          CUmemoryPool pool, CUstream stream,
                                          bool ptsz) {
-  CUresult r =
+  if (!ca__enabled())
+    return ptsz ? CA__REAL(mem_alloc_from_pool_async_ptsz, dptr, size, pool,
+                           stream)
+                : CA__REAL(mem_alloc_from_pool_async, dptr, size, pool,
+                           stream);
+  int device = ca__device_or_unknown();
+  CUresult r = CA__PASS_THROUGH(
+      device, size,
       ptsz ? CA__REAL(mem_alloc_from_pool_async_ptsz, dptr, size, pool, stream)
-           : CA__REAL(mem_alloc_from_pool_async, dptr, size, pool, stream);
-  if (r == CUDA_SUCCESS && ca__enabled())
-    ca__track(CA_TRACK_POOL_ASYNC, (uint64_t)*dptr, size,
-              ca__device_or_unknown());
+           : CA__REAL(mem_alloc_from_pool_async, dptr, size, pool, stream));
+  if (r == CUDA_SUCCESS)
+    ca__track(CA_TRACK_POOL_ASYNC, (uint64_t)*dptr, size, device);
   return r;
 }
 
 CUresult ca_on_mem_free_async(CUdeviceptr dptr, CUstream stream, bool ptsz) {
-  /* A pooled block freed stream-ordered: the pool's hold-until-synchronized
-   * rule already keeps it from reuse while queued work may still touch it,
-   * so it is taken back like cuMemFree. */
+  /* A pooled block freed stream-ordered: under reuse_policy safe its
+   * batch's marker, made after this call, orders its reuse after the work
+   * queued on `stream` before the free, so it is taken back like
+   * cuMemFree. (Under immediate, as documented, it is not.) */
   if (ca__enabled() && dptr != 0) {
     if (ca_runtime_free((uint64_t)dptr))
       return CUDA_SUCCESS;
@@ -215,13 +293,15 @@ CUresult ca_on_mem_free_async(CUdeviceptr dptr, CUstream stream, bool ptsz) {
 CUresult ca_on_mem_create(CUmemGenericAllocationHandle *handle, size_t size,
                           const CUmemAllocationProp *prop,
                           unsigned long long flags) {
-  CUresult r = CA__REAL(mem_create, handle, size, prop, flags);
-  if (r == CUDA_SUCCESS && ca__enabled()) {
-    int device = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE
-                     ? prop->location.id
-                     : -1;
+  if (!ca__enabled() || prop == NULL)
+    return CA__REAL(mem_create, handle, size, prop, flags);
+  int device = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE
+                   ? prop->location.id
+                   : -1;
+  CUresult r = CA__PASS_THROUGH(device, size,
+                                CA__REAL(mem_create, handle, size, prop, flags));
+  if (r == CUDA_SUCCESS)
     ca__track(CA_TRACK_VMM, (uint64_t)*handle, size, device);
-  }
   return r;
 }
 

@@ -10,9 +10,10 @@
 # immediate and device_sync.
 # Part 2, tests/bench/resnet_step.py: a ResNet-50 training step (batch 64,
 # fp32, SGD), median of 20 steps after 5 of warm-up, and the peak memory in
-# use. Settings: PyTorch's caching allocator (the reference), and
-# PYTORCH_NO_CUDA_MEMORY_CACHING=1 under cudalloc with reuse_policy safe
-# and immediate.
+# use (NVML's figure, as nvidia-smi shows it). Settings: PyTorch's caching
+# allocator (the reference), PYTORCH_NO_CUDA_MEMORY_CACHING=1 alone (a
+# cudaMalloc per tensor), and that under cudalloc with reuse_policy safe and
+# immediate.
 #
 # The settings of a part take turns, REPEAT runs of each for part 1
 # (default 5) and RESNET_REPEAT for part 2 (default 3), so that drift in the
@@ -95,13 +96,14 @@ part_mixed() {
 
 # ---- Part 2: a ResNet-50 training step ----------------------------------
 
-resnet_settings=("pytorch caching" "cudalloc safe" "cudalloc immediate")
+resnet_settings=("pytorch caching" "no caching" "cudalloc safe" "cudalloc immediate")
 
 # resnet_cmd SETTING: the command of SETTING, in CMD.
 resnet_cmd() {
   local py=(python3 "$root/tests/bench/resnet_step.py")
   case $1 in
   "pytorch caching") CMD=(env -u PYTORCH_NO_CUDA_MEMORY_CACHING "${py[@]}") ;;
+  "no caching") CMD=(env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "${py[@]}") ;;
   "cudalloc "*)
     CMD=(env PYTORCH_NO_CUDA_MEMORY_CACHING=1
       CUDALLOC_CONF="reuse_policy:${1#cudalloc },leak_report:0"
@@ -113,6 +115,7 @@ resnet_cmd() {
 part_resnet() {
   echo "setting,run,ms_per_step,peak_gib"
   local r s out ms gib
+  : >"$runs" # the medians below must not see part 1's rows
   for r in $(seq "$resnet_repeat"); do
     for s in "${resnet_settings[@]}"; do
       resnet_cmd "$s"

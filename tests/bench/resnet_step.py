@@ -5,11 +5,11 @@ ResNet-50 (no pretrained weights), batch 64 of 224x224 random images with
 random labels, fp32, cross-entropy, SGD with momentum. After WARMUP (5)
 steps it times STEPS (20) steps one by one, torch.cuda.synchronize() before
 and after each, and prints the median. Memory in use is sampled after each
-step as total - free from torch.cuda.mem_get_info (the driver's figures;
-under cudalloc, free counts the pool's cached blocks as free, so this is
-the memory the program's tensors hold, plus what any allocator keeps
-cached outside cudalloc: PyTorch's own cache when it is on), and the peak
-printed.
+step as nvidia-smi shows it: NVML's "used" for the device (pynvml), which
+counts every allocator's cache alike. torch.cuda.mem_get_info would not do:
+under cudalloc it counts the pool's cached blocks as free, by design, so
+that frameworks see them as available. Without pynvml it falls back to
+mem_get_info and says so.
 
 Run it as is for PyTorch's caching allocator, with
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 for a cudaMalloc per tensor, and that under
@@ -27,6 +27,22 @@ import statistics
 import sys
 import time
 
+try:
+    import pynvml
+except ImportError:
+    pynvml = None
+
+
+def nvml_device(index):
+    """The NVML handle of CUDA device `index`, or None without pynvml."""
+    if pynvml is None:
+        return None
+    try:
+        pynvml.nvmlInit()
+        return pynvml.nvmlDeviceGetHandleByIndex(index)
+    except pynvml.NVMLError:
+        return None
+
 
 def train_steps(args):
     import torch
@@ -39,6 +55,8 @@ def train_steps(args):
         sys.exit("resnet_step: torch.cuda.is_available() is False")
     torch.manual_seed(0)
     dev = torch.device("cuda:0")
+    nvml_handle = nvml_device(0)
+    args.memory_source = "nvml" if nvml_handle is not None else "mem_get_info"
     model = torchvision.models.resnet50(weights=None).to(dev)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -54,6 +72,8 @@ def train_steps(args):
         return loss
 
     def in_use():
+        if nvml_handle is not None:
+            return pynvml.nvmlDeviceGetMemoryInfo(nvml_handle).used
         free_b, total_b = torch.cuda.mem_get_info(dev)
         return total_b - free_b
 
@@ -86,7 +106,8 @@ def main():
              os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "")))
     print("resnet_step: %.2f ms (median of %d steps, min %.2f, max %.2f)"
           % (statistics.median(times), len(times), min(times), max(times)))
-    print("resnet_step: peak in use %.2f GiB" % (peak / 2.0 ** 30))
+    print("resnet_step: peak in use %.2f GiB (%s)"
+          % (peak / 2.0 ** 30, args.memory_source))
 
 
 if __name__ == "__main__":

@@ -17,9 +17,11 @@
  *   their free has finished. They gather in an open batch; when the pool
  *   next misses, the backend makes one marker for the whole batch, which
  *   joins a FIFO of closed batches; a batch whose marker has passed (polled
- *   without waiting) goes back to the cache. The pool waits for a marker
- *   only when memory is short. So a free costs a list append, and the
- *   driver is asked once per batch, not once per free.
+ *   without waiting) goes back to the cache. Before growing, the pool waits
+ *   for the markers older than the newest (the device is busy with the work
+ *   after them anyway), and for all of them only when memory is short. So a
+ *   free costs a list append, the driver is asked once per batch, not once
+ *   per free, and what waits stays about one batch.
  * - Freed blocks are not merged at once: they wait, whole, in a LIFO "quick"
  *   list per size class (deferred coalescing, as dlmalloc's fast bins), so
  *   the steady state of a training loop, which frees and asks again for the
@@ -800,14 +802,34 @@ static bool ca__wait_for_fit(ca_pool *p, uint64_t size, ca__block **out) {
   return false;
 }
 
-/* Serves a cache miss with a new segment. When memory is short, blocks
- * waiting for the device are waited for first. When the backend or the
+/* Waits for the batches older than the newest one while none of them has
+ * served `size`. The host runs ahead of the device: without this the pool
+ * grows by everything freed in the work queued ahead, steps of a training
+ * loop deep. Waiting for an older marker keeps the device busy (the work
+ * queued after it is still ahead of it) and bounds what waits to about one
+ * batch; the newest is never waited for here, which would drain the queue.
+ * Returns true with *out set when a block came back that serves `size`. */
+static bool ca__wait_for_older(ca_pool *p, uint64_t size, ca__block **out) {
+  while (p->batch_head && p->batch_head != p->batch_tail) {
+    if (!ca__wait_oldest(p))
+      return false;
+    ca__quick_flush(p);
+    if ((*out = ca__find(p, size)))
+      return true;
+  }
+  return false;
+}
+
+/* Serves a cache miss with a new segment. Blocks freed before older
+ * markers are waited for first, and, when memory is short, all of them. When the backend or the
  * memory limit refuses the segment: wait for every pending block, give
  * back every cached segment, and retry once with the smallest segment that
  * serves the request. */
 static int ca__grow(ca_pool *p, uint64_t size, ca__block **out) {
   ca__heap *h = ca__heap_for(p, size);
   int oom = p->backend->oom_code;
+  if (ca__wait_for_older(p, size, out))
+    return 0;
   if (ca__short_of_memory(p, ca__segment_size(size)) &&
       ca__wait_for_fit(p, size, out))
     return 0;

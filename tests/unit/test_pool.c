@@ -519,6 +519,28 @@ static void one_marker_per_batch(void **state) {
   fixture_free(fx);
 }
 
+/* The host runs ahead of the device: before growing, the pool waits for
+ * batches older than the newest (the device is still busy with what came
+ * after them), so that what waits stays about one batch, not steps deep. */
+static void waits_for_older_batches_before_growing(void **state) {
+  (void)state;
+  fixture *fx = safe_fixture(1024 * MiB, default_options());
+  uint64_t a[4], b[4];
+  fill_small_segment(fx, a);
+  assert_true(ca_pool_free(fx->pool, a[0]));
+  fill_small_segment(fx, b); /* one batch only: no wait, grows */
+  assert_int_equal(fx->fake.reserves, 2);
+  assert_int_equal(fx->fake.waits, 0);
+  assert_true(ca_pool_free(fx->pool, b[0]));
+  /* This miss closes a second batch; the first is older: waited for. */
+  assert_int_equal(must_alloc(fx, 512 * KiB), a[0]);
+  assert_int_equal(fx->fake.waits, 1);
+  assert_int_equal(fx->fake.reserves, 2);
+  assert_int_equal(stats_of(fx).pending_free_bytes, 512 * KiB); /* b[0] */
+  assert_consistent(fx);
+  fixture_free(fx);
+}
+
 /* During a stream capture no marker may be made: freed blocks stay pending
  * and the pool grows; after the capture the next miss marks them. */
 static void capture_keeps_frees_pending(void **state) {
@@ -733,6 +755,7 @@ int main(void) {
       cmocka_unit_test(keeps_devices_apart),
       cmocka_unit_test(safe_reuses_after_marker_passes),
       cmocka_unit_test(one_marker_per_batch),
+      cmocka_unit_test(waits_for_older_batches_before_growing),
       cmocka_unit_test(capture_keeps_frees_pending),
       cmocka_unit_test(limit_waits_for_pending_frees),
       cmocka_unit_test(out_of_memory_waits_for_pending_frees),

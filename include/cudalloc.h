@@ -41,7 +41,9 @@ typedef struct cudalloc_stat {
   uint64_t total;
 } cudalloc_stat;
 
-/* Statistics of one device's pool. Byte counts are exact. */
+/* Statistics of one device: the sum of its pools (one per CUDA context;
+ * most programs have one). Byte counts are exact; a peak is the sum of the
+ * pools' peaks. */
 typedef struct cudalloc_device_stats {
   int device;
   cudalloc_stat requested_bytes; /* as the program asked for them */
@@ -72,7 +74,7 @@ CUDALLOC_API const char *cudalloc_version(void);
  * Returns the number of bytes given back. */
 CUDALLOC_API uint64_t cudalloc_empty_cache(void);
 
-/* Fills *out with the statistics of `device`'s pool. `out_size` is
+/* Fills *out with the statistics of `device`'s pools. `out_size` is
  * sizeof(cudalloc_device_stats) as the caller knows it, so that older callers
  * keep working when the struct grows. Returns 0 on success, -1 when `device`
  * is out of range or has no pool yet (then *out is zeroed, device set). */

@@ -17,28 +17,23 @@ const char *cudalloc_version(void) {
 }
 
 uint64_t cudalloc_empty_cache(void) {
+  ca_pool *pools[CA_RUNTIME_MAX_POOLS];
+  size_t n = ca_runtime_pools(-1, pools, CA_RUNTIME_MAX_POOLS);
   uint64_t released = 0;
-  for (int d = 0; d < CUDALLOC_MAX_DEVICES; d++) {
-    ca_pool *pool = ca_runtime_pool_if_any(d);
-    if (pool)
-      released += ca_pool_empty_cache(pool);
-  }
+  for (size_t i = 0; i < n; i++)
+    released += ca_pool_empty_cache(pools[i]);
   return released;
 }
 
 int cudalloc_get_stats(int device, cudalloc_device_stats *out,
                        size_t out_size) {
   cudalloc_device_stats s;
-  memset(&s, 0, sizeof(s));
-  s.device = device;
-  ca_pool *pool = ca_runtime_pool_if_any(device);
-  if (pool)
-    ca_pool_get_stats(pool, &s);
+  bool known = ca_runtime_device_stats(device, &s);
   if (out) {
     memset(out, 0, out_size);
     memcpy(out, &s, out_size < sizeof(s) ? out_size : sizeof(s));
   }
-  return pool ? 0 : -1;
+  return known ? 0 : -1;
 }
 
 void cudalloc_print_stats(void) {

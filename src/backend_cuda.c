@@ -148,6 +148,7 @@ static void ca__api_init(void) {
   CA__RESOLVE(mem_release, "cuMemRelease");
   CA__RESOLVE(device_primary_ctx_reset_v1, "cuDevicePrimaryCtxReset");
   CA__RESOLVE(device_primary_ctx_reset, "cuDevicePrimaryCtxReset_v2");
+  CA__RESOLVE(device_primary_ctx_release_v1, "cuDevicePrimaryCtxRelease");
   CA__RESOLVE(ctx_destroy, "cuCtxDestroy_v2");
   CA__RESOLVE(stream_begin_capture_v1, "cuStreamBeginCapture");
   CA__RESOLVE(stream_begin_capture_v1_ptsz, "cuStreamBeginCapture_ptsz");
@@ -307,13 +308,6 @@ static CUresult ca__primary_context(int device, CUcontext *out) {
   return CUDA_SUCCESS;
 }
 
-bool ca_backend_cuda_is_primary(int device, CUcontext ctx) {
-  CUcontext primary = NULL;
-  return device >= 0 && device < CUDALLOC_MAX_DEVICES &&
-         ca__primary_context(device, &primary) == CUDA_SUCCESS &&
-         primary == ctx;
-}
-
 static void ca__bury_primary(int device);
 
 void ca_backend_cuda_forget_primary(int device) {
@@ -342,6 +336,12 @@ static CUcontext ca__primary_peek(int device) {
     return NULL;
   d->device_primary_ctx_release(dev);
   return ctx;
+}
+
+CUcontext ca_backend_cuda_primary_of(int device) {
+  if (device < 0 || device >= CUDALLOC_MAX_DEVICES)
+    return NULL;
+  return ca__primary_peek(device);
 }
 
 /* Whether `ctx`, a live context of `device`, is its primary context: a
@@ -435,6 +435,19 @@ static CUresult ca__in_context(CUcontext ctx, ca__call *c) {
       d->ctx_get_current(&cur) == CUDA_SUCCESS && cur == ctx)
     return ca__do(d, c);
   return ca__pushed(d, ctx, c);
+}
+
+/* Runs `c` for a pool: in the pool's context when the runtime gave it one
+ * (the backend's ctx, a CUcontext), so that segments, frees and markers
+ * all belong to the context the pool serves; else in a context of
+ * `device`. */
+static CUresult ca__run(void *pool_ctx, int device, ca__call *c) {
+  if (pool_ctx == NULL)
+    return ca__in_device(device, c);
+  c->device = device;
+  c->ctx = (CUcontext)pool_ctx;
+  c->primary = false; /* not known */
+  return ca__in_context((CUcontext)pool_ctx, c);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -948,28 +961,25 @@ static CUresult ca__do(const ca_driver_api *d, ca__call *c) {
 }
 
 static int ca__reserve(void *ctx, int device, uint64_t size, uint64_t *addr) {
-  (void)ctx;
   if (size > (uint64_t)SIZE_MAX)
     return CUDA_ERROR_OUT_OF_MEMORY;
   ca__call c = {.kind = CA__RESERVE, .size = size};
-  CUresult r = ca__in_device(device, &c);
+  CUresult r = ca__run(ctx, device, &c);
   if (r == CUDA_SUCCESS)
     *addr = c.addr;
   return (int)r;
 }
 
 static int ca__release(void *ctx, int device, uint64_t addr, uint64_t size) {
-  (void)ctx;
   (void)size;
   ca__call c = {.kind = CA__RELEASE, .addr = addr};
-  return (int)ca__in_device(device, &c);
+  return (int)ca__run(ctx, device, &c);
 }
 
 static int ca__mem_info(void *ctx, int device, uint64_t *free_bytes,
                         uint64_t *total_bytes) {
-  (void)ctx;
   ca__call c = {.kind = CA__MEM_INFO};
-  CUresult r = ca__in_device(device, &c);
+  CUresult r = ca__run(ctx, device, &c);
   if (r == CUDA_SUCCESS) {
     *free_bytes = c.free_bytes;
     *total_bytes = c.total_bytes;
@@ -978,15 +988,13 @@ static int ca__mem_info(void *ctx, int device, uint64_t *free_bytes,
 }
 
 static int ca__synchronize(void *ctx, int device) {
-  (void)ctx;
   ca__call c = {.kind = CA__SYNC};
-  return (int)ca__in_device(device, &c);
+  return (int)ca__run(ctx, device, &c);
 }
 
 static int ca__mark(void *ctx, int device, uint64_t *marker) {
-  (void)ctx;
   ca__call c = {.kind = CA__MARK};
-  CUresult r = ca__in_device(device, &c);
+  CUresult r = ca__run(ctx, device, &c);
   if (r == CUDA_SUCCESS)
     *marker = c.marker;
   return (int)r;

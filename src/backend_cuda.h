@@ -54,6 +54,7 @@ typedef struct ca_driver_api {
   CUresult (*mem_release)(CUmemGenericAllocationHandle handle);
   CUresult (*device_primary_ctx_reset_v1)(CUdevice device);
   CUresult (*device_primary_ctx_reset)(CUdevice device);
+  CUresult (*device_primary_ctx_release_v1)(CUdevice device);
   CUresult (*ctx_destroy)(CUcontext ctx);
   CUresult (*stream_begin_capture_v1)(CUstream stream);
   CUresult (*stream_begin_capture_v1_ptsz)(CUstream stream);
@@ -118,9 +119,9 @@ CUresult ca_driver_current_device(int *device);
 /* Like ca_driver_current_device, also storing the current context. */
 CUresult ca_driver_current(int *device, CUcontext *context);
 
-/* Whether `ctx` is the primary context of `device` (which must be active:
- * call it before a reset, not after). */
-bool ca_backend_cuda_is_primary(int device, CUcontext ctx);
+/* The primary context of `device` when it is active (call it before a
+ * reset or a release, not after), else NULL. Keeps no reference. */
+CUcontext ca_backend_cuda_primary_of(int device);
 
 /* After a reset of `device`'s primary context: the handle the backend kept
  * for it is asked for again when next needed, and what the markers kept of
@@ -170,7 +171,9 @@ void ca_backend_cuda_capture_begun(CUstream stream, bool per_thread);
 void ca_backend_cuda_capture_ended(CUstream stream, bool per_thread);
 
 /* The backend over the real driver; the pool's production backend. Status
- * codes are CUresult; oom_code is CUDA_ERROR_OUT_OF_MEMORY. */
+ * codes are CUresult; oom_code is CUDA_ERROR_OUT_OF_MEMORY. Its ctx is NULL:
+ * calls then run in a context of the device they name. A copy whose ctx is
+ * a CUcontext runs every call in that context (one per pool). */
 const ca_backend *ca_backend_cuda(void);
 
 /* The same backend, exported under this name for tests/e2e/e2e_streams.c

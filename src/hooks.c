@@ -43,9 +43,10 @@
 /* Likewise cuStreamBeginCapture, which cuda.h maps to its _v2: the driver
  * still exports the mode-less CUDA 10.0 original under the plain name. */
 #undef cuStreamBeginCapture
-/* And cuDevicePrimaryCtxReset, whose pre-11.0 original the driver exports
- * too (it resets the same way). */
+/* And cuDevicePrimaryCtxReset and cuDevicePrimaryCtxRelease, whose pre-11.0
+ * originals the driver exports too (they work the same way). */
 #undef cuDevicePrimaryCtxReset
+#undef cuDevicePrimaryCtxRelease
 /* And cuStreamDestroy, whose CUDA 2.0 original the driver still exports
  * (it destroys the same way). */
 #undef cuStreamDestroy
@@ -118,6 +119,12 @@ static CUresult CUDAAPI ca__primary_ctx_reset_v1(CUdevice dev) {
 }
 static CUresult CUDAAPI ca__primary_ctx_reset(CUdevice dev) {
   return ca_on_device_primary_ctx_reset(dev, false);
+}
+static CUresult CUDAAPI ca__primary_ctx_release_v1(CUdevice dev) {
+  return ca_on_device_primary_ctx_release(dev, true);
+}
+static CUresult CUDAAPI ca__primary_ctx_release(CUdevice dev) {
+  return ca_on_device_primary_ctx_release(dev, false);
 }
 static CUresult CUDAAPI ca__ctx_destroy(CUcontext ctx) {
   return ca_on_ctx_destroy(ctx);
@@ -201,6 +208,8 @@ static const ca__hook ca__hooks[] = {
     {"cuMemRelease", (void *)ca__mem_release},
     {"cuDevicePrimaryCtxReset", (void *)ca__primary_ctx_reset_v1},
     {"cuDevicePrimaryCtxReset_v2", (void *)ca__primary_ctx_reset},
+    {"cuDevicePrimaryCtxRelease", (void *)ca__primary_ctx_release_v1},
+    {"cuDevicePrimaryCtxRelease_v2", (void *)ca__primary_ctx_release},
     {"cuCtxDestroy_v2", (void *)ca__ctx_destroy},
     {"cuStreamBeginCapture", (void *)ca__begin_capture_v1},
     {"cuStreamBeginCapture_ptsz", (void *)ca__begin_capture_v1_ptsz},
@@ -257,6 +266,7 @@ CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn,
                                   int cudaVersion, cuuint64_t flags);
 CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream);
 CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev);
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev);
 CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream hStream);
 CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream,
                                               CUstreamCaptureMode mode);
@@ -297,6 +307,8 @@ CA__EXPORT(cuMemCreate, ca__mem_create,
 CA__EXPORT(cuMemRelease, ca__mem_release, (CUmemGenericAllocationHandle));
 CA__EXPORT(cuDevicePrimaryCtxReset, ca__primary_ctx_reset_v1, (CUdevice));
 CA__EXPORT(cuDevicePrimaryCtxReset_v2, ca__primary_ctx_reset, (CUdevice));
+CA__EXPORT(cuDevicePrimaryCtxRelease, ca__primary_ctx_release_v1, (CUdevice));
+CA__EXPORT(cuDevicePrimaryCtxRelease_v2, ca__primary_ctx_release, (CUdevice));
 CA__EXPORT(cuCtxDestroy_v2, ca__ctx_destroy, (CUcontext));
 CA__EXPORT(cuStreamBeginCapture, ca__begin_capture_v1, (CUstream));
 CA__EXPORT(cuStreamBeginCapture_ptsz, ca__begin_capture_v1_ptsz, (CUstream));

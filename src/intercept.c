@@ -35,12 +35,15 @@ static CUresult ca__missing(void) {
 
 static bool ca__enabled(void) { return ca_config_get()->enabled; }
 
-/* The device of the current context, or -1: tracking wants a best guess,
- * and a failed query must not change the program's result. */
-static int ca__device_or_unknown(void) {
+/* The current context and its device, or NULL and -1: tracking wants a
+ * best guess, and a failed query must not change the program's result. */
+static int ca__where(CUcontext *ctx) {
   int device = -1;
-  if (ca_driver_current_device(&device) != CUDA_SUCCESS)
+  *ctx = NULL;
+  if (ca_driver_current(&device, ctx) != CUDA_SUCCESS) {
+    *ctx = NULL;
     return -1;
+  }
   return device;
 }
 
@@ -58,8 +61,8 @@ static uint32_t ca__stack_here(void) {
 
 /* Records a passed-through allocation for the report. */
 static void ca__track(ca_track_kind kind, uint64_t key, uint64_t size,
-                      int device) {
-  ca_track_add(kind, key, size, device, ca__stack_here());
+                      int device, CUcontext ctx) {
+  ca_track_add(kind, key, size, device, ctx, ca__stack_here());
   ca_lifecycle_device_used();
 }
 
@@ -164,10 +167,8 @@ CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes) {
   int device = -1;
   if (ca_driver_current_device(&device) != CUDA_SUCCESS)
     return r;
-  cudalloc_device_stats stats = {0};
-  ca_pool *pool = ca_runtime_pool_if_any(device);
-  if (pool != NULL)
-    ca_pool_get_stats(pool, &stats);
+  cudalloc_device_stats stats;
+  ca_runtime_device_stats(device, &stats);
   uint64_t free_now = *free_bytes, total = *total_bytes;
   ca__adjust_info(&stats, ca_config_get()->memory_limit, &free_now, &total);
   *free_bytes = (size_t)free_now;
@@ -182,8 +183,12 @@ CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes) {
  * frees first), so that a passed-through allocation the driver or the limit
  * refused can be tried once more. Returns whether anything was given back. */
 static bool ca__make_room(int device) {
-  ca_pool *pool = ca_runtime_pool_if_any(device);
-  return pool != NULL && ca_pool_empty_cache(pool) > 0;
+  ca_pool *pools[CA_RUNTIME_MAX_POOLS];
+  size_t n = ca_runtime_pools(device, pools, CA_RUNTIME_MAX_POOLS);
+  uint64_t given_back = 0;
+  for (size_t i = 0; i < n && device >= 0; i++)
+    given_back += ca_pool_empty_cache(pools[i]);
+  return given_back > 0;
 }
 
 /* Whether memory_limit_mb leaves room for `size` more bytes on `device`
@@ -195,10 +200,8 @@ static bool ca__limit_allows(int device, uint64_t size) {
   if (limit == 0 || outside == NULL)
     return true;
   for (int attempt = 0;; attempt++) {
-    cudalloc_device_stats s = {0};
-    ca_pool *pool = ca_runtime_pool_if_any(device);
-    if (pool != NULL)
-      ca_pool_get_stats(pool, &s);
+    cudalloc_device_stats s;
+    ca_runtime_device_stats(device, &s);
     uint64_t used = s.reserved_bytes.current + atomic_load(outside);
     if (used <= limit && size <= limit - used)
       return true;
@@ -211,19 +214,29 @@ static bool ca__limit_allows(int device, uint64_t size) {
  * them: refused past the memory limit; retried once after the pool has
  * given back what it holds, when the driver runs out of memory. `call`
  * makes the real call. */
-#define CA__PASS_THROUGH(device, size, call)                                     ({                                                                               CUresult r_ = CUDA_ERROR_OUT_OF_MEMORY;                                        if (ca__limit_allows((device), (size))) {                                        r_ = (call);                                                                   if (r_ == CUDA_ERROR_OUT_OF_MEMORY && ca__make_room(device))                     r_ = (call);                                                               }                                                                              r_;                                                                          })
+#define CA__PASS_THROUGH(device, size, call)                                   \
+  ({                                                                           \
+    CUresult r_ = CUDA_ERROR_OUT_OF_MEMORY;                                    \
+    if (ca__limit_allows((device), (size))) {                                  \
+      r_ = (call);                                                             \
+      if (r_ == CUDA_ERROR_OUT_OF_MEMORY && ca__make_room(device))             \
+        r_ = (call);                                                           \
+    }                                                                          \
+    r_;                                                                        \
+  })
 
 CUresult ca_on_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width,
                                size_t height, unsigned int element_size) {
   if (!ca__enabled())
     return CA__REAL(mem_alloc_pitch, dptr, pitch, width, height, element_size);
-  int device = ca__device_or_unknown();
+  CUcontext ctx;
+  int device = ca__where(&ctx);
   CUresult r = CA__PASS_THROUGH(
       device, (uint64_t)width * height,
       CA__REAL(mem_alloc_pitch, dptr, pitch, width, height, element_size));
   if (r == CUDA_SUCCESS)
     ca__track(CA_TRACK_PITCH, (uint64_t)*dptr, (uint64_t)*pitch * height,
-              device);
+              device, ctx);
   return r;
 }
 
@@ -231,11 +244,12 @@ CUresult ca_on_mem_alloc_managed(CUdeviceptr *dptr, size_t size,
                                  unsigned int flags) {
   if (!ca__enabled())
     return CA__REAL(mem_alloc_managed, dptr, size, flags);
-  int device = ca__device_or_unknown();
+  CUcontext ctx;
+  int device = ca__where(&ctx);
   CUresult r = CA__PASS_THROUGH(device, size,
                                 CA__REAL(mem_alloc_managed, dptr, size, flags));
   if (r == CUDA_SUCCESS)
-    ca__track(CA_TRACK_MANAGED, (uint64_t)*dptr, size, device);
+    ca__track(CA_TRACK_MANAGED, (uint64_t)*dptr, size, device, ctx);
   return r;
 }
 
@@ -244,13 +258,14 @@ CUresult ca_on_mem_alloc_async(CUdeviceptr *dptr, size_t size,
   if (!ca__enabled())
     return ptsz ? CA__REAL(mem_alloc_async_ptsz, dptr, size, stream)
                 : CA__REAL(mem_alloc_async, dptr, size, stream);
-  int device = ca__device_or_unknown();
+  CUcontext ctx;
+  int device = ca__where(&ctx);
   CUresult r = CA__PASS_THROUGH(
       device, size,
       ptsz ? CA__REAL(mem_alloc_async_ptsz, dptr, size, stream)
            : CA__REAL(mem_alloc_async, dptr, size, stream));
   if (r == CUDA_SUCCESS)
-    ca__track(CA_TRACK_ASYNC, (uint64_t)*dptr, size, device);
+    ca__track(CA_TRACK_ASYNC, (uint64_t)*dptr, size, device, ctx);
   return r;
 }
 
@@ -262,13 +277,14 @@ CUresult ca_on_mem_alloc_from_pool_async(CUdeviceptr *dptr, size_t size,
                            stream)
                 : CA__REAL(mem_alloc_from_pool_async, dptr, size, pool,
                            stream);
-  int device = ca__device_or_unknown();
+  CUcontext ctx;
+  int device = ca__where(&ctx);
   CUresult r = CA__PASS_THROUGH(
       device, size,
       ptsz ? CA__REAL(mem_alloc_from_pool_async_ptsz, dptr, size, pool, stream)
            : CA__REAL(mem_alloc_from_pool_async, dptr, size, pool, stream));
   if (r == CUDA_SUCCESS)
-    ca__track(CA_TRACK_POOL_ASYNC, (uint64_t)*dptr, size, device);
+    ca__track(CA_TRACK_POOL_ASYNC, (uint64_t)*dptr, size, device, ctx);
   return r;
 }
 
@@ -301,7 +317,7 @@ CUresult ca_on_mem_create(CUmemGenericAllocationHandle *handle, size_t size,
   CUresult r = CA__PASS_THROUGH(device, size,
                                 CA__REAL(mem_create, handle, size, prop, flags));
   if (r == CUDA_SUCCESS)
-    ca__track(CA_TRACK_VMM, (uint64_t)*handle, size, device);
+    ca__track(CA_TRACK_VMM, (uint64_t)*handle, size, device, NULL);
   return r;
 }
 
@@ -315,34 +331,47 @@ CUresult ca_on_mem_release(CUmemGenericAllocationHandle handle) {
 /* ------------------------------------------------------------------------ */
 /* Context deaths: passed through, then the pool forgets what died           */
 
-/* cudaDeviceReset. The pool's segments die with the primary context only
- * if they live in it; which context they live in is asked before the reset
- * (after it, the primary context is no longer active to compare with). */
+/* cudaDeviceReset: the primary context dies. Its handle is asked before
+ * the reset (after it, the primary context is no longer active). */
 CUresult ca_on_device_primary_ctx_reset(CUdevice dev, bool v1) {
   if (!ca__enabled())
     return v1 ? CA__REAL(device_primary_ctx_reset_v1, dev)
               : CA__REAL(device_primary_ctx_reset, dev);
-  void *home = ca_runtime_home((int)dev);
-  bool pool_dies =
-      home == NULL || ca_backend_cuda_is_primary((int)dev, (CUcontext)home);
+  CUcontext primary = ca_backend_cuda_primary_of((int)dev);
   CUresult r = v1 ? CA__REAL(device_primary_ctx_reset_v1, dev)
                   : CA__REAL(device_primary_ctx_reset, dev);
   if (r == CUDA_SUCCESS) {
     ca_backend_cuda_forget_primary((int)dev);
-    if (pool_dies)
-      ca_lifecycle_context_gone((int)dev);
+    if (primary != NULL)
+      ca_lifecycle_context_gone(primary, (int)dev);
+  }
+  return r;
+}
+
+/* The program's last release of a primary context destroys it, and its
+ * memory with it: dead when it is no longer active afterwards. */
+CUresult ca_on_device_primary_ctx_release(CUdevice dev, bool v1) {
+  if (!ca__enabled())
+    return v1 ? CA__REAL(device_primary_ctx_release_v1, dev)
+              : CA__REAL(device_primary_ctx_release, dev);
+  CUcontext primary = ca_backend_cuda_primary_of((int)dev);
+  CUresult r = v1 ? CA__REAL(device_primary_ctx_release_v1, dev)
+                  : CA__REAL(device_primary_ctx_release, dev);
+  if (r == CUDA_SUCCESS && primary != NULL &&
+      ca_backend_cuda_primary_of((int)dev) == NULL) {
+    ca_backend_cuda_forget_primary((int)dev);
+    ca_lifecycle_context_gone(primary, (int)dev);
   }
   return r;
 }
 
 CUresult ca_on_ctx_destroy(CUcontext ctx) {
-  int device = ca__enabled() ? ca_runtime_device_of_context(ctx) : -1;
   CUresult r = CA__REAL(ctx_destroy, ctx);
-  /* Its streams died with it, pool or no pool (see the streams below). */
-  if (r == CUDA_SUCCESS && ca__enabled())
+  if (r == CUDA_SUCCESS && ca__enabled()) {
+    /* Its streams died with it (see the streams below), and its pool. */
     ca_backend_cuda_context_destroyed(ctx);
-  if (r == CUDA_SUCCESS && device >= 0)
-    ca_lifecycle_context_gone(device);
+    ca_lifecycle_context_gone(ctx, -1);
+  }
   return r;
 }
 

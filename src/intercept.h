@@ -39,6 +39,7 @@ CUresult ca_on_mem_release(CUmemGenericAllocationHandle handle);
  * memory, the pool forgets the blocks that lived in it, reporting those the
  * program never freed. `v1` is cuDevicePrimaryCtxReset without _v2. */
 CUresult ca_on_device_primary_ctx_reset(CUdevice dev, bool v1);
+CUresult ca_on_device_primary_ctx_release(CUdevice dev, bool v1);
 CUresult ca_on_ctx_destroy(CUcontext ctx);
 
 /* Stream capture: passed through; the backend is told which captures are in

@@ -35,7 +35,6 @@
 typedef struct ca__gather {
   ca_report_block *blocks;
   size_t n, cap;
-  int device; /* only this device's blocks; -1 for all */
 } ca__gather;
 
 static bool ca__gather_grow(ca__gather *g) {
@@ -53,8 +52,6 @@ static bool ca__gather_grow(ca__gather *g) {
 }
 
 static void ca__gather_push(ca__gather *g, ca_report_block b) {
-  if (g->device >= 0 && b.device != g->device)
-    return;
   if (g->n == g->cap && !ca__gather_grow(g))
     return; /* Out of memory: the report misses this block. */
   g->blocks[g->n++] = b;
@@ -83,25 +80,21 @@ static void ca__gather_free(ca__gather *g) {
     munmap(g->blocks, g->cap * sizeof(ca_report_block));
 }
 
-/* Every pool's live blocks (of one device, or all). */
+/* Every pool's live blocks. */
 static void ca__gather_pools(ca__gather *g) {
-  for (int d = 0; d < CUDALLOC_MAX_DEVICES; d++) {
-    ca_pool *pool = ca_runtime_pool_if_any(d);
-    if (pool && (g->device < 0 || g->device == d))
-      ca_pool_foreach_live(pool, ca__gather_pooled, g);
-  }
+  ca_pool *pools[CA_RUNTIME_MAX_POOLS];
+  size_t n = ca_runtime_pools(-1, pools, CA_RUNTIME_MAX_POOLS);
+  for (size_t i = 0; i < n; i++)
+    ca_pool_foreach_live(pools[i], ca__gather_pooled, g);
 }
 
-/* Every pool's statistics into out; returns how many; adds up the
- * allocations served into *allocs. */
+/* Every device's statistics into out; returns how many devices have
+ * pools; adds up the allocations served into *allocs. */
 static size_t ca__gather_stats(cudalloc_device_stats *out, uint64_t *allocs) {
   size_t n = 0;
   for (int d = 0; d < CUDALLOC_MAX_DEVICES; d++) {
-    ca_pool *pool = ca_runtime_pool_if_any(d);
-    if (pool == NULL)
-      continue;
-    ca_pool_get_stats(pool, &out[n]);
-    *allocs += out[n++].allocs;
+    if (ca_runtime_device_stats(d, &out[n]))
+      *allocs += out[n++].allocs;
   }
   return n;
 }
@@ -127,7 +120,7 @@ static ca_leak_totals ca__report_all(ca_report_event event, bool leaks,
   ca__report_begin();
   uint64_t allocs = ca_track_total();
   size_t nstats = ca__gather_stats(all, &allocs);
-  ca__gather g = {.device = -1};
+  ca__gather g = {0};
   if (leaks) {
     ca__gather_pools(&g);
     ca_track_foreach(ca__gather_tracked, &g);
@@ -152,16 +145,16 @@ void ca_lifecycle_report(ca_report_event event, bool leaks, bool stats) {
 
 /* ---- Context deaths -------------------------------------------------------- */
 
-void ca_lifecycle_context_gone(int device) {
-  ca__gather g = {.device = device};
+void ca_lifecycle_context_gone(void *ctx, int device) {
+  ca__gather g = {0};
   ca__report_begin();
-  ca_pool *pool = ca_runtime_pool_if_any(device);
+  ca_pool *pool = ca_runtime_retire(ctx);
   if (pool)
     ca_pool_foreach_live(pool, ca__gather_pooled, &g);
-  ca_track_drop_device(device, ca__gather_tracked, &g);
+  ca_track_drop_context(ctx, ca__gather_tracked, &g);
   if (ca_config_get()->leak_report && g.n > 0) {
     ca_report_input in = {.event = CA_EVENT_CONTEXT_RESET,
-                          .device = device,
+                          .device = pool ? ca_pool_device(pool) : device,
                           .leaks = true,
                           .blocks = g.blocks,
                           .nblocks = g.n};
@@ -170,7 +163,6 @@ void ca_lifecycle_context_gone(int device) {
   ca__gather_free(&g);
   if (pool)
     ca_pool_drop_all(pool);
-  ca_runtime_forget_home(device);
   ca__report_end();
 }
 

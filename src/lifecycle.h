@@ -17,11 +17,11 @@
  * stats_signal:1. Cheap after the first call. */
 void ca_lifecycle_device_used(void);
 
-/* A context of `device` died and took its memory with it (a reset or a
- * destroy that the driver has carried out): the blocks still live on the
- * device are reported as leaked at this point, then forgotten, and the
- * pool's segments are never handed out again. */
-void ca_lifecycle_context_gone(int device);
+/* Context `ctx` (a CUcontext) of `device` died and took its memory with it
+ * (a reset, destroy or final release the driver has carried out): the
+ * blocks still live in it are reported as leaked at this point, then
+ * forgotten, and its pool's segments are never handed out again. */
+void ca_lifecycle_context_gone(void *ctx, int device);
 
 /* Prints a report of every device now: the live blocks (`leaks`) and the
  * memory summary (`stats`). */

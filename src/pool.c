@@ -1060,6 +1060,8 @@ static void ca__describe(const ca_pool *p, const ca__block *b,
   out->tag = b->tag;
 }
 
+int ca_pool_device(const ca_pool *p) { return p->device; }
+
 bool ca_pool_lookup(ca_pool *p, uint64_t addr, ca_live_block *out) {
   ca_lock_acquire(&p->lock);
   ca__block *b = ca__live_find(p, addr);

@@ -1,10 +1,12 @@
 /*
  * The pool: a caching, size-binned allocator of device address space.
  *
- * One pool serves one device. It carves segments, asked of a backend, into
- * blocks; freed blocks are cached and merged with free neighbours, and whole
- * free segments go back to the backend only on demand, under the garbage
- * collection threshold, under the memory limit, or when the backend runs out.
+ * One pool serves one device (the library makes one per CUDA context, each
+ * with a backend bound to its context). It carves segments, asked of a
+ * backend, into blocks; freed blocks are cached and merged with free
+ * neighbours, and whole free segments go back to the backend only on
+ * demand, under the garbage collection threshold, under the memory limit,
+ * or when the backend runs out.
  *
  * The pool holds no CUDA type and makes no CUDA call; addresses are plain
  * 64-bit integers. Every function is thread-safe (one mutex per pool).
@@ -96,6 +98,9 @@ int ca_pool_alloc(ca_pool *pool, uint64_t size, uint32_t tag, uint64_t *addr);
 /* Takes back the live block starting at `addr`. Returns false, changing
  * nothing, when no live block of this pool starts there. */
 bool ca_pool_free(ca_pool *pool, uint64_t addr);
+
+/* The device the pool serves. */
+int ca_pool_device(const ca_pool *pool);
 
 /* Whether a live block of this pool starts at `addr`; its details if so. */
 bool ca_pool_lookup(ca_pool *pool, uint64_t addr, ca_live_block *out);

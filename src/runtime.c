@@ -1,39 +1,46 @@
 /*
  * The process-wide state (see runtime.h).
  *
- * Pools are created on first use and live until the process ends: a program
- * may free device memory from exit handlers, after our destructors would have
- * run, so nothing here is torn down at exit.
+ * Pools live in a fixed table of slots, one per context, found on the hot
+ * path by comparing the current context with each slot's (a program has
+ * one or a few). Pools are never freed: a program may free device memory
+ * from exit handlers, after our destructors would have run, and a thread
+ * may still hold a pool whose context just died. A retired slot's pool,
+ * emptied, serves the next new context of the same device.
  */
 #include "runtime.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #include "backend_cuda.h"
 #include "lifecycle.h"
 #include "track.h"
 
-static _Atomic(ca_pool *) ca__pools[CUDALLOC_MAX_DEVICES];
-/* One past the highest device with a pool: frees look no further. */
-static atomic_int ca__pools_end;
-/* The context each pool's segments were reserved in, noted at the first
- * allocation after the pool was made or its context died: the one context
- * whose destruction takes them. */
-static _Atomic(void *) ca__homes[CUDALLOC_MAX_DEVICES];
-static pthread_mutex_t ca__pools_lock = PTHREAD_MUTEX_INITIALIZER;
+typedef struct ca__slot {
+  _Atomic(void *) ctx;     /* the context served; NULL while retired */
+  _Atomic(ca_pool *) pool; /* set once per slot, never freed */
+  int device;
+  ca_backend backend; /* the CUDA backend, bound to ctx */
+} ca__slot;
+
+static ca__slot ca__slots[CA_RUNTIME_MAX_POOLS];
+/* Slots ever used: the hot path looks no further. */
+static atomic_int ca__nslots;
+static pthread_mutex_t ca__slots_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t ca__fork_once = PTHREAD_ONCE_INIT;
 
-/* A forked child cannot use its parent's CUDA context, and another thread
+/* A forked child cannot use its parent's CUDA contexts, and another thread
  * may have held a pool's lock at the fork: the child forgets the parent's
  * pools without touching them and starts afresh. */
 static void ca__forget_pools_in_child(void) {
-  pthread_mutex_init(&ca__pools_lock, NULL);
-  for (int d = 0; d < CUDALLOC_MAX_DEVICES; d++) {
-    atomic_store(&ca__pools[d], NULL);
-    atomic_store(&ca__homes[d], NULL);
+  pthread_mutex_init(&ca__slots_lock, NULL);
+  for (int i = 0; i < CA_RUNTIME_MAX_POOLS; i++) {
+    atomic_store(&ca__slots[i].ctx, NULL);
+    atomic_store(&ca__slots[i].pool, NULL);
   }
-  atomic_store(&ca__pools_end, 0);
+  atomic_store(&ca__nslots, 0);
 }
 
 static void ca__register_fork_handler(void) {
@@ -62,68 +69,140 @@ static ca_pool_options ca__pool_options(int device) {
   };
 }
 
-ca_pool *ca_runtime_pool_if_any(int device) {
-  if (device < 0 || device >= CUDALLOC_MAX_DEVICES)
-    return NULL;
-  return atomic_load_explicit(&ca__pools[device], memory_order_acquire);
+/* The slot of `ctx` among the first n, or NULL. */
+static ca__slot *ca__find(void *ctx, int n) {
+  for (int i = 0; i < n; i++)
+    if (atomic_load_explicit(&ca__slots[i].ctx, memory_order_acquire) == ctx)
+      return &ca__slots[i];
+  return NULL;
 }
 
-ca_pool *ca_runtime_pool(int device) {
-  ca_pool *pool = ca_runtime_pool_if_any(device);
-  if (pool || device < 0 || device >= CUDALLOC_MAX_DEVICES)
-    return pool;
-  pthread_once(&ca__fork_once, ca__register_fork_handler);
-  pthread_mutex_lock(&ca__pools_lock);
-  pool = atomic_load(&ca__pools[device]);
-  if (!pool) {
-    ca_pool_options opt = ca__pool_options(device);
-    pool = ca_pool_create(ca_backend_cuda(), device, &opt);
-    atomic_store_explicit(&ca__pools[device], pool, memory_order_release);
-    if (pool && device >= atomic_load(&ca__pools_end))
-      atomic_store(&ca__pools_end, device + 1);
+/* Under the lock: a slot for a new context of `device`, a retired one of
+ * the same device first (its pool is empty and its backend is rebound),
+ * else a fresh one with a new pool. NULL when none can be had. */
+static ca__slot *ca__claim(int device, void *ctx) {
+  int n = atomic_load(&ca__nslots);
+  for (int i = 0; i < n; i++) {
+    ca__slot *s = &ca__slots[i];
+    if (s->device == device && atomic_load(&s->ctx) == NULL &&
+        atomic_load(&s->pool) != NULL) {
+      s->backend.ctx = ctx;
+      atomic_store_explicit(&s->ctx, ctx, memory_order_release);
+      return s;
+    }
   }
-  pthread_mutex_unlock(&ca__pools_lock);
-  if (pool)
-    ca_lifecycle_device_used();
-  return pool;
+  if (n == CA_RUNTIME_MAX_POOLS)
+    return NULL;
+  ca__slot *s = &ca__slots[n];
+  s->device = device;
+  s->backend = *ca_backend_cuda();
+  s->backend.ctx = ctx;
+  ca_pool_options opt = ca__pool_options(device);
+  ca_pool *pool = ca_pool_create(&s->backend, device, &opt);
+  if (pool == NULL)
+    return NULL;
+  atomic_store(&s->pool, pool);
+  atomic_store_explicit(&s->ctx, ctx, memory_order_release);
+  atomic_store_explicit(&ca__nslots, n + 1, memory_order_release);
+  return s;
 }
 
 ca_pool *ca_runtime_pool_in(int device, void *ctx) {
-  ca_pool *pool = ca_runtime_pool(device);
-  if (pool && atomic_load_explicit(&ca__homes[device], memory_order_relaxed) ==
-                  NULL) {
-    void *none = NULL;
-    atomic_compare_exchange_strong(&ca__homes[device], &none, ctx);
-  }
-  return pool;
-}
-
-void *ca_runtime_home(int device) {
-  if (device < 0 || device >= CUDALLOC_MAX_DEVICES)
+  if (device < 0 || device >= CUDALLOC_MAX_DEVICES || ctx == NULL)
     return NULL;
-  return atomic_load(&ca__homes[device]);
+  ca__slot *s =
+      ca__find(ctx, atomic_load_explicit(&ca__nslots, memory_order_acquire));
+  if (s != NULL)
+    return atomic_load_explicit(&s->pool, memory_order_acquire);
+  pthread_once(&ca__fork_once, ca__register_fork_handler);
+  pthread_mutex_lock(&ca__slots_lock);
+  s = ca__find(ctx, atomic_load(&ca__nslots));
+  if (s == NULL)
+    s = ca__claim(device, ctx);
+  pthread_mutex_unlock(&ca__slots_lock);
+  if (s == NULL)
+    return NULL;
+  ca_lifecycle_device_used();
+  return atomic_load(&s->pool);
 }
 
-void ca_runtime_forget_home(int device) {
-  if (device >= 0 && device < CUDALLOC_MAX_DEVICES)
-    atomic_store(&ca__homes[device], NULL);
+size_t ca_runtime_pools(int device, ca_pool **out, size_t max) {
+  size_t found = 0;
+  int n = atomic_load_explicit(&ca__nslots, memory_order_acquire);
+  for (int i = 0; i < n; i++) {
+    ca_pool *pool = atomic_load_explicit(&ca__slots[i].pool,
+                                         memory_order_acquire);
+    if (pool == NULL || (device >= 0 && ca__slots[i].device != device))
+      continue;
+    if (found < max)
+      out[found] = pool;
+    found++;
+  }
+  return found;
 }
 
-int ca_runtime_device_of_context(void *ctx) {
-  int end = atomic_load_explicit(&ca__pools_end, memory_order_acquire);
-  for (int d = 0; d < end; d++)
-    if (ctx != NULL && atomic_load(&ca__homes[d]) == ctx)
-      return d;
-  return -1;
+/* Adds one pool's statistics into a device's. Peaks add up to at most
+ * the device's true peak: pools peak at different times. */
+static void ca__stats_add(cudalloc_device_stats *sum,
+                          const cudalloc_device_stats *s) {
+  cudalloc_stat *to[] = {&sum->requested_bytes, &sum->allocated_bytes,
+                         &sum->reserved_bytes, &sum->blocks, &sum->segments};
+  const cudalloc_stat *from[] = {&s->requested_bytes, &s->allocated_bytes,
+                                 &s->reserved_bytes, &s->blocks, &s->segments};
+  for (size_t i = 0; i < sizeof(to) / sizeof(to[0]); i++) {
+    to[i]->current += from[i]->current;
+    to[i]->peak += from[i]->peak;
+    to[i]->total += from[i]->total;
+  }
+  sum->allocs += s->allocs;
+  sum->frees += s->frees;
+  sum->cache_hits += s->cache_hits;
+  sum->backend_allocs += s->backend_allocs;
+  sum->backend_frees += s->backend_frees;
+  sum->oom_retries += s->oom_retries;
+  sum->gc_segments_released += s->gc_segments_released;
+  sum->failed_allocs += s->failed_allocs;
+  sum->free_cached_bytes += s->free_cached_bytes;
+  sum->pending_free_bytes += s->pending_free_bytes;
+  if (s->largest_free_block > sum->largest_free_block)
+    sum->largest_free_block = s->largest_free_block;
 }
 
-bool ca_runtime_in_use(void) { return atomic_load(&ca__pools_end) > 0; }
+bool ca_runtime_device_stats(int device, cudalloc_device_stats *out) {
+  ca_pool *pools[CA_RUNTIME_MAX_POOLS];
+  size_t n = ca_runtime_pools(device, pools, CA_RUNTIME_MAX_POOLS);
+  memset(out, 0, sizeof(*out));
+  for (size_t i = 0; i < n; i++) {
+    cudalloc_device_stats s;
+    ca_pool_get_stats(pools[i], &s);
+    ca__stats_add(out, &s);
+  }
+  out->device = device;
+  out->fragmentation =
+      out->free_cached_bytes
+          ? 1.0 - (double)out->largest_free_block /
+                      (double)out->free_cached_bytes
+          : 0.0;
+  return n > 0;
+}
+
+ca_pool *ca_runtime_retire(void *ctx) {
+  if (ctx == NULL)
+    return NULL;
+  pthread_mutex_lock(&ca__slots_lock);
+  ca__slot *s = ca__find(ctx, atomic_load(&ca__nslots));
+  if (s != NULL)
+    atomic_store(&s->ctx, NULL);
+  pthread_mutex_unlock(&ca__slots_lock);
+  return s ? atomic_load(&s->pool) : NULL;
+}
 
 /* Whether `ask` says yes for any pool in use. */
 static bool ca__any_pool(bool (*ask)(ca_pool *, uint64_t), uint64_t addr) {
-  int end = atomic_load_explicit(&ca__pools_end, memory_order_acquire);
-  for (int d = 0; d < end; d++) {
-    ca_pool *pool = ca_runtime_pool_if_any(d);
+  int n = atomic_load_explicit(&ca__nslots, memory_order_acquire);
+  for (int i = 0; i < n; i++) {
+    ca_pool *pool = atomic_load_explicit(&ca__slots[i].pool,
+                                         memory_order_acquire);
     if (pool && ask(pool, addr))
       return true;
   }
@@ -135,3 +214,5 @@ bool ca_runtime_free(uint64_t addr) { return ca__any_pool(ca_pool_free, addr); }
 bool ca_runtime_holds_segment(uint64_t addr) {
   return ca__any_pool(ca_pool_holds_segment, addr);
 }
+
+bool ca_runtime_in_use(void) { return atomic_load(&ca__nslots) > 0; }

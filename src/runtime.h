@@ -1,48 +1,51 @@
 /*
- * The process-wide state: settings, the backend in use and one pool per
- * device, created on first use.
+ * The process-wide state: settings, and one pool per CUDA context, created
+ * on first use. A pool's segments, frees and markers all belong to its
+ * context, so when a context dies (destroyed, reset, released for good)
+ * exactly its pool dies with it.
  */
 #ifndef CA_RUNTIME_H
 #define CA_RUNTIME_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "config.h"
 #include "pool.h"
 
-/* The pool serving `device`, created on first use with the CUDA backend and
- * the process's settings. NULL when `device` is outside
- * [0, CUDALLOC_MAX_DEVICES) or the host is out of memory. */
-ca_pool *ca_runtime_pool(int device);
+/* How many contexts can have a pool at once; allocations in more contexts
+ * go to the driver unpooled. */
+#define CA_RUNTIME_MAX_POOLS 256
 
-/* Like ca_runtime_pool, for an allocation made in context `ctx` (a
- * CUcontext): the pool notes the context its segments live in, when it has
- * none noted yet. Two contexts on one device share one pool, noted with the
- * first. */
+/* The pool serving context `ctx` (a CUcontext) of `device`, created on
+ * first use with the CUDA backend and the process's settings. NULL when
+ * `device` is outside [0, CUDALLOC_MAX_DEVICES), every slot is taken, or
+ * the host is out of memory. */
 ca_pool *ca_runtime_pool_in(int device, void *ctx);
 
-/* The context noted for `device`'s pool, or NULL. */
-void *ca_runtime_home(int device);
+/* The pools of `device` (every device for -1), at most `max` into out;
+ * returns how many there are. */
+size_t ca_runtime_pools(int device, ca_pool **out, size_t max);
 
-/* Forgets the context noted for `device` (it died); the next allocation
- * notes its own. */
-void ca_runtime_forget_home(int device);
+/* The statistics of `device`: its pools' added up. Returns false, zeroing
+ * *out but for the device, when it has no pool. */
+bool ca_runtime_device_stats(int device, cudalloc_device_stats *out);
 
-/* The device whose pool lives in context `ctx`, or -1. */
-int ca_runtime_device_of_context(void *ctx);
-
-/* Whether this process (a forked child: since the fork) has made a pool. */
-bool ca_runtime_in_use(void);
-
-/* The pool serving `device` if one exists already; never creates one. */
-ca_pool *ca_runtime_pool_if_any(int device);
+/* Context `ctx` died: its pool, if it has one, is taken out of service and
+ * returned (the caller reports and drops its blocks; the pool object stays
+ * valid for threads still holding it, and serves a later context of the
+ * same device). NULL when the context had no pool. */
+ca_pool *ca_runtime_retire(void *ctx);
 
 /* Gives `addr` back to whichever pool handed it out. Returns false when no
  * pool owns it. Makes no driver call: asking the driver for the current
- * device would cost more than asking each pool in use. */
+ * context would cost more than asking each pool in use. */
 bool ca_runtime_free(uint64_t addr);
 
 /* Whether any pool holds a segment based at `addr` (ca_pool_holds_segment). */
 bool ca_runtime_holds_segment(uint64_t addr);
+
+/* Whether this process (a forked child: since the fork) has made a pool. */
+bool ca_runtime_in_use(void);
 
 #endif /* CA_RUNTIME_H */

@@ -128,7 +128,7 @@ const char *ca_track_kind_call(ca_track_kind kind) {
 }
 
 void ca_track_add(ca_track_kind kind, uint64_t key, uint64_t size, int device,
-                  uint32_t stack) {
+                  void *ctx, uint32_t stack) {
   uint64_t now = ca__now_ns();
   ca__lock_table();
   ca__entry **head = kind == CA_TRACK_VMM ? &ca__by_handle : &ca__by_addr;
@@ -148,6 +148,7 @@ void ca_track_add(ca_track_kind kind, uint64_t key, uint64_t size, int device,
     e->t.seq = ++ca__seq;
     e->t.time_ns = now;
     e->t.device = device;
+    e->t.ctx = ctx;
     e->t.stack = stack;
     e->t.kind = kind;
     ca__count(&e->t, 1);
@@ -202,14 +203,14 @@ uint64_t ca_track_total(void) {
   return n;
 }
 
-size_t ca_track_drop_device(int device,
-                            void (*fn)(const ca_tracked *t, void *arg),
-                            void *arg) {
+size_t ca_track_drop_context(void *ctx,
+                             void (*fn)(const ca_tracked *t, void *arg),
+                             void *arg) {
   size_t n = 0;
   ca__lock_table();
   ca__entry *e, *tmp;
   HASH_ITER(hh, ca__by_addr, e, tmp) {
-    if (e->t.device != device)
+    if (ctx == NULL || e->t.ctx != ctx)
       continue;
     if (fn != NULL)
       fn(&e->t, arg);

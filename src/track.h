@@ -31,6 +31,7 @@ typedef struct ca_tracked {
   uint64_t seq;     /* allocation number among tracked ones, from 1 */
   uint64_t time_ns; /* CLOCK_MONOTONIC when allocated */
   int device;       /* -1 when unknown */
+  void *ctx;        /* the CUcontext current at allocation; NULL unknown */
   uint32_t stack;   /* the allocation's stack id (stacks.h); 0 for none */
   ca_track_kind kind;
 } ca_tracked;
@@ -42,7 +43,7 @@ const char *ca_track_kind_call(ca_track_kind kind);
  * replaced (its free went by a path we do not see). Host out of memory:
  * the allocation goes unrecorded, which only costs the report a line. */
 void ca_track_add(ca_track_kind kind, uint64_t key, uint64_t size, int device,
-                  uint32_t stack);
+                  void *ctx, uint32_t stack);
 
 /* Forgets the live allocation at a device address (any kind but VMM), or
  * the cuMemCreate handle. Returns whether one was live; fills *out if so and
@@ -63,11 +64,12 @@ const _Atomic uint64_t *ca_track_bytes_on(int device);
  * child, the child) started. */
 uint64_t ca_track_total(void);
 
-/* Forgets every live entry on `device` whose memory dies with its context
- * (every kind but VMM handles, which outlive contexts), after calling fn
- * (if not NULL) on each, under the table's lock. Returns the count. */
-size_t ca_track_drop_device(int device,
-                            void (*fn)(const ca_tracked *t, void *arg),
-                            void *arg);
+/* Forgets every live entry allocated in context `ctx`, whose memory dies
+ * with it (every kind but VMM handles, which outlive contexts), after
+ * calling fn (if not NULL) on each, under the table's lock. Returns the
+ * count. */
+size_t ca_track_drop_context(void *ctx,
+                             void (*fn)(const ca_tracked *t, void *arg),
+                             void *arg);
 
 #endif /* CA_TRACK_H */

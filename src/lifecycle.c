@@ -174,6 +174,15 @@ static atomic_int ca__exit_reported_by;
 
 static void ca__at_exit(int status, void *arg) {
   (void)arg;
+  if (ca_locks_held > 0) {
+    /* exit() from a signal handler that interrupted this thread inside
+     * the library: anything that takes a lock (the report, even the
+     * question below) could wait for one this thread holds. */
+    if (ca_config_get()->leak_report)
+      ca_log("exit during a device-memory call on the same thread (from a "
+             "signal handler?): the leak report is skipped");
+    return;
+  }
   /* Settings are not even read in a process that never used device
    * memory: a bad CUDALLOC_CONF must not make it print. */
   if (!ca_runtime_in_use() && ca_track_total() == 0)
@@ -182,14 +191,6 @@ static void ca__at_exit(int status, void *arg) {
   if (atomic_exchange(&ca__exit_reported_by, pid) == pid)
     return;
   const ca_config *cfg = ca_config_get();
-  if (ca_locks_held > 0) {
-    /* exit() from a signal handler that interrupted this thread inside
-     * the library: the report would wait for a lock this thread holds. */
-    if (cfg->leak_report || cfg->stats)
-      ca_log("exit during a device-memory call on the same thread (from a "
-             "signal handler?): the leak report is skipped");
-    return;
-  }
   if (!cfg->leak_report && !cfg->stats)
     return;
   ca_leak_totals t = ca__report_all(CA_EVENT_EXIT, cfg->leak_report,

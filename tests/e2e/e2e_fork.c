@@ -18,17 +18,9 @@
  * everything it allocated).
  *
  * Runs plainly and preloaded (E2E_EXPECT=plain|pooled checks that the
- * preload happened). The mock driver has one global mutex and no atfork
- * handler, so a child forked while a worker is inside the mock itself
- * would wait on it forever, library or not; plainly (every worker call is
- * the mock's, and one of four threads nearly always holds that mutex) the
- * workers therefore pause around each fork: the plain run checks the test
- * (children use the driver, the parent sees them), not fork safety.
- * Preloaded, the workers never pause: the fork lands inside the library.
- * The library calls the mock on every allocation (cuCtxGetCurrent, ...),
- * so the preloaded runs also need the mock to hold its mutex across fork
- * (pthread_atfork); without that a child can hang in the mock's
- * mock_lock(), not the library's.
+ * preload happened). Preloaded, the forks land while workers are inside
+ * the library. (The mock holds its own lock across fork, as a driver
+ * does, so that a hang here is the library's.)
  * Last line: PASS or FAIL; exit status 1 on failure.
  */
 #ifndef _GNU_SOURCE
@@ -71,8 +63,6 @@ static atomic_uint_fast64_t worker_ops;
 static atomic_int worker_failures;
 /* Plainly only: workers hold it shared around each driver call, the main
  * thread exclusively around fork() (see above). */
-static bool gated;
-static pthread_rwlock_t gate = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
 static int hung;
 
 #define FAIL(...)                                                              \
@@ -112,8 +102,6 @@ static void *worker(void *arg) {
   }
   while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
     int i = (int)(next_rand(&seed) % LIVE_PER_THREAD);
-    if (gated)
-      pthread_rwlock_rdlock(&gate);
     if (live[i]) {
       if (cuMemFree(live[i]) != CUDA_SUCCESS)
         atomic_fetch_add(&worker_failures, 1);
@@ -122,8 +110,6 @@ static void *worker(void *arg) {
       atomic_fetch_add(&worker_failures, 1);
       live[i] = 0;
     }
-    if (gated)
-      pthread_rwlock_unlock(&gate);
     atomic_fetch_add_explicit(&worker_ops, 1, memory_order_relaxed);
   }
   for (int i = 0; i < LIVE_PER_THREAD; i++)
@@ -259,7 +245,6 @@ int main(void) {
     logdir = NULL;
   if (logdir)
     clear_logs(logdir);
-  gated = !preloaded;
 
   CHECK(cuInit(0));
   CHECK(cuDeviceGet(&dev, 0));
@@ -284,11 +269,7 @@ int main(void) {
     pids[n] = -1;
   for (int n = 0; n < FORKS && hung < MAX_HUNG; n++) {
     fflush(NULL);
-    if (gated)
-      pthread_rwlock_wrlock(&gate);
     pid_t pid = fork();
-    if (gated)
-      pthread_rwlock_unlock(&gate);
     if (pid < 0) {
       FAIL("fork: %s", strerror(errno));
       continue;

@@ -133,9 +133,17 @@ static _Thread_local struct CUstream_st t_ptds = {.kind = MOCK_STREAM_PER_THREAD
 /* cuThreadExchangeStreamCaptureMode's per-thread mode (0: global). */
 static _Thread_local CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
+/* A fork while another thread is inside the mock would leave the child's
+ * copy of the lock held forever; holding it across fork keeps both whole,
+ * as a real driver's locks are (or the library's fork tests would test
+ * the mock). */
+static void mock_fork_prepare(void) { pthread_mutex_lock(&g_lock); }
+static void mock_fork_release(void) { pthread_mutex_unlock(&g_lock); }
+
 __attribute__((constructor)) static void mock_ctor(void) {
   const char *v = getenv("MOCKCUDA_VERBOSE");
   g_verbose = v && v[0] == '1';
+  pthread_atfork(mock_fork_prepare, mock_fork_release, mock_fork_release);
 }
 
 __attribute__((format(printf, 1, 2))) static void mock_trace(const char *fmt, ...) {

@@ -246,9 +246,9 @@ CUresult ca_driver_current_device(int *device) {
   return ca_driver_current(device, &ctx);
 }
 
-CUresult ca_driver_current(int *device, CUcontext *context) {
+CUresult ca_driver_current_context(CUcontext *context) {
   const ca_driver_api *d = ca_driver();
-  if (d->ctx_get_current == NULL || d->ctx_get_device == NULL)
+  if (d->ctx_get_current == NULL)
     return CUDA_ERROR_NOT_INITIALIZED;
   CUcontext ctx = NULL;
   CUresult r = d->ctx_get_current(&ctx);
@@ -256,6 +256,18 @@ CUresult ca_driver_current(int *device, CUcontext *context) {
     return r;
   if (ctx == NULL)
     return CUDA_ERROR_INVALID_CONTEXT;
+  *context = ctx;
+  return CUDA_SUCCESS;
+}
+
+CUresult ca_driver_current(int *device, CUcontext *context) {
+  const ca_driver_api *d = ca_driver();
+  if (d->ctx_get_device == NULL)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  CUcontext ctx = NULL;
+  CUresult r = ca_driver_current_context(&ctx);
+  if (r != CUDA_SUCCESS)
+    return r;
   CUdevice dev = 0;
   r = d->ctx_get_device(&dev);
   if (r != CUDA_SUCCESS)

@@ -119,6 +119,11 @@ CUresult ca_driver_current_device(int *device);
 /* Like ca_driver_current_device, also storing the current context. */
 CUresult ca_driver_current(int *device, CUcontext *context);
 
+/* The calling thread's current context alone (one driver call, not two):
+ * CUDA_SUCCESS and the context, or the driver's error, or
+ * CUDA_ERROR_INVALID_CONTEXT when none is current. */
+CUresult ca_driver_current_context(CUcontext *context);
+
 /* The primary context of `device` when it is active (call it before a
  * reset or a release, not after), else NULL. Keeps no reference. */
 CUcontext ca_backend_cuda_primary_of(int device);

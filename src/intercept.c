@@ -98,12 +98,15 @@ CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
   if (size == 0)
     return CA__REAL(mem_alloc, dptr, size);
   /* Without a current context the driver knows the right error
-   * (not initialized, invalid context); let it say so. */
+   * (not initialized, invalid context); let it say so. The context alone
+   * finds a pool already serving it; its device is asked only to make one. */
   int device = -1;
   CUcontext ctx = NULL;
-  if (ca_driver_current(&device, &ctx) != CUDA_SUCCESS)
+  if (ca_driver_current_context(&ctx) != CUDA_SUCCESS)
     return CA__REAL(mem_alloc, dptr, size);
-  ca_pool *pool = ca_runtime_pool_in(device, ctx);
+  ca_pool *pool = ca_runtime_pool_of(ctx);
+  if (pool == NULL && ca_driver_current(&device, &ctx) == CUDA_SUCCESS)
+    pool = ca_runtime_pool_in(device, ctx);
   if (pool == NULL)
     return CA__REAL(mem_alloc, dptr, size);
   uint64_t addr = 0;
@@ -111,7 +114,7 @@ CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
   if (status == 0)
     *dptr = (CUdeviceptr)addr;
   else if (status == CUDA_ERROR_OUT_OF_MEMORY)
-    ca__say_out_of_memory(pool, device, size);
+    ca__say_out_of_memory(pool, ca_pool_device(pool), size);
   return (CUresult)status;
 }
 

@@ -107,6 +107,12 @@ static ca__slot *ca__claim(int device, void *ctx) {
   return s;
 }
 
+ca_pool *ca_runtime_pool_of(void *ctx) {
+  ca__slot *s =
+      ca__find(ctx, atomic_load_explicit(&ca__nslots, memory_order_acquire));
+  return s ? atomic_load_explicit(&s->pool, memory_order_acquire) : NULL;
+}
+
 ca_pool *ca_runtime_pool_in(int device, void *ctx) {
   if (device < 0 || device >= CUDALLOC_MAX_DEVICES || ctx == NULL)
     return NULL;

@@ -23,6 +23,10 @@
  * the host is out of memory. */
 ca_pool *ca_runtime_pool_in(int device, void *ctx);
 
+/* The pool already serving context `ctx`, or NULL: the hot path's look-up,
+ * which needs no device number. */
+ca_pool *ca_runtime_pool_of(void *ctx);
+
 /* The pools of `device` (every device for -1), at most `max` into out;
  * returns how many there are. */
 size_t ca_runtime_pools(int device, ca_pool **out, size_t max);

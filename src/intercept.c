@@ -341,13 +341,15 @@ CUresult ca_on_device_primary_ctx_reset(CUdevice dev, bool v1) {
     return v1 ? CA__REAL(device_primary_ctx_reset_v1, dev)
               : CA__REAL(device_primary_ctx_reset, dev);
   CUcontext primary = ca_backend_cuda_primary_of((int)dev);
+  ca_pool *pool = ca_runtime_dying(primary);
   CUresult r = v1 ? CA__REAL(device_primary_ctx_reset_v1, dev)
                   : CA__REAL(device_primary_ctx_reset, dev);
-  if (r == CUDA_SUCCESS) {
+  if (r == CUDA_SUCCESS)
     ca_backend_cuda_forget_primary((int)dev);
-    if (primary != NULL)
-      ca_lifecycle_context_gone(primary, (int)dev);
-  }
+  if (r == CUDA_SUCCESS && primary != NULL)
+    ca_lifecycle_context_gone(primary, pool, (int)dev);
+  else
+    ca_runtime_survived(pool);
   return r;
 }
 
@@ -358,23 +360,31 @@ CUresult ca_on_device_primary_ctx_release(CUdevice dev, bool v1) {
     return v1 ? CA__REAL(device_primary_ctx_release_v1, dev)
               : CA__REAL(device_primary_ctx_release, dev);
   CUcontext primary = ca_backend_cuda_primary_of((int)dev);
+  ca_pool *pool = ca_runtime_dying(primary);
   CUresult r = v1 ? CA__REAL(device_primary_ctx_release_v1, dev)
                   : CA__REAL(device_primary_ctx_release, dev);
   if (r == CUDA_SUCCESS && primary != NULL &&
       ca_backend_cuda_primary_of((int)dev) == NULL) {
     ca_backend_cuda_forget_primary((int)dev);
-    ca_lifecycle_context_gone(primary, (int)dev);
+    ca_lifecycle_context_gone(primary, pool, (int)dev);
+  } else {
+    ca_runtime_survived(pool);
   }
   return r;
 }
 
 CUresult ca_on_ctx_destroy(CUcontext ctx) {
+  if (!ca__enabled())
+    return CA__REAL(ctx_destroy, ctx);
+  ca_pool *pool = ca_runtime_dying(ctx);
   CUresult r = CA__REAL(ctx_destroy, ctx);
-  if (r == CUDA_SUCCESS && ca__enabled()) {
-    /* Its streams died with it (see the streams below), and its pool. */
-    ca_backend_cuda_context_destroyed(ctx);
-    ca_lifecycle_context_gone(ctx, -1);
+  if (r != CUDA_SUCCESS) {
+    ca_runtime_survived(pool);
+    return r;
   }
+  /* Its streams died with it (see the streams below), and its pool. */
+  ca_backend_cuda_context_destroyed(ctx);
+  ca_lifecycle_context_gone(ctx, pool, -1);
   return r;
 }
 

@@ -145,10 +145,9 @@ void ca_lifecycle_report(ca_report_event event, bool leaks, bool stats) {
 
 /* ---- Context deaths -------------------------------------------------------- */
 
-void ca_lifecycle_context_gone(void *ctx, int device) {
+void ca_lifecycle_context_gone(void *ctx, ca_pool *pool, int device) {
   ca__gather g = {0};
   ca__report_begin();
-  ca_pool *pool = ca_runtime_retire(ctx);
   if (pool)
     ca_pool_foreach_live(pool, ca__gather_pooled, &g);
   ca_track_drop_context(ctx, ca__gather_tracked, &g);
@@ -161,8 +160,10 @@ void ca_lifecycle_context_gone(void *ctx, int device) {
     ca_report(&in);
   }
   ca__gather_free(&g);
-  if (pool)
+  if (pool) {
     ca_pool_drop_all(pool);
+    ca_runtime_retired(pool);
+  }
   ca__report_end();
 }
 

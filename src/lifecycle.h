@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 
+#include "pool.h"
 #include "report.h"
 
 /* The process has started to use device memory (a pool was made, or an
@@ -18,10 +19,11 @@
 void ca_lifecycle_device_used(void);
 
 /* Context `ctx` (a CUcontext) of `device` died and took its memory with it
- * (a reset, destroy or final release the driver has carried out): the
- * blocks still live in it are reported as leaked at this point, then
- * forgotten, and its pool's segments are never handed out again. */
-void ca_lifecycle_context_gone(void *ctx, int device);
+ * (a reset, destroy or final release the driver has carried out); `pool`
+ * is what ca_runtime_dying returned for it (NULL if none). The blocks
+ * still live in it are reported as leaked at this point, then forgotten,
+ * and its pool's segments are never handed out again. */
+void ca_lifecycle_context_gone(void *ctx, ca_pool *pool, int device);
 
 /* Prints a report of every device now: the live blocks (`leaks`) and the
  * memory summary (`stats`). */

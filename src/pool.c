@@ -681,6 +681,7 @@ static bool ca__wait_oldest(ca_pool *p) {
   ca_lock_acquire(&p->lock);
   if (generation != p->generation) {
     p->backend->forget(p->backend->ctx, p->device, batch->marker);
+    ca__slab_put(&p->batch_slab, batch);
     return false;
   }
   if (rc != 0) { /* not now: back at the head, still the oldest */

@@ -3,10 +3,13 @@
  *
  * Pools live in a fixed table of slots, one per context, found on the hot
  * path by comparing the current context with each slot's (a program has
- * one or a few). Pools are never freed: a program may free device memory
- * from exit handlers, after our destructors would have run, and a thread
- * may still hold a pool whose context just died. A retired slot's pool,
- * emptied, serves the next new context of the same device.
+ * one or a few). Pools are never freed, and a slot is never given to
+ * another context: a program may free device memory from exit handlers,
+ * after our destructors would have run, and a thread may still hold a pool
+ * whose context just died, mid-call. A context dies in two steps: its slot
+ * is marked dying before the driver call that may kill it (so that no
+ * allocation finds the pool while the driver may already reuse the
+ * handle), then retired or, if the context survived, restored.
  */
 #include "runtime.h"
 
@@ -19,7 +22,8 @@
 #include "track.h"
 
 typedef struct ca__slot {
-  _Atomic(void *) ctx;     /* the context served; NULL while retired */
+  _Atomic(void *) ctx;     /* the context served; NULL once retired */
+  _Atomic(void *) dying;   /* the context, while its death is decided */
   _Atomic(ca_pool *) pool; /* set once per slot, never freed */
   int device;
   ca_backend backend; /* the CUDA backend, bound to ctx */
@@ -38,6 +42,7 @@ static void ca__forget_pools_in_child(void) {
   pthread_mutex_init(&ca__slots_lock, NULL);
   for (int i = 0; i < CA_RUNTIME_MAX_POOLS; i++) {
     atomic_store(&ca__slots[i].ctx, NULL);
+    atomic_store(&ca__slots[i].dying, NULL);
     atomic_store(&ca__slots[i].pool, NULL);
   }
   atomic_store(&ca__nslots, 0);
@@ -77,21 +82,19 @@ static ca__slot *ca__find(void *ctx, int n) {
   return NULL;
 }
 
-/* Under the lock: a slot for a new context of `device`, a retired one of
- * the same device first (its pool is empty and its backend is rebound),
- * else a fresh one with a new pool. NULL when none can be had. */
+/* Whether `ctx` is dying: allocations in it go to the driver meanwhile. */
+static bool ca__is_dying(void *ctx, int n) {
+  for (int i = 0; i < n; i++)
+    if (atomic_load(&ca__slots[i].dying) == ctx)
+      return true;
+  return false;
+}
+
+/* Under the lock: a fresh slot, with a new pool, for a new context of
+ * `device`. NULL when none can be had. */
 static ca__slot *ca__claim(int device, void *ctx) {
   int n = atomic_load(&ca__nslots);
-  for (int i = 0; i < n; i++) {
-    ca__slot *s = &ca__slots[i];
-    if (s->device == device && atomic_load(&s->ctx) == NULL &&
-        atomic_load(&s->pool) != NULL) {
-      s->backend.ctx = ctx;
-      atomic_store_explicit(&s->ctx, ctx, memory_order_release);
-      return s;
-    }
-  }
-  if (n == CA_RUNTIME_MAX_POOLS)
+  if (n == CA_RUNTIME_MAX_POOLS || ca__is_dying(ctx, n))
     return NULL;
   ca__slot *s = &ca__slots[n];
   s->device = device;
@@ -192,15 +195,45 @@ bool ca_runtime_device_stats(int device, cudalloc_device_stats *out) {
   return n > 0;
 }
 
-ca_pool *ca_runtime_retire(void *ctx) {
+ca_pool *ca_runtime_dying(void *ctx) {
   if (ctx == NULL)
     return NULL;
   pthread_mutex_lock(&ca__slots_lock);
   ca__slot *s = ca__find(ctx, atomic_load(&ca__nslots));
-  if (s != NULL)
+  if (s != NULL) {
+    atomic_store(&s->dying, ctx);
     atomic_store(&s->ctx, NULL);
+  }
   pthread_mutex_unlock(&ca__slots_lock);
   return s ? atomic_load(&s->pool) : NULL;
+}
+
+/* The slot of `pool`, or NULL. */
+static ca__slot *ca__slot_of(ca_pool *pool) {
+  int n = atomic_load(&ca__nslots);
+  for (int i = 0; i < n; i++)
+    if (atomic_load(&ca__slots[i].pool) == pool)
+      return &ca__slots[i];
+  return NULL;
+}
+
+void ca_runtime_survived(ca_pool *pool) {
+  pthread_mutex_lock(&ca__slots_lock);
+  ca__slot *s = pool ? ca__slot_of(pool) : NULL;
+  if (s != NULL) {
+    atomic_store_explicit(&s->ctx, atomic_load(&s->dying),
+                          memory_order_release);
+    atomic_store(&s->dying, NULL);
+  }
+  pthread_mutex_unlock(&ca__slots_lock);
+}
+
+void ca_runtime_retired(ca_pool *pool) {
+  pthread_mutex_lock(&ca__slots_lock);
+  ca__slot *s = pool ? ca__slot_of(pool) : NULL;
+  if (s != NULL)
+    atomic_store(&s->dying, NULL);
+  pthread_mutex_unlock(&ca__slots_lock);
 }
 
 /* Whether `ask` says yes for any pool in use. */

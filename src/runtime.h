@@ -13,8 +13,9 @@
 #include "config.h"
 #include "pool.h"
 
-/* How many contexts can have a pool at once; allocations in more contexts
- * go to the driver unpooled. */
+/* How many contexts get a pool over the process's life (a slot is never
+ * reused: see runtime.c); allocations in later contexts go to the driver
+ * unpooled. */
 #define CA_RUNTIME_MAX_POOLS 256
 
 /* The pool serving context `ctx` (a CUcontext) of `device`, created on
@@ -35,11 +36,18 @@ size_t ca_runtime_pools(int device, ca_pool **out, size_t max);
  * *out but for the device, when it has no pool. */
 bool ca_runtime_device_stats(int device, cudalloc_device_stats *out);
 
-/* Context `ctx` died: its pool, if it has one, is taken out of service and
- * returned (the caller reports and drops its blocks; the pool object stays
- * valid for threads still holding it, and serves a later context of the
- * same device). NULL when the context had no pool. */
-ca_pool *ca_runtime_retire(void *ctx);
+/* Context `ctx` may be about to die (called before the driver call that
+ * may kill it): its pool, if it has one, is taken out of service, so that
+ * no allocation finds it while the driver may already hand the same
+ * handle to a new context; allocations in `ctx` meanwhile go to the driver.
+ * Returns the pool, or NULL when the context had none. Then exactly one
+ * of: ca_runtime_survived (the context lives on; the pool serves it again)
+ * or, after the caller has reported and dropped its blocks,
+ * ca_runtime_retired (the slot is never used again; the pool object stays
+ * valid for threads still holding it). */
+ca_pool *ca_runtime_dying(void *ctx);
+void ca_runtime_survived(ca_pool *pool);
+void ca_runtime_retired(ca_pool *pool);
 
 /* Gives `addr` back to whichever pool handed it out. Returns false when no
  * pool owns it. Makes no driver call: asking the driver for the current

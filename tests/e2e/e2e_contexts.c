@@ -15,16 +15,23 @@
  *  3. the primary released to a count of zero: after a new retain, blocks
  *     are usable;
  *  4. cudaDeviceReset (cuDevicePrimaryCtxReset) with a block unfreed: later
- *     blocks usable.
+ *     blocks usable;
+ *  5. threads each creating a context, allocating (one block left unfreed,
+ *     so the death has something to report), using the blocks and
+ *     destroying it, over and over at once: a context dying in one thread
+ *     must never lend its memory to another thread's new context (the
+ *     driver may give the new context the dead one's handle).
  * Runs plain and preloaded (E2E_EXPECT as in e2e_common.h): the same
  * results either way. Last line: PASS or FAIL; exit status 1 on failure.
  */
 #include <cuda.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-static int failures;
+static atomic_int failures;
 
 #define CHECK(call)                                                            \
   do {                                                                         \
@@ -32,7 +39,7 @@ static int failures;
     if (rc_ != CUDA_SUCCESS) {                                                 \
       fprintf(stderr, "FAIL e2e_contexts: %s = %d (line %d)\n", #call,        \
               (int)rc_, __LINE__);                                             \
-      failures++;                                                              \
+      atomic_fetch_add(&failures, 1);                                          \
     }                                                                          \
   } while (0)
 
@@ -102,6 +109,39 @@ static void reset_kills_the_primary(void) {
   CHECK(cuDevicePrimaryCtxRelease(dev));
 }
 
+#define THREADS 4
+#define ROUNDS 25
+
+static void *context_churn(void *arg) {
+  size_t unit = 4096 * (1 + (size_t)(uintptr_t)arg);
+  for (int round = 0; round < ROUNDS; round++) {
+    CUcontext ctx = NULL;
+    CUdeviceptr p[8];
+    CHECK(cuCtxCreate(&ctx, NULL, 0, dev));
+    for (int i = 0; i < 8; i++) {
+      CHECK(cuMemAlloc(&p[i], unit * (size_t)(1 + i)));
+      CHECK(cuMemsetD8(p[i], 1, unit * (size_t)(1 + i)));
+    }
+    for (int i = 0; i < 7; i++)
+      CHECK(cuMemFree(p[i]));
+    for (int i = 0; i < 4; i++) {
+      CHECK(cuMemAlloc(&p[i], unit * (size_t)(1 + i)));
+      CHECK(cuMemsetD8(p[i], 2, unit * (size_t)(1 + i)));
+      CHECK(cuMemFree(p[i]));
+    }
+    CHECK(cuCtxDestroy(ctx)); /* p[7] dies unfreed */
+  }
+  return NULL;
+}
+
+static void contexts_die_while_others_allocate(void) {
+  pthread_t threads[THREADS];
+  for (int i = 0; i < THREADS; i++)
+    pthread_create(&threads[i], NULL, context_churn, (void *)(uintptr_t)i);
+  for (int i = 0; i < THREADS; i++)
+    pthread_join(threads[i], NULL);
+}
+
 int main(void) {
   CHECK(cuInit(0));
   CHECK(cuDeviceGet(&dev, 0));
@@ -109,7 +149,8 @@ int main(void) {
   primary_survives_own_context();
   last_release_kills_the_primary();
   reset_kills_the_primary();
-  printf("%s e2e_contexts (%d failure(s))\n", failures ? "FAIL" : "PASS",
-         failures);
-  return failures ? 1 : 0;
+  contexts_die_while_others_allocate();
+  int n = atomic_load(&failures);
+  printf("%s e2e_contexts (%d failure(s))\n", n ? "FAIL" : "PASS", n);
+  return n ? 1 : 0;
 }

@@ -61,23 +61,10 @@ static CUcontext prim;
 static atomic_bool stop;
 static atomic_uint_fast64_t worker_ops;
 static atomic_int worker_failures;
-/* Plainly only: workers hold it shared around each driver call, the main
- * thread exclusively around fork() (see above). */
-static int hung;
+static int hung; /* children killed for hanging */
 
-#define FAIL(...)                                                              \
-  do {                                                                         \
-    fprintf(stderr, "FAIL e2e_fork: " __VA_ARGS__);                            \
-    fputc('\n', stderr);                                                       \
-    failures++;                                                                \
-  } while (0)
-
-#define CHECK(call)                                                            \
-  do {                                                                         \
-    CUresult rc_ = (call);                                                     \
-    if (rc_ != CUDA_SUCCESS)                                                   \
-      FAIL("%s = %d (line %d)", #call, (int)rc_, __LINE__);                    \
-  } while (0)
+#define E2E_NAME "e2e_fork"
+#include "e2e_check.h"
 
 static uint32_t next_rand(uint32_t *s) {
   *s ^= *s << 13;

@@ -36,19 +36,8 @@ static bool limited; /* preloaded: the limit of 64 MiB applies */
 
 #define MiB (1ull << 20)
 
-#define FAIL(...)                                                              \
-  do {                                                                         \
-    fprintf(stderr, "FAIL e2e_limits: " __VA_ARGS__);                          \
-    fputc('\n', stderr);                                                       \
-    failures++;                                                                \
-  } while (0)
-
-#define CHECK(call)                                                            \
-  do {                                                                         \
-    CUresult rc_ = (call);                                                     \
-    if (rc_ != CUDA_SUCCESS)                                                   \
-      FAIL("%s = %d (line %d)", #call, (int)rc_, __LINE__);                    \
-  } while (0)
+#define E2E_NAME "e2e_limits"
+#include "e2e_check.h"
 
 /* The call must succeed plainly and fail with CUDA_ERROR_OUT_OF_MEMORY
  * under the limit. */

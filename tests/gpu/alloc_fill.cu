@@ -45,17 +45,6 @@
 
 #include "gpu_check.h"
 
-#define CK(call)                                                               \
-  do {                                                                         \
-    cudaError_t ck_err_ = (call);                                              \
-    if (ck_err_ != cudaSuccess)                                                \
-      gc_fail("%s:%d: %s returned %s (%s)", __FILE__, __LINE__, #call,         \
-              cudaGetErrorName(ck_err_), cudaGetErrorString(ck_err_));         \
-  } while (0)
-
-/* A launch reports configuration errors at once and faults at the next
- * synchronizing call; both are checked. */
-#define CK_LAUNCH() CK(cudaGetLastError())
 
 #define MAX_LIVE 32u
 #define WINDOW_BYTES 4096u

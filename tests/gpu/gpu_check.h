@@ -107,6 +107,20 @@ static void gc_check_mem_info(const char *what, size_t free_b,
 
 /* Callable from kernels too when compiled by nvcc. */
 #ifdef __CUDACC__
+/* The CUDA runtime programs: any error fails the check, naming the call
+ * and where. A launch reports configuration errors at once and faults at
+ * the next synchronizing call; both are checked. */
+#define CK(call)                                                               \
+  do {                                                                         \
+    cudaError_t ck_err_ = (call);                                              \
+    if (ck_err_ != cudaSuccess)                                                \
+      gc_fail("%s:%d: %s returned %s (%s)", __FILE__, __LINE__, #call,         \
+              cudaGetErrorName(ck_err_), cudaGetErrorString(ck_err_));         \
+  } while (0)
+#define CK_LAUNCH() CK(cudaGetLastError())
+#endif
+
+#ifdef __CUDACC__
 #define GC_HD __host__ __device__
 #else
 #define GC_HD

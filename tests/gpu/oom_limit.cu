@@ -49,15 +49,6 @@
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "gpu_check.h"
 
-#define CK(call)                                                               \
-  do {                                                                         \
-    cudaError_t ck_err_ = (call);                                              \
-    if (ck_err_ != cudaSuccess)                                                \
-      gc_fail("%s:%d: %s returned %s (%s)", __FILE__, __LINE__, #call,         \
-              cudaGetErrorName(ck_err_), cudaGetErrorString(ck_err_));         \
-  } while (0)
-
-#define CK_LAUNCH() CK(cudaGetLastError())
 
 #define BLOCK_BYTES ((size_t)64 << 20)
 #define BLOCK_WORDS (BLOCK_BYTES / 4)

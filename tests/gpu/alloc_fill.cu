@@ -50,24 +50,6 @@
 #define WINDOW_BYTES 4096u
 #define THREADS 256u
 
-__global__ void fill_kernel(uint32_t *p, size_t n, uint32_t serial) {
-  size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += stride)
-    p[i] = gc_pattern(serial, i);
-}
-
-__global__ void verify_kernel(const uint32_t *p, size_t n, uint32_t serial,
-                              unsigned long long *mismatches) {
-  size_t stride = (size_t)gridDim.x * blockDim.x;
-  unsigned long long bad = 0;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += stride)
-    bad += p[i] != gc_pattern(serial, i);
-  if (bad)
-    atomicAdd(mismatches, bad);
-}
-
 /* Row r of a pitched 2D buffer of `cols` words per row: element r*cols+c. */
 __global__ void fill2d_kernel(char *base, size_t pitch, size_t cols,
                               size_t rows, uint32_t serial) {
@@ -108,7 +90,7 @@ static unsigned long long verified_bytes;
 /* Fills b on `stream` with its pattern. */
 static void fill(const buffer *b, cudaStream_t stream) {
   size_t n = b->bytes / 4;
-  fill_kernel<<<grid_for(n), THREADS, 0, stream>>>(b->p, n, b->serial);
+  gc_fill_kernel<<<grid_for(n), THREADS, 0, stream>>>(b->p, n, b->serial);
   CK_LAUNCH();
 }
 
@@ -119,7 +101,7 @@ static void verify(const buffer *b, cudaStream_t stream, long iteration,
   size_t n = b->bytes / 4;
   unsigned long long bad = ~0ull;
   CK(cudaMemsetAsync(d_mismatches, 0, sizeof(*d_mismatches), stream));
-  verify_kernel<<<grid_for(n), THREADS, 0, stream>>>(b->p, n, b->serial,
+  gc_verify_kernel<<<grid_for(n), THREADS, 0, stream>>>(b->p, n, b->serial,
                                                      d_mismatches);
   CK_LAUNCH();
   CK(cudaMemcpyAsync(&bad, d_mismatches, sizeof(bad), cudaMemcpyDeviceToHost,

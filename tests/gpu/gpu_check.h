@@ -146,6 +146,29 @@ GC_HD static inline uint32_t gc_pattern(uint32_t serial, uint64_t i) {
   return x;
 }
 
+#ifdef __CUDACC__
+/* Fills n words with buffer `serial`'s pattern. */
+__global__ static void gc_fill_kernel(uint32_t *p, size_t n, uint32_t serial) {
+  size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += stride)
+    p[i] = gc_pattern(serial, i);
+}
+
+/* Adds to *mismatches the words that do not hold `serial`'s pattern. */
+__global__ static void gc_verify_kernel(const uint32_t *p, size_t n,
+                                        uint32_t serial,
+                                        unsigned long long *mismatches) {
+  size_t stride = (size_t)gridDim.x * blockDim.x;
+  unsigned long long bad = 0;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += stride)
+    bad += p[i] != gc_pattern(serial, i);
+  if (bad)
+    atomicAdd(mismatches, bad);
+}
+#endif
+
 /* ---- The mixed-size loop's plan ----------------------------------------- */
 
 /* One step of the loop: which live buffer to free first (-1: none) and how

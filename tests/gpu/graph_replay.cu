@@ -103,23 +103,6 @@ __global__ void step3_kernel(const uint32_t *mid2, const uint32_t *in,
   }
 }
 
-/* Scratch blocks: filled with a pattern, then checked, on one stream. */
-__global__ void fill_kernel(uint32_t *p, size_t n, uint32_t serial) {
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    p[i] = gc_pattern(serial, i);
-}
-
-__global__ void verify_kernel(const uint32_t *p, size_t n, uint32_t serial,
-                              unsigned long long *bad) {
-  unsigned long long mine = 0;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    mine += p[i] != gc_pattern(serial, i);
-  if (mine)
-    atomicAdd(bad, mine);
-}
-
 typedef struct ctx {
   cudaStream_t s, s2;
   uint32_t *in, *out, *acc;  /* the graph's buffers (plain cudaMalloc) */
@@ -156,7 +139,7 @@ static void setup(ctx *c) {
   uint32_t *pending = NULL;
   CK(cudaMalloc((void **)&pending, 16u << 20));
   c->my_allocs++;
-  fill_kernel<<<GRID, THREADS, 0, c->s>>>(pending, (16u << 20) / 4, 7u);
+  gc_fill_kernel<<<GRID, THREADS, 0, c->s>>>(pending, (16u << 20) / 4, 7u);
   CK_LAUNCH();
   CK(cudaFree(pending));
   c->my_frees++;
@@ -240,9 +223,9 @@ static void churn(ctx *c, int replay) {
     CK(cudaMalloc((void **)&c->scratch[k], bytes));
     c->my_allocs++;
     c->scratch_bytes += bytes;
-    fill_kernel<<<GRID, THREADS, 0, c->s2>>>(c->scratch[k], n, serial);
+    gc_fill_kernel<<<GRID, THREADS, 0, c->s2>>>(c->scratch[k], n, serial);
     CK_LAUNCH();
-    verify_kernel<<<GRID, THREADS, 0, c->s2>>>(c->scratch[k], n, serial,
+    gc_verify_kernel<<<GRID, THREADS, 0, c->s2>>>(c->scratch[k], n, serial,
                                                c->d_bad);
     CK_LAUNCH();
   }

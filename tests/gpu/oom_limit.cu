@@ -56,22 +56,6 @@
 #define THREADS 256u
 #define GRID 1024u
 
-__global__ void fill_kernel(uint32_t *p, size_t n, uint32_t serial) {
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    p[i] = gc_pattern(serial, i);
-}
-
-__global__ void verify_kernel(const uint32_t *p, size_t n, uint32_t serial,
-                              unsigned long long *bad) {
-  unsigned long long mine = 0;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    mine += p[i] != gc_pattern(serial, i);
-  if (mine)
-    atomicAdd(bad, mine);
-}
-
 typedef struct blocks {
   uint32_t *p[MAX_BLOCKS];
   uint32_t serial[MAX_BLOCKS];
@@ -109,7 +93,7 @@ static void check_failure(blocks *b, cudaError_t e, const char *phase) {
   if (last != cudaSuccess)
     gc_fail("%s: the error was not cleared: cudaGetLastError then gave %s",
             phase, cudaGetErrorName(last));
-  fill_kernel<<<1, 32>>>((uint32_t *)b->d_bad, 2, 0);
+  gc_fill_kernel<<<1, 32>>>((uint32_t *)b->d_bad, 2, 0);
   CK_LAUNCH();
   CK(cudaDeviceSynchronize());
   b->failures++;
@@ -137,7 +121,7 @@ static int allocate_until_full(blocks *b, int max_live, const char *phase,
     b->my_allocs++;
     b->p[i] = p;
     b->serial[i] = b->next_serial++;
-    fill_kernel<<<GRID, THREADS>>>(p, BLOCK_WORDS, b->serial[i]);
+    gc_fill_kernel<<<GRID, THREADS>>>(p, BLOCK_WORDS, b->serial[i]);
     CK_LAUNCH();
     if (i >= b->live)
       b->live = i + 1;
@@ -170,7 +154,7 @@ static int verify_all(blocks *b) {
   for (int i = 0; i < b->live; i++) {
     if (b->p[i] == NULL)
       continue;
-    verify_kernel<<<GRID, THREADS>>>(b->p[i], BLOCK_WORDS, b->serial[i],
+    gc_verify_kernel<<<GRID, THREADS>>>(b->p[i], BLOCK_WORDS, b->serial[i],
                                      b->d_bad);
     CK_LAUNCH();
     checked++;

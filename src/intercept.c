@@ -334,43 +334,46 @@ CUresult ca_on_mem_release(CUmemGenericAllocationHandle handle) {
 /* ------------------------------------------------------------------------ */
 /* Context deaths: passed through, then the pool forgets what died           */
 
-/* cudaDeviceReset: the primary context dies. Its handle is asked before
- * the reset (after it, the primary context is no longer active). */
-CUresult ca_on_device_primary_ctx_reset(CUdevice dev, bool v1) {
+/* A call that may kill `dev`'s primary context (a reset always does; a
+ * release does when it was the last, which leaves the context inactive).
+ * Its handle is asked before the call: after it, the context is no longer
+ * active to be asked about. `call` is the real function, NULL when the
+ * driver lacks it. */
+static CUresult ca__primary_call(CUdevice dev, CUresult (*call)(CUdevice),
+                                 bool always_dies) {
+  if (call == NULL)
+    return ca__missing();
   if (!ca__enabled())
-    return v1 ? CA__REAL(device_primary_ctx_reset_v1, dev)
-              : CA__REAL(device_primary_ctx_reset, dev);
+    return call(dev);
   CUcontext primary = ca_backend_cuda_primary_of((int)dev);
   ca_pool *pool = ca_runtime_dying(primary);
-  CUresult r = v1 ? CA__REAL(device_primary_ctx_reset_v1, dev)
-                  : CA__REAL(device_primary_ctx_reset, dev);
-  if (r == CUDA_SUCCESS)
+  CUresult r = call(dev);
+  bool died = r == CUDA_SUCCESS &&
+              (always_dies || ca_backend_cuda_primary_of((int)dev) == NULL);
+  if (died)
     ca_backend_cuda_forget_primary((int)dev);
-  if (r == CUDA_SUCCESS && primary != NULL)
+  if (died && primary != NULL)
     ca_lifecycle_context_gone(primary, pool, (int)dev);
   else
     ca_runtime_survived(pool);
   return r;
 }
 
+/* cudaDeviceReset. */
+CUresult ca_on_device_primary_ctx_reset(CUdevice dev, bool v1) {
+  return ca__primary_call(dev,
+                          v1 ? ca_driver()->device_primary_ctx_reset_v1
+                             : ca_driver()->device_primary_ctx_reset,
+                          true);
+}
+
 /* The program's last release of a primary context destroys it, and its
- * memory with it: dead when it is no longer active afterwards. */
+ * memory with it. */
 CUresult ca_on_device_primary_ctx_release(CUdevice dev, bool v1) {
-  if (!ca__enabled())
-    return v1 ? CA__REAL(device_primary_ctx_release_v1, dev)
-              : CA__REAL(device_primary_ctx_release, dev);
-  CUcontext primary = ca_backend_cuda_primary_of((int)dev);
-  ca_pool *pool = ca_runtime_dying(primary);
-  CUresult r = v1 ? CA__REAL(device_primary_ctx_release_v1, dev)
-                  : CA__REAL(device_primary_ctx_release, dev);
-  if (r == CUDA_SUCCESS && primary != NULL &&
-      ca_backend_cuda_primary_of((int)dev) == NULL) {
-    ca_backend_cuda_forget_primary((int)dev);
-    ca_lifecycle_context_gone(primary, pool, (int)dev);
-  } else {
-    ca_runtime_survived(pool);
-  }
-  return r;
+  return ca__primary_call(dev,
+                          v1 ? ca_driver()->device_primary_ctx_release_v1
+                             : ca_driver()->device_primary_ctx_release,
+                          false);
 }
 
 CUresult ca_on_ctx_destroy(CUcontext ctx) {

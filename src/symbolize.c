@@ -7,6 +7,8 @@
  */
 #include "symbolize.h"
 
+#include "bytes.h"
+
 #include <dlfcn.h>
 #include <elf.h>
 #include <fcntl.h>
@@ -119,90 +121,9 @@ enum {
 
 /* ---- bounded reader ------------------------------------------------------ */
 
-/* Reads past `end` never happen: the first one marks the reader bad, and
- * every later read returns 0 or NULL, so parsers need only check `bad` where
- * a loop could otherwise keep going. */
-typedef struct ca__rd {
-  const uint8_t *p;
-  const uint8_t *end;
-  bool bad;
-} ca__rd;
-
-/* An absent section (NULL) reads as empty: NULL + 0 is undefined in C. */
-static ca__rd ca__rd_make(const uint8_t *p, size_t n) {
-  ca__rd r = {p, p != NULL ? p + n : NULL, false};
-  return r;
-}
-
-static size_t ca__left(const ca__rd *r) {
-  return r->bad ? 0 : (size_t)(r->end - r->p);
-}
-
-static bool ca__skip(ca__rd *r, uint64_t n) {
-  if (r->bad || n > (uint64_t)(r->end - r->p)) {
-    r->bad = true;
-    r->p = r->end;
-    return false;
-  }
-  r->p += n;
-  return true;
-}
-
-/* An unsigned integer of 1 to 8 bytes in the host's byte order, which is the
- * file's: ca__elf_parse refuses any other. */
-static uint64_t ca__uint(ca__rd *r, size_t size) {
-  const uint8_t *p = r->p;
-  if (size == 0 || size > 8 || !ca__skip(r, size))
-    return 0;
-  uint64_t v = 0;
-  for (size_t i = 0; i < size; i++) {
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    v |= (uint64_t)p[i] << (8 * i);
-#else
-    v = (v << 8) | p[i];
-#endif
-  }
-  return v;
-}
-
-static uint64_t ca__uleb(ca__rd *r) {
-  uint64_t v = 0;
-  unsigned shift = 0;
-  while (ca__left(r) > 0) {
-    uint8_t b = *r->p++;
-    if (shift < 64)
-      v |= (uint64_t)(b & 0x7f) << shift;
-    if (!(b & 0x80))
-      return v;
-    if (shift < 64)
-      shift += 7;
-  }
-  r->bad = true;
-  return 0;
-}
-
-static int64_t ca__sleb(ca__rd *r) {
-  uint64_t v = 0;
-  unsigned shift = 0;
-  while (ca__left(r) > 0) {
-    uint8_t b = *r->p++;
-    if (shift < 64)
-      v |= (uint64_t)(b & 0x7f) << shift;
-    if (shift < 64)
-      shift += 7;
-    if (!(b & 0x80)) {
-      if (shift < 64 && (b & 0x40))
-        v |= ~(uint64_t)0 << shift;
-      return (int64_t)v;
-    }
-  }
-  r->bad = true;
-  return 0;
-}
-
 /* A NUL-terminated string at the reader, or NULL when the NUL is missing. */
-static const char *ca__str(ca__rd *r) {
-  size_t left = ca__left(r);
+static const char *ca__str(ca_rd *r) {
+  size_t left = ca_rd_left(r);
   const uint8_t *nul = left ? memchr(r->p, 0, left) : NULL;
   if (nul == NULL) {
     r->bad = true;
@@ -226,7 +147,7 @@ typedef struct ca__sect {
 static const char *ca__str_at(const ca__sect *s, uint64_t off) {
   if (s->p == NULL || off >= s->n)
     return NULL;
-  ca__rd r = ca__rd_make(s->p + off, s->n - (size_t)off);
+  ca_rd r = ca_rd_make(s->p + off, s->n - (size_t)off);
   return ca__str(&r);
 }
 
@@ -310,15 +231,15 @@ static bool ca__shcounts(const ca__elf *e, const ElfW(Ehdr) * eh,
 /* Finds NT_GNU_BUILD_ID among the notes of one SHT_NOTE section. */
 static void ca__scan_notes(ca__elf *e, ca__sect notes, uint64_t align) {
   size_t pad = align == 8 ? 8 : 4;
-  ca__rd r = ca__rd_make(notes.p, notes.n);
-  while (ca__left(&r) >= 12) {
-    uint32_t namesz = (uint32_t)ca__uint(&r, 4);
-    uint32_t descsz = (uint32_t)ca__uint(&r, 4);
-    uint32_t type = (uint32_t)ca__uint(&r, 4);
+  ca_rd r = ca_rd_make(notes.p, notes.n);
+  while (ca_rd_left(&r) >= 12) {
+    uint32_t namesz = (uint32_t)ca_rd_uint(&r, 4);
+    uint32_t descsz = (uint32_t)ca_rd_uint(&r, 4);
+    uint32_t type = (uint32_t)ca_rd_uint(&r, 4);
     const uint8_t *name = r.p;
-    ca__skip(&r, ((uint64_t)namesz + pad - 1) / pad * pad);
+    ca_rd_skip(&r, ((uint64_t)namesz + pad - 1) / pad * pad);
     const uint8_t *desc = r.p;
-    if (!ca__skip(&r, ((uint64_t)descsz + pad - 1) / pad * pad))
+    if (!ca_rd_skip(&r, ((uint64_t)descsz + pad - 1) / pad * pad))
       return;
     if (type == NT_GNU_BUILD_ID && namesz == 4 && memcmp(name, "GNU", 4) == 0) {
       e->build_id.p = desc;
@@ -330,15 +251,15 @@ static void ca__scan_notes(ca__elf *e, ca__sect notes, uint64_t align) {
 
 /* .gnu_debuglink: a file name, padded to 4 bytes, then the file's CRC-32. */
 static void ca__read_debuglink(ca__elf *e, ca__sect s) {
-  ca__rd r = ca__rd_make(s.p, s.n);
+  ca_rd r = ca_rd_make(s.p, s.n);
   const char *name = ca__str(&r);
   if (name == NULL || name[0] == '\0')
     return;
   e->debuglink = name;
   size_t used = (size_t)(r.p - s.p);
-  ca__skip(&r, (4 - used % 4) % 4);
-  if (ca__left(&r) >= 4) {
-    e->debuglink_crc = (uint32_t)ca__uint(&r, 4);
+  ca_rd_skip(&r, (4 - used % 4) % 4);
+  if (ca_rd_left(&r) >= 4) {
+    e->debuglink_crc = (uint32_t)ca_rd_uint(&r, 4);
     e->has_crc = true;
   }
 }
@@ -686,24 +607,24 @@ static size_t ca__fixed_size(uint64_t form, const ca__form_ctx *c) {
 }
 
 /* Skips a block whose length comes first, in `len_size` bytes (0: ULEB128). */
-static void ca__skip_block(ca__rd *r, size_t len_size) {
-  uint64_t len = len_size == 0 ? ca__uleb(r) : ca__uint(r, len_size);
-  ca__skip(r, len);
+static void ca__skip_block(ca_rd *r, size_t len_size) {
+  uint64_t len = len_size == 0 ? ca_rd_uleb(r) : ca_rd_uint(r, len_size);
+  ca_rd_skip(r, len);
 }
 
 /* Reads one value of `form`: strings into v->s (NULL when they need a
  * section we do not read, as .debug_str_offsets), integers into v->u, the
  * rest skipped. False for a form we do not know, whose size is unknown. */
-static bool ca__read_form(ca__rd *r, uint64_t form, const ca__form_ctx *c,
+static bool ca__read_form(ca_rd *r, uint64_t form, const ca__form_ctx *c,
                           ca__val *v) {
   v->u = 0;
   v->s = NULL;
   size_t fixed = ca__fixed_size(form, c);
   if (fixed != 0) {
     if (fixed <= 8)
-      v->u = ca__uint(r, fixed);
+      v->u = ca_rd_uint(r, fixed);
     else
-      ca__skip(r, fixed);
+      ca_rd_skip(r, fixed);
     return !r->bad;
   }
   switch (form) {
@@ -711,10 +632,10 @@ static bool ca__read_form(ca__rd *r, uint64_t form, const ca__form_ctx *c,
     v->s = ca__str(r);
     break;
   case CA__FORM_STRP:
-    v->s = ca__str_at(&c->e->str, ca__uint(r, c->offset_size));
+    v->s = ca__str_at(&c->e->str, ca_rd_uint(r, c->offset_size));
     break;
   case CA__FORM_LINE_STRP:
-    v->s = ca__str_at(&c->e->line_str, ca__uint(r, c->offset_size));
+    v->s = ca__str_at(&c->e->line_str, ca_rd_uint(r, c->offset_size));
     break;
   case CA__FORM_UDATA:
   case CA__FORM_REF_UDATA:
@@ -724,10 +645,10 @@ static bool ca__read_form(ca__rd *r, uint64_t form, const ca__form_ctx *c,
   case CA__FORM_RNGLISTX:
   case CA__FORM_GNU_ADDR_INDEX:
   case CA__FORM_GNU_STR_INDEX:
-    v->u = ca__uleb(r);
+    v->u = ca_rd_uleb(r);
     break;
   case CA__FORM_SDATA:
-    v->u = (uint64_t)ca__sleb(r);
+    v->u = (uint64_t)ca_rd_sleb(r);
     break;
   case CA__FORM_BLOCK:
   case CA__FORM_EXPRLOC:
@@ -753,10 +674,10 @@ static bool ca__read_form(ca__rd *r, uint64_t form, const ca__form_ctx *c,
 }
 
 /* Reads a value whose form may be DW_FORM_indirect (the form comes first). */
-static bool ca__read_attr(ca__rd *r, uint64_t form, const ca__form_ctx *c,
+static bool ca__read_attr(ca_rd *r, uint64_t form, const ca__form_ctx *c,
                           ca__val *v) {
   if (form == CA__FORM_INDIRECT)
-    form = ca__uleb(r);
+    form = ca_rd_uleb(r);
   return form != CA__FORM_INDIRECT && ca__read_form(r, form, c, v);
 }
 
@@ -764,36 +685,36 @@ static bool ca__read_attr(ca__rd *r, uint64_t form, const ca__form_ctx *c,
 
 /* Reads a unit's length (32- or 64-bit DWARF); false when it runs past the
  * section, which ends the walk over units. */
-static bool ca__unit_length(ca__rd *r, unsigned *offset_size,
+static bool ca__unit_length(ca_rd *r, unsigned *offset_size,
                             const uint8_t **end) {
-  uint64_t len = ca__uint(r, 4);
+  uint64_t len = ca_rd_uint(r, 4);
   *offset_size = 4;
   if (len == 0xffffffffu) {
-    len = ca__uint(r, 8);
+    len = ca_rd_uint(r, 8);
     *offset_size = 8;
   } else if (len >= 0xfffffff0u) {
     return false; /* Reserved lengths. */
   }
-  if (r->bad || len > ca__left(r))
+  if (r->bad || len > ca_rd_left(r))
     return false;
   *end = r->p + len;
   return true;
 }
 
 /* Positions `a` at the attribute list of abbreviation `code`. */
-static bool ca__find_abbrev(ca__rd *a, uint64_t code) {
-  while (ca__left(a) > 0) {
-    uint64_t c = ca__uleb(a);
+static bool ca__find_abbrev(ca_rd *a, uint64_t code) {
+  while (ca_rd_left(a) > 0) {
+    uint64_t c = ca_rd_uleb(a);
     if (c == 0)
       return false;
-    ca__uleb(a);    /* tag */
-    ca__skip(a, 1); /* has children */
+    ca_rd_uleb(a);    /* tag */
+    ca_rd_skip(a, 1); /* has children */
     if (c == code)
       return !a->bad;
     for (;;) {
-      uint64_t attr = ca__uleb(a), form = ca__uleb(a);
+      uint64_t attr = ca_rd_uleb(a), form = ca_rd_uleb(a);
       if (form == CA__FORM_IMPLICIT_CONST)
-        ca__sleb(a);
+        ca_rd_sleb(a);
       if ((attr == 0 && form == 0) || a->bad)
         break;
     }
@@ -802,15 +723,15 @@ static bool ca__find_abbrev(ca__rd *a, uint64_t code) {
 }
 
 /* Reads DW_AT_comp_dir and DW_AT_stmt_list of the unit's first entry. */
-static void ca__cu_attrs(const ca__form_ctx *c, ca__rd *die, ca__rd *abbrev,
+static void ca__cu_attrs(const ca__form_ctx *c, ca_rd *die, ca_rd *abbrev,
                          const char **comp_dir, uint64_t *stmt_list) {
-  while (ca__left(abbrev) > 0) {
-    uint64_t attr = ca__uleb(abbrev), form = ca__uleb(abbrev);
+  while (ca_rd_left(abbrev) > 0) {
+    uint64_t attr = ca_rd_uleb(abbrev), form = ca_rd_uleb(abbrev);
     if (attr == 0 && form == 0)
       return;
     ca__val v = {0, NULL};
     if (form == CA__FORM_IMPLICIT_CONST)
-      v.u = (uint64_t)ca__sleb(abbrev);
+      v.u = (uint64_t)ca_rd_sleb(abbrev);
     else if (!ca__read_attr(die, form, c, &v))
       return;
     if (attr == CA__AT_COMP_DIR)
@@ -822,29 +743,29 @@ static void ca__cu_attrs(const ca__form_ctx *c, ca__rd *die, ca__rd *abbrev,
 
 /* Reads one compile unit header and its first entry's attributes. */
 static bool ca__cu_comp_dir(const ca__elf *e, unsigned offset_size,
-                            ca__rd *unit, const char **dir,
+                            ca_rd *unit, const char **dir,
                             uint64_t *stmt_list) {
   ca__form_ctx c = {e, 0, offset_size, 0};
-  c.version = (unsigned)ca__uint(unit, 2);
+  c.version = (unsigned)ca_rd_uint(unit, 2);
   uint64_t abbrev_off;
   if (c.version >= 5) {
-    unsigned type = (unsigned)ca__uint(unit, 1);
-    c.addr_size = (unsigned)ca__uint(unit, 1);
-    abbrev_off = ca__uint(unit, c.offset_size);
+    unsigned type = (unsigned)ca_rd_uint(unit, 1);
+    c.addr_size = (unsigned)ca_rd_uint(unit, 1);
+    abbrev_off = ca_rd_uint(unit, c.offset_size);
     if (type != CA__UT_COMPILE && type != CA__UT_PARTIAL &&
         type != CA__UT_SKELETON)
       return false;
     if (type == CA__UT_SKELETON)
-      ca__skip(unit, 8); /* dwo_id */
+      ca_rd_skip(unit, 8); /* dwo_id */
   } else {
-    abbrev_off = ca__uint(unit, c.offset_size);
-    c.addr_size = (unsigned)ca__uint(unit, 1);
+    abbrev_off = ca_rd_uint(unit, c.offset_size);
+    c.addr_size = (unsigned)ca_rd_uint(unit, 1);
   }
   if (unit->bad || c.version < 2 || c.version > 5 || abbrev_off >= e->abbrev.n)
     return false;
-  ca__rd abbrev =
-      ca__rd_make(e->abbrev.p + abbrev_off, e->abbrev.n - abbrev_off);
-  if (!ca__find_abbrev(&abbrev, ca__uleb(unit)))
+  ca_rd abbrev =
+      ca_rd_make(e->abbrev.p + abbrev_off, e->abbrev.n - abbrev_off);
+  if (!ca__find_abbrev(&abbrev, ca_rd_uleb(unit)))
     return false;
   ca__cu_attrs(&c, unit, &abbrev, dir, stmt_list);
   return true;
@@ -852,15 +773,15 @@ static bool ca__cu_comp_dir(const ca__elf *e, unsigned offset_size,
 
 /* The DW_AT_comp_dir of the unit whose line table is at `line_offset`. */
 static const char *ca__comp_dir(const ca__elf *e, uint64_t line_offset) {
-  ca__rd r = ca__rd_make(e->info.p, e->info.n);
+  ca_rd r = ca_rd_make(e->info.p, e->info.n);
   if (e->info.p == NULL || e->abbrev.p == NULL)
     return NULL;
-  while (ca__left(&r) > 0) {
+  while (ca_rd_left(&r) > 0) {
     unsigned offset_size;
     const uint8_t *end;
     if (!ca__unit_length(&r, &offset_size, &end))
       return NULL;
-    ca__rd unit = {r.p, end, false};
+    ca_rd unit = {r.p, end, false};
     const char *dir = NULL;
     uint64_t stmt_list = UINT64_MAX;
     if (ca__cu_comp_dir(e, offset_size, &unit, &dir, &stmt_list) &&
@@ -930,7 +851,7 @@ static bool ca__entry_form_ok(uint64_t form) {
 
 /* Reads the entry of a DWARF 5 table at the reader, leaving its path and
  * directory index. */
-static void ca__table_entry(ca__rd *r, const ca__table *t,
+static void ca__table_entry(ca_rd *r, const ca__table *t,
                             const ca__form_ctx *c, const char **path,
                             uint64_t *dir) {
   for (unsigned k = 0; k < t->nformat && !r->bad; k++) {
@@ -947,17 +868,17 @@ static void ca__table_entry(ca__rd *r, const ca__table *t,
 }
 
 /* Reads a DWARF 5 entry format and walks past the entries that follow it. */
-static bool ca__read_table(ca__rd *h, const ca__form_ctx *c, ca__table *t) {
-  t->nformat = (unsigned)ca__uint(h, 1);
+static bool ca__read_table(ca_rd *h, const ca__form_ctx *c, ca__table *t) {
+  t->nformat = (unsigned)ca_rd_uint(h, 1);
   if (t->nformat > CA__MAX_FORMAT)
     return false;
   for (unsigned k = 0; k < t->nformat; k++) {
-    t->type[k] = ca__uleb(h);
-    t->form[k] = ca__uleb(h);
+    t->type[k] = ca_rd_uleb(h);
+    t->form[k] = ca_rd_uleb(h);
     if (!ca__entry_form_ok(t->form[k]))
       return false;
   }
-  t->count = ca__uleb(h);
+  t->count = ca_rd_uleb(h);
   t->p = h->p;
   if (t->count > 0 && t->nformat == 0)
     return false;
@@ -971,7 +892,7 @@ static bool ca__read_table(ca__rd *h, const ca__form_ctx *c, ca__table *t) {
 
 /* Walks past a DWARF 2-4 include_directories or file_names list, which ends
  * with an empty string; file entries carry three ULEB128s after the name. */
-static bool ca__skip_v4_list(ca__rd *h, bool files, uint64_t *count) {
+static bool ca__skip_v4_list(ca_rd *h, bool files, uint64_t *count) {
   *count = 0;
   for (;;) {
     const char *s = ca__str(h);
@@ -980,9 +901,9 @@ static bool ca__skip_v4_list(ca__rd *h, bool files, uint64_t *count) {
     if (s[0] == '\0')
       return true;
     if (files) {
-      ca__uleb(h);
-      ca__uleb(h);
-      ca__uleb(h);
+      ca_rd_uleb(h);
+      ca_rd_uleb(h);
+      ca_rd_uleb(h);
     }
     (*count)++;
   }
@@ -990,28 +911,28 @@ static bool ca__skip_v4_list(ca__rd *h, bool files, uint64_t *count) {
 
 /* Parses a line table header, from after its unit length up to its
  * program. */
-static bool ca__unit_header(ca__rd *h, ca__unit *u) {
-  u->c.version = (unsigned)ca__uint(h, 2);
+static bool ca__unit_header(ca_rd *h, ca__unit *u) {
+  u->c.version = (unsigned)ca_rd_uint(h, 2);
   if (u->c.version < 2 || u->c.version > 5)
     return false;
   if (u->c.version >= 5) {
-    u->c.addr_size = (unsigned)ca__uint(h, 1);
-    ca__skip(h, 1); /* segment selector size */
+    u->c.addr_size = (unsigned)ca_rd_uint(h, 1);
+    ca_rd_skip(h, 1); /* segment selector size */
   }
-  uint64_t header_len = ca__uint(h, u->c.offset_size);
-  if (h->bad || header_len > ca__left(h))
+  uint64_t header_len = ca_rd_uint(h, u->c.offset_size);
+  if (h->bad || header_len > ca_rd_left(h))
     return false;
   u->program = h->p + header_len;
   h->end = u->program;
-  u->min_inst = (unsigned)ca__uint(h, 1);
-  u->max_ops = u->c.version >= 4 ? (unsigned)ca__uint(h, 1) : 1;
-  ca__skip(h, 1); /* default_is_stmt */
-  u->line_base = (int8_t)ca__uint(h, 1);
-  u->line_range = (unsigned)ca__uint(h, 1);
-  u->opcode_base = (unsigned)ca__uint(h, 1);
+  u->min_inst = (unsigned)ca_rd_uint(h, 1);
+  u->max_ops = u->c.version >= 4 ? (unsigned)ca_rd_uint(h, 1) : 1;
+  ca_rd_skip(h, 1); /* default_is_stmt */
+  u->line_base = (int8_t)ca_rd_uint(h, 1);
+  u->line_range = (unsigned)ca_rd_uint(h, 1);
+  u->opcode_base = (unsigned)ca_rd_uint(h, 1);
   u->std_lengths = h->p;
   if (h->bad || u->line_range == 0 || u->opcode_base == 0 ||
-      !ca__skip(h, u->opcode_base - 1))
+      !ca_rd_skip(h, u->opcode_base - 1))
     return false;
   if (u->max_ops == 0)
     u->max_ops = 1;
@@ -1058,7 +979,7 @@ static const char *ca__v5_path(const ca__unit *u, const ca__table *t,
                                uint64_t index, uint64_t *dir) {
   if (index >= t->count)
     return NULL;
-  ca__rd r = {t->p, u->program, false};
+  ca_rd r = {t->p, u->program, false};
   const char *path = NULL;
   for (uint64_t i = 0; i <= index && !r.bad; i++) {
     path = NULL;
@@ -1084,15 +1005,15 @@ static void ca__v5_file(const ca__unit *u, uint64_t file, char *dst,
  * entries their directory index. */
 static const char *ca__v4_entry(const ca__unit *u, const uint8_t *list,
                                 bool files, uint64_t index, uint64_t *dir) {
-  ca__rd r = {list, u->program, false};
+  ca_rd r = {list, u->program, false};
   for (uint64_t i = 1; !r.bad; i++) {
     const char *s = ca__str(&r);
     if (s == NULL || s[0] == '\0')
       return NULL;
-    uint64_t d = files ? ca__uleb(&r) : 0;
+    uint64_t d = files ? ca_rd_uleb(&r) : 0;
     if (files) {
-      ca__uleb(&r);
-      ca__uleb(&r);
+      ca_rd_uleb(&r);
+      ca_rd_uleb(&r);
     }
     if (i == index) {
       *dir = d;
@@ -1205,27 +1126,27 @@ static void ca__special(ca__run *x, unsigned op) {
   ca__emit(x, false);
 }
 
-static void ca__extended(ca__run *x, ca__rd *r) {
-  uint64_t len = ca__uleb(r);
+static void ca__extended(ca__run *x, ca_rd *r) {
+  uint64_t len = ca_rd_uleb(r);
   const uint8_t *start = r->p;
-  if (len == 0 || len > ca__left(r)) {
+  if (len == 0 || len > ca_rd_left(r)) {
     r->bad = true;
     return;
   }
-  ca__rd op = {start, start + len, false};
-  switch (ca__uint(&op, 1)) {
+  ca_rd op = {start, start + len, false};
+  switch (ca_rd_uint(&op, 1)) {
   case CA__LNE_END_SEQUENCE:
     ca__emit(x, true);
     ca__reset_row(x);
     break;
   case CA__LNE_SET_ADDRESS:
-    x->row.addr = ca__uint(&op, (size_t)(len - 1));
+    x->row.addr = ca_rd_uint(&op, (size_t)(len - 1));
     x->row.op_index = 0;
     break;
   case CA__LNE_DEFINE_FILE:
     if (x->u->ndefined < CA__MAX_DEFINED) {
       const char *name = ca__str(&op);
-      uint64_t dir = ca__uleb(&op);
+      uint64_t dir = ca_rd_uleb(&op);
       x->u->defined[x->u->ndefined] = name;
       x->u->defined_dir[x->u->ndefined++] = dir;
     }
@@ -1237,42 +1158,42 @@ static void ca__extended(ca__run *x, ca__rd *r) {
   r->p = start + len;
 }
 
-static void ca__standard(ca__run *x, ca__rd *r, unsigned op) {
+static void ca__standard(ca__run *x, ca_rd *r, unsigned op) {
   switch (op) {
   case CA__LNS_COPY:
     ca__emit(x, false);
     break;
   case CA__LNS_ADVANCE_PC:
-    ca__advance(x, ca__uleb(r));
+    ca__advance(x, ca_rd_uleb(r));
     break;
   case CA__LNS_ADVANCE_LINE:
-    x->row.line += (uint64_t)ca__sleb(r);
+    x->row.line += (uint64_t)ca_rd_sleb(r);
     break;
   case CA__LNS_SET_FILE:
-    x->row.file = ca__uleb(r);
+    x->row.file = ca_rd_uleb(r);
     break;
   case CA__LNS_CONST_ADD_PC:
     ca__advance(x, (255 - x->u->opcode_base) / x->u->line_range);
     break;
   case CA__LNS_FIXED_ADVANCE_PC:
-    x->row.addr += ca__uint(r, 2);
+    x->row.addr += ca_rd_uint(r, 2);
     x->row.op_index = 0;
     break;
   default:
     /* Opcodes with nothing we use (set_column, negate_stmt, ...) and ones
      * newer than us: their operand count is in the header. */
     for (unsigned k = 0; k < x->u->std_lengths[op - 1] && !r->bad; k++)
-      ca__uleb(r);
+      ca_rd_uleb(r);
     break;
   }
 }
 
 /* Runs one line program, resolving the lookups that its rows cover. */
 static void ca__run_program(ca__run *x) {
-  ca__rd r = {x->u->program, x->u->end, false};
+  ca_rd r = {x->u->program, x->u->end, false};
   ca__reset_row(x);
   x->have_prev = false;
-  while (ca__left(&r) > 0) {
+  while (ca_rd_left(&r) > 0) {
     unsigned op = *r.p++;
     if (op >= x->u->opcode_base)
       ca__special(x, op);
@@ -1287,10 +1208,10 @@ static void ca__run_program(ca__run *x) {
  * lookups (sorted by address). */
 static void ca__lines(const ca__elf *e, ca__lookup *lk, size_t n,
                       ca_symbol *out) {
-  ca__rd r = ca__rd_make(e->line.p, e->line.n);
+  ca_rd r = ca_rd_make(e->line.p, e->line.n);
   if (e->line.p == NULL)
     return;
-  while (ca__left(&r) > 0) {
+  while (ca_rd_left(&r) > 0) {
     ca__unit u;
     memset(&u, 0, sizeof(u));
     u.c.e = e;
@@ -1298,7 +1219,7 @@ static void ca__lines(const ca__elf *e, ca__lookup *lk, size_t n,
     u.offset = (uint64_t)(r.p - e->line.p);
     if (!ca__unit_length(&r, &u.c.offset_size, &u.end))
       return;
-    ca__rd h = {r.p, u.end, false};
+    ca_rd h = {r.p, u.end, false};
     if (ca__unit_header(&h, &u)) {
       ca__run x = {.u = &u, .e = e, .lk = lk, .n = n, .out = out};
       ca__run_program(&x);

@@ -18,6 +18,8 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "bytes.h"
+
 /* Stack reads are checked against the thread's stack bounds by hand; a
  * sanitizer has nothing to add there, and a fake-stack or redzone check on a
  * saved-register slot would only cost time. */
@@ -232,86 +234,31 @@ static int32_t ca__rule_bp_off(uint64_t r) {
 
 /* --- Reading .eh_frame --------------------------------------------------- */
 
-/* A cursor over one CIE or FDE; any read past its end marks it bad, and a
- * bad entry yields no rule. */
-typedef struct ca__rd {
-  const uint8_t *p, *end;
-  bool bad;
-} ca__rd;
-
-static uint64_t ca__fixed(ca__rd *rd, size_t size) {
-  uint64_t v = 0;
-  if ((size_t)(rd->end - rd->p) < size) {
-    rd->bad = true;
-    return 0;
-  }
-  memcpy(&v, rd->p, size); /* little-endian: the low bytes come first */
-  rd->p += size;
-  return v;
-}
-
-static uint64_t ca__uleb(ca__rd *rd) {
-  uint64_t v = 0;
-  for (unsigned shift = 0; rd->p < rd->end; shift += 7) {
-    uint8_t b = *rd->p++;
-    if (shift < 64)
-      v |= (uint64_t)(b & 0x7f) << shift;
-    if (!(b & 0x80))
-      return v;
-  }
-  rd->bad = true;
-  return 0;
-}
-
-static int64_t ca__sleb(ca__rd *rd) {
-  uint64_t v = 0;
-  for (unsigned shift = 0; rd->p < rd->end;) {
-    uint8_t b = *rd->p++;
-    if (shift < 64)
-      v |= (uint64_t)(b & 0x7f) << shift;
-    shift += 7;
-    if (!(b & 0x80)) {
-      if (shift < 64 && (b & 0x40))
-        v |= ~0ull << shift;
-      return (int64_t)v;
-    }
-  }
-  rd->bad = true;
-  return 0;
-}
-
-static void ca__skip(ca__rd *rd, uint64_t n) {
-  if ((uint64_t)(rd->end - rd->p) < n)
-    rd->bad = true;
-  else
-    rd->p += n;
-}
-
 /* Pointer encodings (DW_EH_PE_*, LSB 4.1 "Exception Frames"). */
 #define CA__PE_OMIT 0xff
 #define CA__PE_INDIRECT 0x80
 
 /* A value in the format of an encoding's low nibble, sign-extended where
  * the format is signed. */
-static uint64_t ca__pe_value(ca__rd *rd, uint8_t format) {
+static uint64_t ca__pe_value(ca_rd *rd, uint8_t format) {
   switch (format) {
   case 0x00: /* absptr */
   case 0x04: /* udata8 */
   case 0x08: /* signed absptr */
   case 0x0c: /* sdata8 */
-    return ca__fixed(rd, 8);
+    return ca_rd_uint(rd, 8);
   case 0x01:
-    return ca__uleb(rd);
+    return ca_rd_uleb(rd);
   case 0x02:
-    return ca__fixed(rd, 2);
+    return ca_rd_uint(rd, 2);
   case 0x03:
-    return ca__fixed(rd, 4);
+    return ca_rd_uint(rd, 4);
   case 0x09:
-    return (uint64_t)ca__sleb(rd);
+    return (uint64_t)ca_rd_sleb(rd);
   case 0x0a:
-    return (uint64_t)(int64_t)(int16_t)ca__fixed(rd, 2);
+    return (uint64_t)(int64_t)(int16_t)ca_rd_uint(rd, 2);
   case 0x0b:
-    return (uint64_t)(int64_t)(int32_t)ca__fixed(rd, 4);
+    return (uint64_t)(int64_t)(int32_t)ca_rd_uint(rd, 4);
   default:
     rd->bad = true;
     return 0;
@@ -321,7 +268,7 @@ static uint64_t ca__pe_value(ca__rd *rd, uint8_t format) {
 /* An encoded pointer with its base applied (bases may be NULL where only
  * the pointer's size matters). An indirect pointer is returned undereferenced:
  * only DW_CFA_set_loc needs a value, and there indirection is invalid. */
-static uintptr_t ca__pe_read(ca__rd *rd, uint8_t enc, const ca__eh_bases *b) {
+static uintptr_t ca__pe_read(ca_rd *rd, uint8_t enc, const ca__eh_bases *b) {
   uintptr_t base = 0;
   if (enc == CA__PE_OMIT)
     return 0;
@@ -341,8 +288,8 @@ static uintptr_t ca__pe_read(ca__rd *rd, uint8_t enc, const ca__eh_bases *b) {
     base = b != NULL ? (uintptr_t)b->func : 0;
     break;
   case 0x50: /* aligned: an absolute pointer at the next 8-byte boundary */
-    ca__skip(rd, (uint64_t)(-(uintptr_t)rd->p & 7));
-    return (uintptr_t)ca__fixed(rd, 8);
+    ca_rd_skip(rd, (uint64_t)(-(uintptr_t)rd->p & 7));
+    return (uintptr_t)ca_rd_uint(rd, 8);
   default:
     rd->bad = true;
     return 0;
@@ -353,7 +300,7 @@ static uintptr_t ca__pe_read(ca__rd *rd, uint8_t enc, const ca__eh_bases *b) {
 /* Opens the CIE or FDE at `at`: its length word bounds the cursor. A zero
  * length ends a section, and 64-bit lengths are not used in .eh_frame by
  * any compiler we meet; both are refused. */
-static bool ca__open_entry(ca__rd *rd, const uint8_t *at) {
+static bool ca__open_entry(ca_rd *rd, const uint8_t *at) {
   uint32_t len;
   memcpy(&len, at, sizeof(len));
   if (len == 0 || len == 0xffffffffu)
@@ -473,31 +420,31 @@ enum {
 };
 
 /* The CFA-defining opcodes. */
-static bool ca__cfa_op(ca__cfi *c, ca__rd *rd, uint8_t op) {
+static bool ca__cfa_op(ca__cfi *c, ca_rd *rd, uint8_t op) {
   ca__row *row = &c->row;
   switch (op) {
   case CA__CFA_def_cfa:
-    row->cfa_reg = ca__uleb(rd);
-    row->cfa_off = (int64_t)ca__uleb(rd);
+    row->cfa_reg = ca_rd_uleb(rd);
+    row->cfa_off = (int64_t)ca_rd_uleb(rd);
     row->cfa_expr = false;
     return true;
   case CA__CFA_def_cfa_sf:
-    row->cfa_reg = ca__uleb(rd);
-    row->cfa_off = ca__sleb(rd) * c->data_align;
+    row->cfa_reg = ca_rd_uleb(rd);
+    row->cfa_off = ca_rd_sleb(rd) * c->data_align;
     row->cfa_expr = false;
     return true;
   case CA__CFA_def_cfa_register:
-    row->cfa_reg = ca__uleb(rd);
+    row->cfa_reg = ca_rd_uleb(rd);
     row->cfa_expr = false;
     return true;
   case CA__CFA_def_cfa_offset:
-    row->cfa_off = (int64_t)ca__uleb(rd);
+    row->cfa_off = (int64_t)ca_rd_uleb(rd);
     return true;
   case CA__CFA_def_cfa_offset_sf:
-    row->cfa_off = ca__sleb(rd) * c->data_align;
+    row->cfa_off = ca_rd_sleb(rd) * c->data_align;
     return true;
   case CA__CFA_def_cfa_expression:
-    ca__skip(rd, ca__uleb(rd));
+    ca_rd_skip(rd, ca_rd_uleb(rd));
     row->cfa_expr = true;
     return true;
   default:
@@ -506,17 +453,17 @@ static bool ca__cfa_op(ca__cfi *c, ca__rd *rd, uint8_t op) {
 }
 
 /* The register-rule opcodes with an extended (ULEB) register operand. */
-static bool ca__reg_op(ca__cfi *c, ca__rd *rd, uint8_t op) {
-  uint64_t reg = ca__uleb(rd);
+static bool ca__reg_op(ca__cfi *c, ca_rd *rd, uint8_t op) {
+  uint64_t reg = ca_rd_uleb(rd);
   switch (op) {
   case CA__CFA_offset_extended:
-    ca__set_reg(c, reg, CA__R_OFFSET, (int64_t)ca__uleb(rd) * c->data_align);
+    ca__set_reg(c, reg, CA__R_OFFSET, (int64_t)ca_rd_uleb(rd) * c->data_align);
     return true;
   case CA__CFA_offset_extended_sf:
-    ca__set_reg(c, reg, CA__R_OFFSET, ca__sleb(rd) * c->data_align);
+    ca__set_reg(c, reg, CA__R_OFFSET, ca_rd_sleb(rd) * c->data_align);
     return true;
   case CA__CFA_GNU_negative_offset_extended:
-    ca__set_reg(c, reg, CA__R_OFFSET, -(int64_t)ca__uleb(rd) * c->data_align);
+    ca__set_reg(c, reg, CA__R_OFFSET, -(int64_t)ca_rd_uleb(rd) * c->data_align);
     return true;
   case CA__CFA_restore_extended:
     ca__restore_reg(c, reg);
@@ -528,21 +475,21 @@ static bool ca__reg_op(ca__cfi *c, ca__rd *rd, uint8_t op) {
     ca__set_reg(c, reg, CA__R_SAME, 0);
     return true;
   case CA__CFA_register:
-    ca__uleb(rd);
+    ca_rd_uleb(rd);
     ca__set_reg(c, reg, CA__R_OTHER, 0);
     return true;
   case CA__CFA_val_offset:
   case CA__CFA_val_offset_sf:
     /* The value (not the address) is CFA+n: no saved slot to load. */
     if (op == CA__CFA_val_offset)
-      ca__uleb(rd);
+      ca_rd_uleb(rd);
     else
-      ca__sleb(rd);
+      ca_rd_sleb(rd);
     ca__set_reg(c, reg, CA__R_OTHER, 0);
     return true;
   case CA__CFA_expression:
   case CA__CFA_val_expression:
-    ca__skip(rd, ca__uleb(rd));
+    ca_rd_skip(rd, ca_rd_uleb(rd));
     ca__set_reg(c, reg, CA__R_OTHER, 0);
     return true;
   default:
@@ -558,7 +505,7 @@ static bool ca__is_reg_op(uint8_t op) {
 }
 
 /* The opcodes that move the location or keep state. */
-static bool ca__loc_op(ca__cfi *c, ca__rd *rd, uint8_t op) {
+static bool ca__loc_op(ca__cfi *c, ca_rd *rd, uint8_t op) {
   switch (op) {
   case CA__CFA_nop:
     return true;
@@ -568,23 +515,23 @@ static bool ca__loc_op(ca__cfi *c, ca__rd *rd, uint8_t op) {
     c->loc = ca__pe_read(rd, c->fde_enc, c->bases);
     return true;
   case CA__CFA_advance_loc1:
-    c->loc += ca__fixed(rd, 1) * c->code_align;
+    c->loc += ca_rd_uint(rd, 1) * c->code_align;
     return true;
   case CA__CFA_advance_loc2:
-    c->loc += ca__fixed(rd, 2) * c->code_align;
+    c->loc += ca_rd_uint(rd, 2) * c->code_align;
     return true;
   case CA__CFA_advance_loc4:
-    c->loc += ca__fixed(rd, 4) * c->code_align;
+    c->loc += ca_rd_uint(rd, 4) * c->code_align;
     return true;
   case CA__CFA_MIPS_advance_loc8:
-    c->loc += ca__fixed(rd, 8) * c->code_align;
+    c->loc += ca_rd_uint(rd, 8) * c->code_align;
     return true;
   case CA__CFA_remember_state:
     return ca__remember(c, true);
   case CA__CFA_restore_state:
     return ca__remember(c, false);
   case CA__CFA_GNU_args_size:
-    ca__uleb(rd);
+    ca_rd_uleb(rd);
     return true;
   default:
     return false;
@@ -593,15 +540,15 @@ static bool ca__loc_op(ca__cfi *c, ca__rd *rd, uint8_t op) {
 
 /* One instruction. False for an opcode we do not know (DW_CFA_GNU_window_save
  * and the like have no business in x86-64 code) or a state stack misuse. */
-static bool ca__cfi_step(ca__cfi *c, ca__rd *rd) {
-  uint8_t op = (uint8_t)ca__fixed(rd, 1);
+static bool ca__cfi_step(ca__cfi *c, ca_rd *rd) {
+  uint8_t op = (uint8_t)ca_rd_uint(rd, 1);
   uint8_t low = op & 0x3f;
   switch (op >> 6) {
   case 1: /* DW_CFA_advance_loc */
     c->loc += low * c->code_align;
     return true;
   case 2: /* DW_CFA_offset */
-    ca__set_reg(c, low, CA__R_OFFSET, (int64_t)ca__uleb(rd) * c->data_align);
+    ca__set_reg(c, low, CA__R_OFFSET, (int64_t)ca_rd_uleb(rd) * c->data_align);
     return true;
   case 3: /* DW_CFA_restore */
     ca__restore_reg(c, low);
@@ -616,7 +563,7 @@ static bool ca__cfi_step(ca__cfi *c, ca__rd *rd) {
 
 /* Runs a program to its end (the CIE's) or, when `to_target`, only while
  * the location has not passed the target: libgcc's condition, "pc < ra". */
-static bool ca__cfi_run(ca__cfi *c, ca__rd *rd, bool to_target) {
+static bool ca__cfi_run(ca__cfi *c, ca_rd *rd, bool to_target) {
   while (rd->p < rd->end && !rd->bad) {
     if (to_target && c->loc > c->target)
       break;
@@ -632,39 +579,39 @@ static bool ca__cfi_run(ca__cfi *c, ca__rd *rd, bool to_target) {
  * Entry Format"); leaves `instr` on the initial instructions. Unknown
  * augmentation letters are fine after a 'z', whose length says where the
  * instructions start, and fatal without one. */
-static bool ca__parse_cie(ca__cfi *c, const uint8_t *cie, ca__rd *instr) {
-  ca__rd rd;
-  if (!ca__open_entry(&rd, cie) || ca__fixed(&rd, 4) != 0)
+static bool ca__parse_cie(ca__cfi *c, const uint8_t *cie, ca_rd *instr) {
+  ca_rd rd;
+  if (!ca__open_entry(&rd, cie) || ca_rd_uint(&rd, 4) != 0)
     return false;
-  uint8_t version = (uint8_t)ca__fixed(&rd, 1);
+  uint8_t version = (uint8_t)ca_rd_uint(&rd, 1);
   const char *aug = (const char *)rd.p;
   size_t aug_len = strnlen(aug, (size_t)(rd.end - rd.p));
-  ca__skip(&rd, aug_len + 1);
+  ca_rd_skip(&rd, aug_len + 1);
   if (rd.bad) /* no terminating NUL inside the entry */
     return false;
   if (aug[0] == 'e' && aug[1] == 'h') { /* gcc 2's "eh": an old pointer */
-    ca__skip(&rd, 8);
+    ca_rd_skip(&rd, 8);
     aug += 2;
   }
   if (version == 4)
-    ca__skip(&rd, 2); /* address and segment selector sizes */
-  c->code_align = ca__uleb(&rd);
-  c->data_align = ca__sleb(&rd);
-  c->ra_reg = version == 1 ? ca__fixed(&rd, 1) : ca__uleb(&rd);
+    ca_rd_skip(&rd, 2); /* address and segment selector sizes */
+  c->code_align = ca_rd_uleb(&rd);
+  c->data_align = ca_rd_sleb(&rd);
+  c->ra_reg = version == 1 ? ca_rd_uint(&rd, 1) : ca_rd_uleb(&rd);
   c->fde_enc = 0;
   c->has_z = aug[0] == 'z';
   if (c->has_z) {
-    uint64_t len = ca__uleb(&rd);
+    uint64_t len = ca_rd_uleb(&rd);
     if (rd.bad || len > (uint64_t)(rd.end - rd.p))
       return false;
-    ca__rd data = {rd.p, rd.p + len, false};
+    ca_rd data = {rd.p, rd.p + len, false};
     for (const char *a = aug + 1; *a != '\0' && !data.bad; a++) {
       if (*a == 'R')
-        c->fde_enc = (uint8_t)ca__fixed(&data, 1);
+        c->fde_enc = (uint8_t)ca_rd_uint(&data, 1);
       else if (*a == 'L')
-        ca__fixed(&data, 1);
+        ca_rd_uint(&data, 1);
       else if (*a == 'P')
-        ca__pe_read(&data, (uint8_t)ca__fixed(&data, 1), NULL);
+        ca__pe_read(&data, (uint8_t)ca_rd_uint(&data, 1), NULL);
       else if (*a == 'S')
         c->signal = true;
       else if (*a != 'B' && *a != 'G')
@@ -672,7 +619,7 @@ static bool ca__parse_cie(ca__cfi *c, const uint8_t *cie, ca__rd *instr) {
     }
     if (data.bad)
       return false;
-    ca__skip(&rd, len);
+    ca_rd_skip(&rd, len);
   } else if (aug[0] != '\0') {
     return false;
   }
@@ -705,21 +652,21 @@ static uint64_t ca__rule_of(const ca__cfi *c) {
 }
 
 /* Opens an FDE and finds its CIE. */
-static bool ca__open_fde(const uint8_t *fde, ca__rd *rd, const uint8_t **cie) {
+static bool ca__open_fde(const uint8_t *fde, ca_rd *rd, const uint8_t **cie) {
   if (!ca__open_entry(rd, fde))
     return false;
-  uint32_t delta = (uint32_t)ca__fixed(rd, 4);
+  uint32_t delta = (uint32_t)ca_rd_uint(rd, 4);
   *cie = fde + 4 - delta; /* relative to the CIE pointer field itself */
   return !rd->bad && delta != 0;
 }
 
 /* Moves past the FDE's address range and augmentation data, onto its
  * instructions. */
-static bool ca__fde_body(ca__cfi *c, ca__rd *rd) {
+static bool ca__fde_body(ca__cfi *c, ca_rd *rd) {
   ca__pe_read(rd, c->fde_enc, c->bases); /* pc_begin: bases->func has it */
   ca__pe_value(rd, c->fde_enc & 0x0f);   /* pc_range */
   if (c->has_z)
-    ca__skip(rd, ca__uleb(rd));
+    ca_rd_skip(rd, ca_rd_uleb(rd));
   return !rd->bad;
 }
 
@@ -730,7 +677,7 @@ static uint64_t ca__compute_rule(uintptr_t addr) {
   const uint8_t *fde = ca__gcc.find_fde((void *)addr, &bases);
   static const ca__cfi zero;
   ca__cfi c = zero;
-  ca__rd rd, instr;
+  ca_rd rd, instr;
   const uint8_t *cie;
   if (fde == NULL || !ca__open_fde(fde, &rd, &cie))
     return CA__RULE_NONE;

@@ -234,29 +234,6 @@ static void ca__format_fraction(double v, char *buf, size_t size) {
   snprintf(buf, size, "0.%0*" PRIu64, decimals, nano);
 }
 
-/* Writes the key's value in *c as a message shows it: its default text when
- * it still has its default. */
-static void ca__format_current(const ca_config *c, const ca__key *k, char *buf,
-                               size_t size) {
-  ca__value v = ca__load(c, k);
-  if (k->kind == CA__FRACTION) {
-    if (v.fraction == k->def.fraction)
-      snprintf(buf, size, "%s", k->def_text);
-    else
-      ca__format_fraction(v.fraction, buf, size);
-  } else if (k->kind == CA__TEXT) {
-    snprintf(buf, size, "%s", v.text.n ? v.text.p : k->def_text);
-  } else if (k->kind == CA__CHOICE) {
-    snprintf(buf, size, "%s", k->choices[v.integer]);
-  } else if (v.integer == k->def.integer) {
-    snprintf(buf, size, "%s", k->def_text);
-  } else {
-    uint64_t shown =
-        k->kind == CA__MIB ? v.integer >> CA__MIB_SHIFT : v.integer;
-    snprintf(buf, size, "%" PRIu64, shown);
-  }
-}
-
 /* Copies at most CA__ECHO_MAX bytes of user text into `out`, control
  * characters replaced by '?' so that a message stays one line, and "..."
  * appended when the text was cut. */
@@ -271,6 +248,32 @@ static const char *ca__echo(ca__span s, char out[CA__ECHO_MAX + 4]) {
   else
     out[n] = '\0';
   return out;
+}
+
+/* Writes the key's value in *c as a message shows it: its default text when
+ * it still has its default. */
+static void ca__format_current(const ca_config *c, const ca__key *k, char *buf,
+                               size_t size) {
+  ca__value v = ca__load(c, k);
+  if (k->kind == CA__FRACTION) {
+    if (v.fraction == k->def.fraction)
+      snprintf(buf, size, "%s", k->def_text);
+    else
+      ca__format_fraction(v.fraction, buf, size);
+  } else if (k->kind == CA__TEXT) {
+    /* The text is the user's, control characters and all: echoed like
+     * any user text, so that the message stays one line. */
+    char echo[CA__ECHO_MAX + 4];
+    snprintf(buf, size, "%s", v.text.n ? ca__echo(v.text, echo) : k->def_text);
+  } else if (k->kind == CA__CHOICE) {
+    snprintf(buf, size, "%s", k->choices[v.integer]);
+  } else if (v.integer == k->def.integer) {
+    snprintf(buf, size, "%s", k->def_text);
+  } else {
+    uint64_t shown =
+        k->kind == CA__MIB ? v.integer >> CA__MIB_SHIFT : v.integer;
+    snprintf(buf, size, "%" PRIu64, shown);
+  }
 }
 
 static bool ca__is_space(char ch) {

@@ -322,6 +322,12 @@ static void test_report_keys_refused(void **state) {
   assert_int_equal(ca_config_parse(&c, long_path), 1);
   assert_non_null(strstr(take_log(), "is too long"));
   assert_string_equal(c.log_path, "/first");
+  /* A path holding a newline is echoed with '?' when a later item about
+   * the same key is refused: each message stays one line. */
+  assert_int_equal(ca_config_parse(&c, "log_path:/a\nb,log_path:"), 1);
+  const char *said = take_log();
+  assert_non_null(strstr(said, "log_path stays /a?b\n"));
+  assert_int_equal(count_lines(said), 1);
   assert_int_equal(c.backtrace_depth, 0);
   assert_int_equal(c.leak_exitcode, 0);
 }

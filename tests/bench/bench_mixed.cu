@@ -13,12 +13,18 @@
  *
  * Modes: "sync" (default) calls cudaMalloc/cudaFree; run it plain and under
  * LD_PRELOAD=libcudalloc.so with each CUDALLOC_CONF=reuse_policy:... to
- * compare (scripts/bench-reuse.sh does). "async" calls cudaMallocAsync/
+ * compare (scripts/bench-gpu.sh does). "async" calls cudaMallocAsync/
  * cudaFreeAsync on the kernels' stream, with the device's default memory
  * pool keeping everything (release threshold UINT64_MAX): the driver's own
  * stream-ordered pool, as a reference.
  *
- *   bench_mixed [sync|async] [ops_per_round] [rounds]
+ * --deep runs every round from the bottom of a call chain DEEP_FRAMES (24)
+ * frames deep, as a framework calls the allocator, so that under
+ * CUDALLOC_CONF=backtrace_depth:N a capture of 8 or 16 frames has that many
+ * real frames to walk: the difference from backtrace_depth:0 is what the
+ * allocation stacks cost.
+ *
+ *   bench_mixed [--deep] [sync|async] [ops_per_round] [rounds]
  *
  * This is a program, not a test: it checks every CUDA return code and exits
  * 1 on an error, and prints one line "bench_mixed: <us> us per op ...".
@@ -36,6 +42,7 @@
 #define TOUCH_EVERY 64
 #define MAX_ROUNDS 64
 #define SEED 0x6D1CED5EEDull
+#define DEEP_FRAMES 24
 
 #define CK(call)                                                               \
   do {                                                                         \
@@ -159,31 +166,61 @@ static void setup(bench *b, const char *mode) {
   }
 }
 
+/* The warm-up round, then ROUNDS timed ones; microseconds per operation of
+ * each timed round in US, sorted. Returns the warm-up round's figure. */
+static double all_rounds(bench *b, long ops, int rounds, double *us) {
+  double first = one_round(b, ops) / 1e3; /* warm-up, not counted */
+  for (int r = 0; r < rounds; r++)
+    us[r] = one_round(b, ops) / 1e3;
+  qsort(us, (size_t)rounds, sizeof(us[0]), cmp_double);
+  return first;
+}
+
+/* Counts the levels returned through; its update after each call keeps the
+ * call from becoming a jump, so every level stays a real frame. */
+static volatile int levels_done;
+
+/* all_rounds from LEVEL more frames down. */
+__attribute__((noinline)) static double rounds_at(int level, bench *b,
+                                                  long ops, int rounds,
+                                                  double *us) {
+  if (level == 0)
+    return all_rounds(b, ops, rounds, us);
+  double first = rounds_at(level - 1, b, ops, rounds, us);
+  levels_done = levels_done + 1;
+  return first;
+}
+
+static int usage(void) {
+  fprintf(stderr,
+          "usage: bench_mixed [--deep] [sync|async] [ops_per_round] "
+          "[rounds (1..%d)]\n",
+          MAX_ROUNDS);
+  return 2;
+}
+
 int main(int argc, char **argv) {
+  int deep = argc > 1 && strcmp(argv[1], "--deep") == 0;
+  if (deep) {
+    argv++;
+    argc--;
+  }
   const char *mode = argc > 1 ? argv[1] : "sync";
   long ops = argc > 2 ? atol(argv[2]) : 20000;
   int rounds = argc > 3 ? atoi(argv[3]) : 5;
   if ((strcmp(mode, "sync") != 0 && strcmp(mode, "async") != 0) || ops < 1 ||
-      rounds < 1 || rounds > MAX_ROUNDS) {
-    fprintf(stderr,
-            "usage: bench_mixed [sync|async] [ops_per_round] "
-            "[rounds (1..%d)]\n",
-            MAX_ROUNDS);
-    return 2;
-  }
+      rounds < 1 || rounds > MAX_ROUNDS)
+    return usage();
   static bench b;
   double us[MAX_ROUNDS];
   setup(&b, mode);
-  double first = one_round(&b, ops) / 1e3; /* warm-up, not counted */
-  for (int r = 0; r < rounds; r++)
-    us[r] = one_round(&b, ops) / 1e3;
-  qsort(us, (size_t)rounds, sizeof(us[0]), cmp_double);
+  double first = rounds_at(deep ? DEEP_FRAMES : 0, &b, ops, rounds, us);
   long per_round = b.allocs / (rounds + 1);
   printf("bench_mixed: %.3f us per op (median of %d rounds of %ld ops, min "
-         "%.3f, max %.3f; warm-up round %.3f), mode %s, per round %ld "
+         "%.3f, max %.3f; warm-up round %.3f), mode %s%s, per round %ld "
          "allocations, %ld kernels\n",
          us[rounds / 2], rounds, ops, us[0], us[rounds - 1], first, mode,
-         per_round, b.kernels / (rounds + 1));
+         deep ? " --deep" : "", per_round, b.kernels / (rounds + 1));
   CK(cudaStreamDestroy(b.stream));
   return 0;
 }

@@ -1,0 +1,768 @@
+#!/usr/bin/env bash
+# bench-gpu.sh: the GPU benchmark suite, in one command, on a GPU machine.
+#
+# Why: cudalloc is worth preloading only if it is faster than what a
+# program would otherwise use, so every figure here is set beside its peers
+# measured in the same run: plain cudaMalloc/cudaFree, the driver's
+# stream-ordered pool (cudaMallocAsync) and, for PyTorch, its own caching
+# allocator. Parts (PARTS, all by default, in this order):
+#   latency  tests/bench/bench_latency.cu: one warm allocate+free pair, by
+#            size (256 B to 1 GiB), ns per pair: cudaMalloc, cudaMallocAsync,
+#            cudalloc (default settings) and cudalloc with immediate reuse;
+#   mixed    tests/bench/bench_mixed.cu, static and shared CUDA runtime:
+#            20,000 random operations over 64 slots, 256 B to 64 MiB, a
+#            kernel every 64 operations; us per operation: cudaMalloc,
+#            cudaMallocAsync, cudalloc under each reuse_policy;
+#   threads  tests/bench/bench_threads.cu: 1, 2, 4 and 8 host threads
+#            allocating and freeing through device 0's primary context;
+#            operations per second, and each setting against its own
+#            1-thread figure;
+#   stacks   bench_mixed --deep (the workload at the bottom of a call chain
+#            24 frames deep) under cudalloc with backtrace_depth 0, 8, 16:
+#            what a call stack costs per allocation;
+#   resnet   tests/bench/resnet_step.py: a ResNet-50/152 training step, fp32
+#            and bf16 autocast; ms per step and peak memory in use (NVML):
+#            PyTorch's caching allocator, no caching, PyTorch on
+#            cudaMallocAsync, and no caching under cudalloc (safe, immediate).
+#
+# Each figure is the median of repeated runs; within a part the settings
+# take turns in every repeat, so that drift in the machine's speed spreads
+# over all of them. Every run is printed as a CSV row as it ends; each part
+# then prints a markdown table of medians with ratios against its peers and
+# a PASS/MISS column per target. This is a benchmark report, not a test: a
+# MISS does not change the exit status. A run that fails or prints no figure
+# is recorded as "error" (its output is shown and kept) and the suite goes
+# on; the exit status is then 1. It is 2 when nothing could be measured
+# (bad knobs, the library does not build).
+#
+#   scripts/bench-gpu.sh [build-dir]      (default: build-gpu)
+#
+# Builds what it needs: libcudalloc.so with CMake (Release) when build-dir
+# lacks it, and the benchmark programs with nvcc into build-dir/bench-gpu.
+# Knobs (environment):
+#   REPEAT=5           runs of each setting: latency, mixed, threads, stacks
+#   RESNET_REPEAT=3    runs of each setting: resnet
+#   PARTS="latency mixed threads stacks resnet"
+#   RESNET_CASES="resnet50-fp32 resnet50-bf16 resnet152-fp32 resnet152-bf16"
+#   RESNET_SETTINGS="caching nocache async safe immediate" (nocache, PyTorch
+#                      without any cache, is slow: leave it out to save time)
+#   RESNET_ARGS=""     more arguments for resnet_step.py (--steps, --batch)
+#   BENCH_OUT=<dir>    where the results go (default: a new temporary folder)
+#   NVCC_ARCH=sm_90    the GPU architecture the programs are built for
+#   PYTHON=python3     the interpreter that runs resnet_step.py
+# Writes into BENCH_OUT: <part>.csv (every run), <part>.log (every run's
+# full output, with its command), summary.md (the tables), env.txt (the
+# machine, the commit, the library's build), build.log, bench-gpu.log
+# (everything printed).
+# Time with the defaults, estimated from earlier H200 figures: a few minutes
+# without resnet; resnet some 20-40 s a run, 60 runs. Split a long session
+# with PARTS and RESNET_CASES (and one BENCH_OUT per piece).
+
+set -uo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build-gpu}
+repeat=${REPEAT:-5}
+resnet_repeat=${RESNET_REPEAT:-3}
+parts=${PARTS:-latency mixed threads stacks resnet}
+resnet_cases=${RESNET_CASES:-resnet50-fp32 resnet50-bf16 resnet152-fp32 resnet152-bf16}
+resnet_keys=${RESNET_SETTINGS:-caching nocache async safe immediate}
+resnet_args=${RESNET_ARGS:-}
+arch=${NVCC_ARCH:-sm_90}
+python=${PYTHON:-python3}
+out=${BENCH_OUT:-}
+lib="" bin="" tee_pid=""
+failed=0
+CMD=()
+RUN_OUT=""
+
+# The programs measured must see no setting but the one a run gives them.
+unset LD_PRELOAD CUDALLOC_CONF PYTORCH_NO_CUDA_MEMORY_CACHING PYTORCH_CUDA_ALLOC_CONF
+export PYTHONDONTWRITEBYTECODE=1
+
+# open_folders: the build folder and the results folder, made absolute;
+# from then on everything printed also goes to bench-gpu.log.
+open_folders() {
+  mkdir -p "$build" || return 1
+  build=$(cd "$build" && pwd)
+  lib=$build/libcudalloc.so
+  bin=$build/bench-gpu
+  if [[ -z $out ]]; then
+    out=$(mktemp -d "${TMPDIR:-/tmp}/bench-gpu.XXXXXX") || return 1
+  fi
+  mkdir -p "$out" || return 1
+  out=$(cd "$out" && pwd)
+  exec > >(tee "$out/bench-gpu.log") 2>&1
+  tee_pid=$!
+}
+
+# finish STATUS: ends the script once tee has written everything.
+finish() {
+  if [[ -n $tee_pid ]]; then
+    exec >&- 2>&-
+    wait "$tee_pid" 2>/dev/null
+  fi
+  exit "$1"
+}
+
+say() { printf 'bench-gpu: %s\n' "$*"; }
+
+# ---------------------------------------------------------------------------
+# Numbers: medians, ratios and verdicts, in awk (the shell has no floats).
+
+awk_lib='function isnum(x) { return x ~ /^-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$/ }'
+
+# values FILE COL [N=VALUE]...: the numbers in column COL of the CSV FILE's
+# rows (its header left out) whose column N is VALUE for every N=VALUE.
+values() {
+  local file=$1 col=$2
+  shift 2
+  awk -F, -v col="$col" "$awk_lib"'
+    BEGIN {
+      n = ARGC - 2
+      for (i = 1; i <= n; i++) {
+        eq = index(ARGV[i], "=")
+        want_col[i] = substr(ARGV[i], 1, eq - 1) + 0
+        want_val[i] = substr(ARGV[i], eq + 1)
+        delete ARGV[i]
+      }
+    }
+    FNR > 1 {
+      for (i = 1; i <= n; i++)
+        if ($(want_col[i]) != want_val[i])
+          next
+      if (isnum($col))
+        print $col
+    }' "$@" "$file"
+}
+
+# median FILE COL [N=VALUE]...: the median of those values, or "error".
+median() {
+  values "$@" | sort -g |
+    awk '{ v[NR] = $1 }
+      END {
+        if (NR == 0) print "error"
+        else if (NR % 2) printf "%.10g\n", v[(NR + 1) / 2]
+        else printf "%.10g\n", (v[NR / 2] + v[NR / 2 + 1]) / 2
+      }'
+}
+
+# spread FORMAT DIVISOR FILE COL [N=VALUE]...: "min–max" of those values,
+# each divided by DIVISOR, in FORMAT.
+spread() {
+  local f=$1 d=$2
+  shift 2
+  values "$@" | sort -g |
+    awk -v f="$f" -v d="$d" 'NR == 1 { lo = $1 } { hi = $1 }
+      END { if (NR) printf f "–" f, lo / d, hi / d; else printf "-" }'
+}
+
+# num FORMAT VALUE: VALUE in the printf FORMAT, or VALUE as is when it is
+# not a number ("error").
+num() {
+  awk -v f="$1" -v v="$2" "$awk_lib"'
+    BEGIN { if (isnum(v)) printf f, v; else printf "%s", v }'
+}
+
+# ratio A B: A / B as "N×" (one decimal from 10 on, two below), or "-".
+ratio() {
+  awk -v a="$1" -v b="$2" "$awk_lib"'
+    BEGIN {
+      if (!isnum(a) || !isnum(b) || b == 0) { printf "-"; exit }
+      r = a / b
+      f = r >= 10 ? "%.1f×" : "%.2f×"
+      printf f, r
+    }'
+}
+
+# change A B: how much A is above B, as a signed percentage, or "-".
+change() {
+  awk -v a="$1" -v b="$2" "$awk_lib"'
+    BEGIN {
+      if (isnum(a) && isnum(b) && b != 0) printf "%+.1f%%", (a / b - 1) * 100
+      else printf "-"
+    }'
+}
+
+# quotient A B: A / B as a plain number, or "error".
+quotient() {
+  awk -v a="$1" -v b="$2" "$awk_lib"'
+    BEGIN { if (isnum(a) && isnum(b) && b != 0) printf "%.10g", a / b; else printf "error" }'
+}
+
+# verdict A OP B: PASS when A OP B holds (OP is <= or >=), MISS when it
+# does not, "n/a" when a figure is missing.
+verdict() {
+  awk -v a="$1" -v op="$2" -v b="$3" "$awk_lib"'
+    BEGIN {
+      if (!isnum(a) || !isnum(b)) { printf "n/a"; exit }
+      if (op == "<=") ok = a + 0 <= b + 0
+      else ok = a + 0 >= b + 0
+      printf "%s", ok ? "PASS" : "MISS"
+    }'
+}
+
+# ---------------------------------------------------------------------------
+# Runs and their records.
+
+# md LINE...: a line of the summary, printed and kept in summary.md.
+md() { printf '%s\n' "$*" | tee -a "$out/summary.md"; }
+
+# csv_begin PART HEADER: starts PART's CSV file and prints its header.
+csv_begin() {
+  printf '%s\n' "$2" >"$out/$1.csv"
+  echo
+  printf '%s\n' "$2"
+}
+
+# csv_row PART ROW: one run's row, printed and kept.
+csv_row() { printf '%s\n' "$2" | tee -a "$out/$1.csv"; }
+
+# run_cmd PART LIMIT: runs CMD (stderr with stdout, into RUN_OUT) under
+# `timeout LIMIT` and keeps its output in PART's log. Returns its status.
+run_cmd() {
+  local part=$1 limit=$2 rc
+  RUN_OUT=$(timeout "$limit" "${CMD[@]}" 2>&1)
+  rc=$?
+  {
+    printf '== %s (exit %d)\n' "${CMD[*]}" "$rc"
+    printf '%s\n' "$RUN_OUT"
+  } >>"$out/$part.log"
+  return "$rc"
+}
+
+# run_failed PART WHAT STATUS: records a run that failed or printed no
+# figure, and shows the end of its output.
+run_failed() {
+  failed=1
+  say "$1: error in $2 (exit $3; full output in $out/$1.log):"
+  printf '%s\n' "$RUN_OUT" | tail -n 15 | sed 's/^/  | /'
+}
+
+# pick SED_EXPR: the number SED_EXPR extracts from RUN_OUT, or "error".
+pick() {
+  local v
+  v=$(sed -n "$1" <<<"$RUN_OUT" | tail -n 1)
+  if [[ $v =~ ^[0-9]+(\.[0-9]+)?$ ]]; then echo "$v"; else echo error; fi
+}
+
+# preload CONF PROGRAM...: CMD runs PROGRAM under cudalloc with CUDALLOC_CONF.
+preload() {
+  local conf=$1
+  shift
+  CMD=(env LD_PRELOAD="$lib" CUDALLOC_CONF="$conf" "$@")
+}
+
+# ---------------------------------------------------------------------------
+# Building.
+
+# build_library: libcudalloc.so in the build folder, unless it is there.
+# Tests, examples and the CPU benchmarks stay off: the GPU machine has no
+# cmocka, and only the library is measured. uthash comes from .deps/include
+# where the system has none.
+build_library() {
+  [[ -f $lib ]] && return 0
+  local gen=()
+  if [[ ! -f $build/CMakeCache.txt ]] && command -v ninja >/dev/null; then
+    gen=(-G Ninja)
+  fi
+  say "building libcudalloc.so (Release) in $build -> $out/build.log"
+  cmake -S "$root" -B "$build" ${gen[@]+"${gen[@]}"} -DCMAKE_BUILD_TYPE=Release \
+    -DCUDALLOC_BUILD_TESTS=OFF -DCUDALLOC_BUILD_EXAMPLES=OFF \
+    -DCUDALLOC_BUILD_BENCH=OFF -DCUDALLOC_UTHASH_DIR="$root/.deps/include" \
+    >>"$out/build.log" 2>&1 &&
+    cmake --build "$build" --target cudalloc -j "$(nproc)" >>"$out/build.log" 2>&1 &&
+    [[ -f $lib ]]
+}
+
+# The CUDA library folder, for the shared-runtime builds' RUNPATH (not
+# RPATH, so that LD_LIBRARY_PATH still comes first).
+cuda_libdir() {
+  local nvcc_bin home
+  nvcc_bin=$(command -v nvcc) || return 1
+  home=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$nvcc_bin")")")}
+  if [[ -d $home/lib64 ]]; then echo "$home/lib64"; else echo "$home/lib"; fi
+}
+
+# build_prog NAME SOURCE RUNTIME: the benchmark program NAME in $bin, from
+# tests/bench/SOURCE, with the static or shared CUDA runtime. Built afresh
+# once per invocation, so a program left from another checkout or another
+# NVCC_ARCH is never measured.
+declare -A built=()
+build_prog() {
+  local name=$1 src=$root/tests/bench/$2 runtime=$3 extra=()
+  [[ -n ${built[$name]:-} ]] && return 0
+  mkdir -p "$bin" || return 1
+  if [[ $runtime == shared ]]; then
+    extra=(-Xlinker --enable-new-dtags -Xlinker -rpath -Xlinker "$(cuda_libdir)")
+  fi
+  say "building $name ($runtime CUDA runtime, $arch)"
+  if nvcc -O2 -g -arch="$arch" -cudart="$runtime" -Xcompiler -Wall,-pthread \
+    ${extra[@]+"${extra[@]}"} -o "$bin/$name" "$src" >>"$out/build.log" 2>&1; then
+    built[$name]=1
+    return 0
+  fi
+  failed=1
+  say "error: building $name failed (see $out/build.log)"
+  return 1
+}
+
+# ---------------------------------------------------------------------------
+# The machine, the commit, the library.
+
+facts() {
+  local commit type gpu
+  commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+  git -C "$root" diff --quiet HEAD -- src include CMakeLists.txt 2>/dev/null ||
+    commit="$commit (src, include or CMakeLists.txt modified)"
+  type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null)
+  echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  echo "commit: $commit"
+  gpu=$(timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total \
+    --format=csv,noheader 2>/dev/null | head -n 1)
+  echo "gpu: ${gpu:-unknown (nvidia-smi gave nothing)}"
+  echo "nvcc: $(nvcc --version 2>/dev/null | tail -n 1)"
+  echo "cpu: $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
+  echo "library: $lib (CMAKE_BUILD_TYPE ${type:-unknown})"
+  echo "repeats: REPEAT=$repeat RESNET_REPEAT=$resnet_repeat"
+}
+
+# ---------------------------------------------------------------------------
+# Part latency: one warm allocate+free pair, by size.
+
+latency_sizes=(256 4096 65536 1048576 16777216 268435456 1073741824)
+latency_settings=("cudaMalloc" "cudaMallocAsync" "cudalloc" "cudalloc immediate")
+
+# size_name BYTES: 256 B, 4 KiB, ... 1 GiB.
+size_name() {
+  awk -v b="$1" 'BEGIN {
+    split("B KiB MiB GiB", u, " ")
+    i = 1
+    while (b >= 1024 && i < 4) { b /= 1024; i++ }
+    printf "%g %s", b, u[i]
+  }'
+}
+
+latency_cmd() {
+  local prog=$bin/bench_latency
+  case $1 in
+  cudaMalloc) CMD=("$prog" sync) ;;
+  cudaMallocAsync) CMD=("$prog" async) ;;
+  cudalloc) preload leak_report:0 "$prog" sync ;;
+  "cudalloc immediate") preload reuse_policy:immediate,leak_report:0 "$prog" sync ;;
+  esac
+}
+
+latency_run() {
+  local s=$1 r=$2 rc size v bad=0
+  latency_cmd "$s"
+  run_cmd latency 120
+  rc=$?
+  for size in "${latency_sizes[@]}"; do
+    v=$(pick "s/^bench_latency: $size B \([0-9.]*\) ns per pair.*/\1/p")
+    ((rc == 0)) || v=error
+    [[ $v == error ]] && bad=1
+    csv_row latency "$s,$size,$r,$v"
+  done
+  if ((bad)); then run_failed latency "$s, run $r" "$rc"; fi
+}
+
+latency_table() {
+  local f=$out/latency.csv size m a c i
+  md
+  md "### latency: one warm allocate+free pair, ns (median of $repeat runs)"
+  md
+  md "| size | cudaMalloc | cudaMallocAsync | cudalloc | cudalloc immediate" \
+    "| cudalloc speed-up vs cudaMallocAsync | cudalloc speed-up vs cudaMalloc" \
+    "| target ≤ 300 ns | target ≥ 2× faster than cudaMallocAsync |"
+  md "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+  for size in "${latency_sizes[@]}"; do
+    m=$(median "$f" 4 1=cudaMalloc 2="$size")
+    a=$(median "$f" 4 1=cudaMallocAsync 2="$size")
+    c=$(median "$f" 4 1=cudalloc 2="$size")
+    i=$(median "$f" 4 "1=cudalloc immediate" 2="$size")
+    md "| $(size_name "$size") | $(num %.0f "$m") | $(num %.0f "$a") | $(num %.0f "$c")" \
+      "| $(num %.0f "$i") | $(ratio "$a" "$c") | $(ratio "$m" "$c")" \
+      "| $(verdict "$c" '<=' 300) | $(verdict "$(quotient "$a" "$c")" '>=' 2) |"
+  done
+  md
+  md "cudalloc: default settings (reuse_policy safe); cudaMallocAsync: the device's" \
+    "default pool, release threshold UINT64_MAX; static CUDA runtime."
+}
+
+part_latency() {
+  build_prog bench_latency bench_latency.cu static || return
+  csv_begin latency "setting,bytes,run,ns_per_pair"
+  local r s
+  for r in $(seq "$repeat"); do
+    for s in "${latency_settings[@]}"; do
+      latency_run "$s" "$r"
+    done
+  done
+  latency_table
+}
+
+# ---------------------------------------------------------------------------
+# Part mixed: the mixed workload, static and shared runtime.
+
+mixed_settings=("cudaMalloc" "cudaMallocAsync" "cudalloc safe" "cudalloc immediate"
+  "cudalloc device_sync")
+mixed_runtimes=(static shared)
+
+# mixed_cmd RUNTIME SETTING [--deep]: the command, in CMD.
+mixed_cmd() {
+  local prog=$bin/bench_mixed_$1 setting=$2
+  shift 2
+  case $setting in
+  cudaMalloc) CMD=("$prog" "$@" sync) ;;
+  cudaMallocAsync) CMD=("$prog" "$@" async) ;;
+  "cudalloc "*)
+    preload "reuse_policy:${setting#cudalloc },leak_report:0" "$prog" "$@" sync
+    ;;
+  esac
+}
+
+mixed_run() {
+  local rt=$1 s=$2 r=$3 rc v
+  mixed_cmd "$rt" "$s"
+  run_cmd mixed 300
+  rc=$?
+  v=$(pick 's/^bench_mixed: \([0-9.]*\) us per op.*/\1/p')
+  ((rc == 0)) || v=error
+  csv_row mixed "$rt,$s,$r,$v"
+  if [[ $v == error ]]; then run_failed mixed "$s ($rt runtime), run $r" "$rc"; fi
+}
+
+mixed_table() {
+  local rt=$1 f=$out/mixed.csv s v m a t1 t2 t3
+  m=$(median "$f" 4 1="$rt" 2=cudaMalloc)
+  a=$(median "$f" 4 1="$rt" 2=cudaMallocAsync)
+  md
+  md "### mixed workload, $rt CUDA runtime: µs per operation (median of $repeat runs)"
+  md
+  md "| setting | µs per op | runs | speed-up vs cudaMalloc | speed-up vs cudaMallocAsync" \
+    "| target ≤ 0.35 µs/op | target ≥ 2× faster than cudaMallocAsync" \
+    "| target ≥ 40× faster than cudaMalloc |"
+  md "| --- | --- | --- | --- | --- | --- | --- | --- |"
+  for s in "${mixed_settings[@]}"; do
+    v=$(median "$f" 4 1="$rt" 2="$s")
+    t1=- t2=- t3=-
+    if [[ $s == "cudalloc safe" || $s == "cudalloc immediate" ]]; then
+      t1=$(verdict "$v" '<=' 0.35)
+      t2=$(verdict "$(quotient "$a" "$v")" '>=' 2)
+      t3=$(verdict "$(quotient "$m" "$v")" '>=' 40)
+    fi
+    md "| $s | $(num %.3f "$v") | $(spread %.3f 1 "$f" 4 1="$rt" 2="$s")" \
+      "| $(ratio "$m" "$v") | $(ratio "$a" "$v") | $t1 | $t2 | $t3 |"
+  done
+}
+
+part_mixed() {
+  build_prog bench_mixed_static bench_mixed.cu static || return
+  build_prog bench_mixed_shared bench_mixed.cu shared || return
+  csv_begin mixed "runtime,setting,run,us_per_op"
+  local r rt s
+  for r in $(seq "$repeat"); do
+    for rt in "${mixed_runtimes[@]}"; do
+      for s in "${mixed_settings[@]}"; do
+        mixed_run "$rt" "$s" "$r"
+      done
+    done
+  done
+  for rt in "${mixed_runtimes[@]}"; do
+    mixed_table "$rt"
+  done
+  md
+  md "20,000 random operations over 64 slots, 256 B–64 MiB log-uniform, a kernel every" \
+    "64 operations; median of 5 rounds per run. cudaMallocAsync: the default pool," \
+    "release threshold UINT64_MAX."
+}
+
+# ---------------------------------------------------------------------------
+# Part threads: throughput against host threads.
+
+thread_counts=(1 2 4 8)
+thread_settings=("cudalloc safe" "cudalloc immediate" "cudaMallocAsync" "cudaMalloc")
+
+# threads_cmd SETTING THREADS: the command, in CMD. Plain cudaMalloc gets
+# fewer operations: each costs tens of microseconds.
+threads_cmd() {
+  local prog=$bin/bench_threads
+  case $1 in
+  cudaMalloc) CMD=("$prog" sync "$2" 2000) ;;
+  cudaMallocAsync) CMD=("$prog" async "$2" 200000) ;;
+  "cudalloc "*)
+    preload "reuse_policy:${1#cudalloc },leak_report:0" "$prog" sync "$2" 200000
+    ;;
+  esac
+}
+
+threads_run() {
+  local s=$1 t=$2 r=$3 rc v
+  threads_cmd "$s" "$t"
+  run_cmd threads 300
+  rc=$?
+  v=$(pick 's/^bench_threads: \([0-9.]*\) ops per s.*/\1/p')
+  ((rc == 0)) || v=error
+  csv_row threads "$s,$t,$r,$v"
+  if [[ $v == error ]]; then run_failed threads "$s, $t threads, run $r" "$rc"; fi
+}
+
+threads_table() {
+  local f=$out/threads.csv s t v one a m target
+  md
+  md "### threads: operations per second, all threads together (median of $repeat runs)"
+  md
+  md "| setting | threads | M ops/s | runs, M ops/s | vs its 1 thread" \
+    "| vs cudaMallocAsync | vs cudaMalloc | target: 8 threads ≥ 4× 1 thread |"
+  md "| --- | --- | --- | --- | --- | --- | --- | --- |"
+  for s in "${thread_settings[@]}"; do
+    one=$(median "$f" 4 1="$s" 2=1)
+    for t in "${thread_counts[@]}"; do
+      v=$(median "$f" 4 1="$s" 2="$t")
+      a=$(median "$f" 4 1=cudaMallocAsync 2="$t")
+      m=$(median "$f" 4 1=cudaMalloc 2="$t")
+      target=-
+      [[ $s == cudalloc* && $t == 8 ]] && target=$(verdict "$(quotient "$v" "$one")" '>=' 4)
+      md "| $s | $t | $(num %.3f "$(quotient "$v" 1e6)")" \
+        "| $(spread %.3f 1e6 "$f" 4 1="$s" 2="$t")" \
+        "| $(ratio "$v" "$one") | $(ratio "$v" "$a") | $(ratio "$v" "$m") | $target |"
+    done
+  done
+  md
+  md "Each thread: cudaSetDevice(0) (the primary context), 16 live blocks of 256 B–64 KiB," \
+    "free one and allocate one per step; cudaMallocAsync: a non-blocking stream per" \
+    "thread, the default pool, release threshold UINT64_MAX."
+}
+
+part_threads() {
+  build_prog bench_threads bench_threads.cu static || return
+  csv_begin threads "setting,threads,run,ops_per_s"
+  local r t s
+  for r in $(seq "$repeat"); do
+    for t in "${thread_counts[@]}"; do
+      for s in "${thread_settings[@]}"; do
+        threads_run "$s" "$t" "$r"
+      done
+    done
+  done
+  threads_table
+}
+
+# ---------------------------------------------------------------------------
+# Part stacks: what backtrace_depth costs, from a deep call chain.
+
+stack_depths=(0 8 16)
+stack_ops=20000
+
+stacks_run() {
+  local d=$1 r=$2 rc v n
+  preload "backtrace_depth:$d,leak_report:0" "$bin/bench_mixed_static" --deep sync "$stack_ops"
+  run_cmd stacks 300
+  rc=$?
+  v=$(pick 's/^bench_mixed: \([0-9.]*\) us per op.*/\1/p')
+  n=$(pick 's/^bench_mixed: .* per round \([0-9]*\) allocations.*/\1/p')
+  ((rc == 0)) || v=error
+  csv_row stacks "backtrace_depth:$d,$r,$v,$n"
+  if [[ $v == error ]]; then run_failed stacks "backtrace_depth:$d, run $r" "$rc"; fi
+}
+
+stacks_table() {
+  local f=$out/stacks.csv d v base allocs cost target
+  base=$(median "$f" 3 1=backtrace_depth:0)
+  allocs=$(median "$f" 4 1=backtrace_depth:0)
+  md
+  md "### stacks: the mixed workload 24 frames deep, under cudalloc (median of $repeat runs)"
+  md
+  md "| setting | µs per op | runs | vs depth 0 | cost per allocation vs depth 0" \
+    "| target: < 2 µs per allocation |"
+  md "| --- | --- | --- | --- | --- | --- |"
+  for d in "${stack_depths[@]}"; do
+    v=$(median "$f" 3 1="backtrace_depth:$d")
+    cost=$(awk -v v="$v" -v b="$base" -v n="$allocs" -v ops="$stack_ops" "$awk_lib"'
+      BEGIN {
+        if (isnum(v) && isnum(b) && isnum(n) && n > 0) printf "%.0f", (v - b) * 1000 * ops / n
+        else printf "error"
+      }')
+    target=-
+    ((d > 0)) && target=$(verdict "$cost" '<=' 2000)
+    md "| backtrace_depth:$d | $(num %.3f "$v") | $(spread %.3f 1 "$f" 3 1="backtrace_depth:$d")" \
+      "| $(change "$v" "$base") | $(num '%+.0f ns' "$cost") | $target |"
+  done
+  md
+  md "Static CUDA runtime, reuse_policy safe, $stack_ops operations per round" \
+    "($(num %.0f "$allocs") of them allocations): only an allocation captures a stack," \
+    "so the difference per round over its allocations is the cost of one capture."
+}
+
+part_stacks() {
+  build_prog bench_mixed_static bench_mixed.cu static || return
+  csv_begin stacks "setting,run,us_per_op,allocations_per_round"
+  local r d
+  for r in $(seq "$repeat"); do
+    for d in "${stack_depths[@]}"; do
+      stacks_run "$d" "$r"
+    done
+  done
+  stacks_table
+}
+
+# ---------------------------------------------------------------------------
+# Part resnet: a PyTorch training step.
+
+# resnet_name KEY: the setting's name in the records.
+resnet_name() {
+  case $1 in
+  caching) echo "pytorch caching" ;;
+  nocache) echo "no caching" ;;
+  async) echo "cudaMallocAsync" ;;
+  safe | immediate) echo "cudalloc $1" ;;
+  *) return 1 ;;
+  esac
+}
+
+# resnet_cmd CASE KEY: the command, in CMD.
+resnet_cmd() {
+  local model=${1%-*} amp=none args=()
+  [[ $1 == *-bf16 ]] && amp=bf16
+  read -r -a args <<<"$resnet_args"
+  local py=("$python" "$root/tests/bench/resnet_step.py" --model "$model" --amp "$amp"
+    ${args[@]+"${args[@]}"})
+  case $2 in
+  caching) CMD=("${py[@]}") ;;
+  nocache) CMD=(env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "${py[@]}") ;;
+  async) CMD=(env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync "${py[@]}") ;;
+  safe | immediate)
+    CMD=(env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$lib"
+      CUDALLOC_CONF="reuse_policy:$2,leak_report:0" "${py[@]}")
+    ;;
+  esac
+}
+
+resnet_run() {
+  local c=$1 k=$2 r=$3 rc ms gib name
+  name=$(resnet_name "$k")
+  resnet_cmd "$c" "$k"
+  run_cmd resnet 600
+  rc=$?
+  ms=$(pick 's/^resnet_step: \([0-9.]*\) ms .*/\1/p')
+  gib=$(pick 's/^resnet_step: peak in use \([0-9.]*\) GiB.*/\1/p')
+  ((rc == 0)) || ms=error gib=error
+  csv_row resnet "$c,$name,$r,$ms,$gib"
+  if [[ $ms == error || $gib == error ]]; then run_failed resnet "$c, $name, run $r" "$rc"; fi
+}
+
+# resnet_targets KEY MS PEAK CACHING_MS CACHING_PEAK ASYNC_PEAK: the two
+# verdict cells of a cudalloc row ("- | -" for the others).
+resnet_targets() {
+  case $1 in
+  immediate)
+    printf '%s | %s' "≤ +2%: $(verdict "$2" '<=' "$(awk -v c="$4" 'BEGIN { print c * 1.02 }')")" \
+      "≤ cudaMallocAsync: $(verdict "$3" '<=' "$6")"
+    ;;
+  safe)
+    printf '%s | %s' "≤ +5%: $(verdict "$2" '<=' "$(awk -v c="$4" 'BEGIN { print c * 1.05 }')")" \
+      "≤ pytorch caching: $(verdict "$3" '<=' "$5")"
+    ;;
+  *) printf -- '- | -' ;;
+  esac
+}
+
+resnet_table() {
+  local c=$1 f=$out/resnet.csv k name ms gib cms cgib agib
+  cms=$(median "$f" 4 1="$c" "2=pytorch caching")
+  cgib=$(median "$f" 5 1="$c" "2=pytorch caching")
+  agib=$(median "$f" 5 1="$c" 2=cudaMallocAsync)
+  md
+  md "### resnet: $c training step (median of $resnet_repeat runs)"
+  md
+  md "| setting | ms per step | peak in use, GiB | step vs pytorch caching" \
+    "| peak vs pytorch caching | peak vs cudaMallocAsync | target: step | target: peak |"
+  md "| --- | --- | --- | --- | --- | --- | --- | --- |"
+  for k in $resnet_keys; do
+    name=$(resnet_name "$k")
+    ms=$(median "$f" 4 1="$c" 2="$name")
+    gib=$(median "$f" 5 1="$c" 2="$name")
+    md "| $name | $(num %.2f "$ms") | $(num %.2f "$gib") | $(change "$ms" "$cms")" \
+      "| $(ratio "$gib" "$cgib") | $(ratio "$gib" "$agib")" \
+      "| $(resnet_targets "$k" "$ms" "$gib" "$cms" "$cgib" "$agib") |"
+  done
+}
+
+part_resnet() {
+  csv_begin resnet "case,setting,run,ms_per_step,peak_gib"
+  local r c k
+  for r in $(seq "$resnet_repeat"); do
+    for c in $resnet_cases; do
+      for k in $resnet_keys; do
+        resnet_run "$c" "$k" "$r"
+      done
+    done
+  done
+  for c in $resnet_cases; do
+    resnet_table "$c"
+  done
+  md
+  md "Batch 64, 224×224, SGD with momentum; bf16: torch.autocast. Peak: device memory in" \
+    "use as NVML reports it (nvidia-smi), sampled after each step. cudaMallocAsync:" \
+    "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync. no caching:" \
+    "PYTORCH_NO_CUDA_MEMORY_CACHING=1; the cudalloc rows run that under" \
+    "LD_PRELOAD=libcudalloc.so."
+}
+
+# ---------------------------------------------------------------------------
+# Knobs checked before anything runs: a typo must not cost a long session.
+
+check_knobs() {
+  local p c k ok=1
+  for p in $parts; do
+    [[ $p =~ ^(latency|mixed|threads|stacks|resnet)$ ]] ||
+      { say "unknown part '$p' (latency, mixed, threads, stacks, resnet)"; ok=0; }
+  done
+  for c in $resnet_cases; do
+    [[ $c =~ ^resnet(50|152)-(fp32|bf16)$ ]] ||
+      { say "unknown resnet case '$c' (resnet50|resnet152 - fp32|bf16)"; ok=0; }
+  done
+  for k in $resnet_keys; do
+    resnet_name "$k" >/dev/null ||
+      { say "unknown resnet setting '$k' (caching, nocache, async, safe, immediate)"; ok=0; }
+  done
+  [[ $repeat =~ ^[1-9][0-9]*$ && $resnet_repeat =~ ^[1-9][0-9]*$ ]] ||
+    { say "REPEAT and RESNET_REPEAT must be positive integers"; ok=0; }
+  ((ok))
+}
+
+main() {
+  check_knobs || finish 2
+  open_folders || finish 2
+  say "results go to $out"
+  : >"$out/summary.md"
+  : >"$out/build.log"
+  if [[ " $parts " =~ \ (latency|mixed|threads|stacks)\  ]] && ! command -v nvcc >/dev/null; then
+    say "nvcc not found: put the CUDA toolkit's bin folder on PATH"
+    finish 2
+  fi
+  if ! build_library; then
+    say "building libcudalloc.so failed: see $out/build.log"
+    finish 2
+  fi
+  facts | tee "$out/env.txt"
+  { echo '```'; cat "$out/env.txt"; echo '```'; } >>"$out/summary.md"
+  local p
+  for p in $parts; do
+    say "part $p"
+    case $p in
+    latency) part_latency ;;
+    mixed) part_mixed ;;
+    threads) part_threads ;;
+    stacks) part_stacks ;;
+    resnet) part_resnet ;;
+    esac
+  done
+  echo
+  say "results in $out (summary.md, <part>.csv, <part>.log)"
+  ((failed)) && say "some runs failed: see the 'error' rows above"
+  finish "$failed"
+}
+
+main

@@ -1,8 +1,10 @@
-"""resnet_step: the time of one ResNet-50 training step, and the memory used.
+"""resnet_step: the time of one ResNet training step, and the memory used.
 
-A benchmark, not a test (scripts/bench-reuse.sh runs it): torchvision's
-ResNet-50 (no pretrained weights), batch 64 of 224x224 random images with
-random labels, fp32, cross-entropy, SGD with momentum. After WARMUP (5)
+A benchmark, not a test (scripts/bench-gpu.sh runs it): torchvision's
+ResNet-50 or ResNet-152 (no pretrained weights), batch 64 of 224x224 random
+images with random labels, fp32 or under torch.autocast(bfloat16) (weights
+and optimizer stay fp32: the usual mixed-precision recipe), cross-entropy,
+SGD with momentum. After WARMUP (5)
 steps it times STEPS (20) steps one by one, torch.cuda.synchronize() before
 and after each, and prints the median. Memory in use is sampled after each
 step as nvidia-smi shows it: NVML's "used" for the device (pynvml), which
@@ -16,9 +18,12 @@ PYTORCH_NO_CUDA_MEMORY_CACHING=1 for a cudaMalloc per tensor, and that under
 LD_PRELOAD=libcudalloc.so to measure cudalloc. Prints
   resnet_step: <ms> ms (median of 20 steps, min .., max ..)
   resnet_step: peak in use <GiB> GiB
-and exits 1 on an error (a missing torchvision included).
+and, under PyTorch's own caching allocator, what it reserved and allocated
+at its peak (torch.cuda.max_memory_reserved/allocated), then exits 0; 1 on an
+error (a missing torchvision included).
 
-Usage: resnet_step.py [--steps 20] [--warmup 5] [--batch 64]
+Usage: resnet_step.py [--model resnet50|resnet152] [--amp none|bf16]
+                      [--steps 20] [--warmup 5] [--batch 64]
 """
 
 import argparse
@@ -57,7 +62,7 @@ def train_steps(args):
     dev = torch.device("cuda:0")
     nvml_handle = nvml_device(0)
     args.memory_source = "nvml" if nvml_handle is not None else "mem_get_info"
-    model = torchvision.models.resnet50(weights=None).to(dev)
+    model = getattr(torchvision.models, args.model)(weights=None).to(dev)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
@@ -66,7 +71,9 @@ def train_steps(args):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+        with torch.autocast("cuda", dtype=torch.bfloat16,
+                            enabled=args.amp == "bf16"):
+            loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
         return loss
@@ -89,25 +96,39 @@ def train_steps(args):
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
         peak = max(peak, in_use())
-    return times, peak, torch.__version__
+    torch_peaks = None
+    if torch.cuda.get_allocator_backend() == "native" and \
+            torch.cuda.max_memory_allocated(dev) > 0:
+        torch_peaks = (torch.cuda.max_memory_reserved(dev),
+                       torch.cuda.max_memory_allocated(dev))
+    return times, peak, torch.__version__, torch_peaks
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=("resnet50", "resnet152"),
+                    default="resnet50")
+    ap.add_argument("--amp", choices=("none", "bf16"), default="none")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--batch", type=int, default=64)
     args = ap.parse_args()
     if args.steps < 1 or args.warmup < 0 or args.batch < 1:
         sys.exit("resnet_step: bad arguments")
-    times, peak, version = train_steps(args)
-    print("resnet_step: torch %s, batch %d, PYTORCH_NO_CUDA_MEMORY_CACHING=%s"
-          % (version, args.batch,
-             os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "")))
+    times, peak, version, torch_peaks = train_steps(args)
+    print("resnet_step: torch %s, %s, %s, batch %d, "
+          "PYTORCH_NO_CUDA_MEMORY_CACHING=%s, PYTORCH_CUDA_ALLOC_CONF=%s"
+          % (version, args.model, args.amp, args.batch,
+             os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", ""),
+             os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")))
     print("resnet_step: %.2f ms (median of %d steps, min %.2f, max %.2f)"
           % (statistics.median(times), len(times), min(times), max(times)))
     print("resnet_step: peak in use %.2f GiB (%s)"
           % (peak / 2.0 ** 30, args.memory_source))
+    if torch_peaks is not None:
+        print("resnet_step: torch reserved %.2f GiB, allocated %.2f GiB at "
+              "their peaks" % (torch_peaks[0] / 2.0 ** 30,
+                               torch_peaks[1] / 2.0 ** 30))
 
 
 if __name__ == "__main__":

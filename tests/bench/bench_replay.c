@@ -1,0 +1,119 @@
+/*
+ * bench_replay: how much device memory the pool reserves for a real
+ * program's allocation sequence, with no GPU: a trace recorded on a GPU
+ * machine by trace_alloc (see tests/bench/trace_alloc.c) is replayed through
+ * the pool over the fake backend.
+ *
+ *   bench_replay TRACE [immediate|safe [LAG]]
+ *
+ * TRACE is a trace file ("-": standard input, e.g. from zcat). Under safe,
+ * the fake device runs LAG operations (default 200) behind the host: a
+ * marker passes once LAG more operations have been replayed after it, which
+ * is how far a training loop's host thread runs ahead of its kernels.
+ * Prints the peaks of the bytes the program held (requested), the pool's
+ * blocks (allocated) and the pool's segments (reserved), and the overhead:
+ * reserved over requested at their peaks.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fake_backend.h"
+#include "pool.h"
+
+/* The trace's addresses, mapped to the pool's: open addressing. */
+#define MAP_BITS 20
+#define MAP_SIZE (1u << MAP_BITS)
+
+typedef struct map_entry {
+  uint64_t from, to;
+} map_entry;
+
+static map_entry map[MAP_SIZE];
+
+static map_entry *map_slot(uint64_t from) {
+  uint64_t i = (from * 0x9E3779B97F4A7C15ull) >> (64 - MAP_BITS);
+  while (map[i].from != 0 && map[i].from != from)
+    i = (i + 1) & (MAP_SIZE - 1);
+  return &map[i];
+}
+
+static void map_remove(map_entry *e) {
+  /* Backward-shift deletion keeps every probe chain unbroken. */
+  size_t i = (size_t)(e - map);
+  for (size_t j = (i + 1) & (MAP_SIZE - 1); map[j].from != 0;
+       j = (j + 1) & (MAP_SIZE - 1)) {
+    size_t home = (map[j].from * 0x9E3779B97F4A7C15ull) >> (64 - MAP_BITS);
+    if (((j - home) & (MAP_SIZE - 1)) >= ((j - i) & (MAP_SIZE - 1))) {
+      map[i] = map[j];
+      i = j;
+    }
+  }
+  map[i].from = 0;
+}
+
+static void die(const char *what) {
+  fprintf(stderr, "bench_replay: %s\n", what);
+  exit(1);
+}
+
+static double gib(uint64_t bytes) { return (double)bytes / (1u << 30); }
+
+int main(int argc, char **argv) {
+  if (argc < 2)
+    die("usage: bench_replay TRACE [immediate|safe [LAG]]");
+  FILE *in = strcmp(argv[1], "-") == 0 ? stdin : fopen(argv[1], "r");
+  if (in == NULL)
+    die("cannot open the trace");
+  bool safe = argc > 2 && strcmp(argv[2], "safe") == 0;
+  uint64_t lag = argc > 3 ? strtoull(argv[3], NULL, 10) : 200;
+
+  static ca_fake_backend fake;
+  ca_fake_init(&fake, 1ull << 40, true, false);
+  fake.auto_pass = false;
+  ca_pool_options opt = {.max_split_size = UINT64_MAX,
+                         .reuse = safe ? CA_REUSE_SAFE : CA_REUSE_IMMEDIATE};
+  ca_pool *pool = ca_pool_create(&fake.backend, 0, &opt);
+  if (pool == NULL)
+    die("out of host memory");
+
+  char line[256];
+  uint64_t ops = 0;
+  while (fgets(line, sizeof(line), in)) {
+    char kind;
+    unsigned long long addr, size;
+    if (sscanf(line, "%c %llx %llu", &kind, &addr, &size) < 2)
+      continue;
+    if (kind == 'a') {
+      map_entry *e = map_slot(addr);
+      if (e->from != 0)
+        die("an address allocated twice");
+      if (ca_pool_alloc(pool, size, 0, &e->to) != 0)
+        die("the pool failed an allocation");
+      e->from = addr;
+    } else if (kind == 'f') {
+      map_entry *e = map_slot(addr);
+      if (e->from == 0 || !ca_pool_free(pool, e->to))
+        die("a free of an address not allocated");
+      map_remove(e);
+    } else {
+      continue;
+    }
+    /* The device finishes what was queued LAG operations ago. */
+    if (++ops > lag && fake.passed < (uint64_t)fake.marks)
+      fake.passed = fake.marks > 0 ? (uint64_t)fake.marks - 1 : 0;
+  }
+  cudalloc_device_stats s;
+  ca_pool_get_stats(pool, &s);
+  printf("bench_replay: %llu operations, %s reuse\n", (unsigned long long)ops,
+         safe ? "safe" : "immediate");
+  printf("bench_replay: peak requested %.3f GiB, allocated %.3f GiB, "
+         "reserved %.3f GiB (%llu segments)\n",
+         gib(s.requested_bytes.peak), gib(s.allocated_bytes.peak),
+         gib(s.reserved_bytes.peak), (unsigned long long)s.segments.peak);
+  printf("bench_replay: overhead %.1f%% (reserved over requested, at peaks)\n",
+         100.0 * ((double)s.reserved_bytes.peak / (double)s.requested_bytes.peak -
+                  1.0));
+  ca_pool_destroy(pool);
+  return 0;
+}

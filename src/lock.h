@@ -11,6 +11,7 @@
 #define CA_LOCK_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 
 typedef struct ca_lock {
   atomic_int state;
@@ -37,6 +38,21 @@ static inline void ca_lock_acquire(ca_lock *l) {
                                                memory_order_acquire,
                                                memory_order_relaxed))
     ca_lock_wait(l);
+}
+
+/* Takes the lock only if it is free, never waiting: a caller that finds it
+ * held learns that another thread is using it now. Counts itself before the
+ * attempt, as ca_lock_acquire does, so that a signal handler never finds the
+ * lock held but uncounted. */
+static inline bool ca_lock_try_acquire(ca_lock *l) {
+  int expected = 0;
+  ca_locks_note(1);
+  if (atomic_compare_exchange_strong_explicit(&l->state, &expected, 1,
+                                              memory_order_acquire,
+                                              memory_order_relaxed))
+    return true;
+  ca_locks_note(-1);
+  return false;
 }
 
 static inline void ca_lock_release(ca_lock *l) {

@@ -30,13 +30,30 @@
  *   does every operation that needs the merged picture (growing, giving
  *   memory back, statistics).
  *
- * One mutex guards a pool. Block and segment records come from the pool's
- * own slabs, so serving a request never calls malloc.
+ * - A pool is split into up to CA_POOL_ARENAS arenas, each the whole of the
+ *   above under its own lock, so that threads allocating at once do not
+ *   queue on one lock. A thread uses one arena, the same index in every
+ *   pool, until it keeps finding that arena's lock held; then it moves to
+ *   the arena fewest threads use. So a single-threaded program, and threads
+ *   that rarely overlap, stay on arena 0 and share one cache, while threads
+ *   that allocate at the same time spread out. A block lives in the arena
+ *   that served it; a free asks the thread's own arena first (threads mostly
+ *   free what they allocated), then the others. Reserved memory is also
+ *   counted pool-wide, so the memory limit and the collection threshold
+ *   weigh the whole pool; an arena short of memory makes the others give
+ *   back their free segments, and one that cannot serve a request at all
+ *   borrows from their caches before failing. No code holds two arena locks
+ *   at once (but the consistency check, which takes them in index order).
+ *
+ * Block and segment records come from each arena's own slabs, so serving a
+ * request never calls malloc.
  */
 #include "pool.h"
 
 #include "lock.h"
 
+#include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,11 +111,11 @@ struct ca__segment {
   uint64_t size;
   ca__heap *heap;
   ca__block *first;
-  ca__segment *prev, *next;         /* all segments of the pool */
+  ca__segment *prev, *next;         /* all segments of the arena */
   ca__segment *lru_prev, *lru_next; /* fully free segments, oldest first */
   uint64_t last_free; /* free_tick of the latest free inside it */
   int in_lru;
-  UT_hash_handle hh; /* in the pool's segment table, keyed by base */
+  UT_hash_handle hh; /* in the arena's segment table, keyed by base */
 };
 
 /* Blocks freed before one backend marker, waiting for it to pass. */
@@ -127,8 +144,19 @@ typedef struct ca__slab {
   size_t obj_size;
 } ca__slab;
 
-struct ca_pool {
-  ca_lock lock;
+/* A cache line. Arenas start on one and the pool's counters that arenas
+ * write sit on their own: a line that threads on different arenas write
+ * would pass from core to core at every call. */
+#define CA__LINE 64
+
+/* One lock's share of a pool. The functions below that serve requests work
+ * within one arena, named `p` as they would name a pool of one arena. */
+typedef struct ca__arena {
+  _Alignas(CA__LINE) ca_lock lock;
+  ca_pool *pool;
+  unsigned index; /* in pool->arenas */
+  /* The pool's, copied when the arena is made (they never change), so that
+   * the arena's code reads them in one step. */
   const ca_backend *backend;
   int device;
   ca_pool_options opt;
@@ -143,13 +171,47 @@ struct ca_pool {
   uint64_t quick_bytes;
   uint64_t generation; /* bumped by drop_all: lets a waiter see it */
   uint64_t gc_budget;  /* bytes; 0 until known */
-  uint64_t next_seq;
+  uint64_t next_seq, seq_end; /* the allocation numbers the arena holds */
   uint64_t free_tick; /* counts frees: orders the LRU list */
   ca__block *live;     /* the live table */
   ca__block sentinel;  /* keeps the table allocated while it is empty */
   ca__slab block_slab, segment_slab, batch_slab;
+  /* The arena's own figures. Its reserved_bytes count its own segments; the
+   * pool's count is pool->reserved. */
   cudalloc_device_stats stats;
+} ca__arena;
+
+struct ca_pool {
+  /* Arena 0 is made with the pool, the others when a thread first needs
+   * them; each is published once and lives as long as the pool. */
+  _Atomic(ca__arena *) arenas[CA_POOL_ARENAS];
+  const ca_backend *backend;
+  int device;
+  ca_pool_options opt;
+  /* Bytes of the segments the arenas hold, and their peak: exact for the
+   * pool, whichever arenas reserve and release. */
+  _Alignas(CA__LINE) _Atomic uint64_t reserved;
+  _Atomic uint64_t reserved_peak;
+  /* reserved, plus the segments being asked of the backend right now: what
+   * the memory limit and the collection threshold weigh, so that arenas
+   * growing at once cannot together pass the limit. */
+  _Atomic uint64_t committed;
+  _Atomic uint64_t seq; /* allocation numbers handed to the arenas so far */
 };
+
+/* Arena `index` of the pool, or NULL when not made yet. */
+static inline ca__arena *ca__arena_at(ca_pool *pool, unsigned index) {
+  return atomic_load_explicit(&pool->arenas[index], memory_order_acquire);
+}
+
+/* The arenas made so far, in index order, into `out`; returns how many. */
+static unsigned ca__arenas(ca_pool *pool, ca__arena *out[CA_POOL_ARENAS]) {
+  unsigned n = 0;
+  for (unsigned i = 0; i < CA_POOL_ARENAS; i++)
+    if ((out[n] = ca__arena_at(pool, i)) != NULL)
+      n++;
+  return n;
+}
 
 /* ---- Small helpers ------------------------------------------------------ */
 
@@ -157,10 +219,15 @@ static inline uint64_t ca__round_up(uint64_t n, uint64_t to) {
   return (n + to - 1) / to * to;
 }
 
-static uint64_t ca__now_ns(void) {
+static uint64_t ca__clock_ns(clockid_t clock) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  clock_gettime(clock, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* When a block was allocated: to within a few milliseconds is enough. */
+static uint64_t ca__now_ns(void) {
+  return ca__clock_ns(CLOCK_MONOTONIC_COARSE);
 }
 
 static void ca__stat_add(cudalloc_stat *s, uint64_t v) {
@@ -338,11 +405,11 @@ static ca__block *ca__find_oversize(ca__heap *h, uint64_t size) {
   return NULL;
 }
 
-static ca__heap *ca__heap_for(ca_pool *p, uint64_t size) {
+static ca__heap *ca__heap_for(ca__arena *p, uint64_t size) {
   return size <= CA_SMALL_REQUEST ? &p->small : &p->large;
 }
 
-static ca__block *ca__find(ca_pool *p, uint64_t size) {
+static ca__block *ca__find(ca__arena *p, uint64_t size) {
   ca__heap *h = ca__heap_for(p, size);
   if (ca__is_oversize(h, size))
     return ca__find_oversize(h, size);
@@ -353,7 +420,7 @@ static ca__block *ca__find(ca_pool *p, uint64_t size) {
 
 /* Parks a freed block, unmerged, where a request of its exact size finds it
  * first. */
-static void ca__quick_push(ca_pool *p, ca__block *b) {
+static void ca__quick_push(ca__arena *p, ca__block *b) {
   ca__heap *h = b->seg->heap;
   unsigned fl, sl;
   ca__class_of(b->size, &fl, &sl);
@@ -367,7 +434,7 @@ static void ca__quick_push(ca_pool *p, ca__block *b) {
   p->quick_bytes += b->size;
 }
 
-static ca__block *ca__quick_pop(ca_pool *p, ca__heap *h, unsigned fl,
+static ca__block *ca__quick_pop(ca__arena *p, ca__heap *h, unsigned fl,
                                 unsigned sl) {
   ca__block *b = h->quick[fl][sl];
   h->quick[fl][sl] = b->link_next;
@@ -383,7 +450,7 @@ static ca__block *ca__quick_pop(ca_pool *p, ca__heap *h, unsigned fl,
 
 /* The most recently freed block of exactly `size` bytes, if it heads its
  * class's quick list. Oversize requests never get here. */
-static ca__block *ca__quick_take(ca_pool *p, uint64_t size) {
+static ca__block *ca__quick_take(ca__arena *p, uint64_t size) {
   ca__heap *h = ca__heap_for(p, size);
   unsigned fl, sl;
   ca__class_of(size, &fl, &sl);
@@ -393,10 +460,10 @@ static ca__block *ca__quick_take(ca_pool *p, uint64_t size) {
   return ca__quick_pop(p, h, fl, sl);
 }
 
-static void ca__block_make_free(ca_pool *p, ca__block *b);
+static void ca__block_make_free(ca__arena *p, ca__block *b);
 
 /* Merges every parked block into the bins. */
-static void ca__quick_flush(ca_pool *p) {
+static void ca__quick_flush(ca__arena *p) {
   ca__heap *heaps[2] = {&p->small, &p->large};
   for (int i = 0; i < 2; i++) {
     ca__heap *h = heaps[i];
@@ -408,13 +475,43 @@ static void ca__quick_flush(ca_pool *p) {
   }
 }
 
+/* ---- Reserved memory, pool-wide ------------------------------------------ */
+
+/* What the pool holds or is reserving now, all arenas together: the figure
+ * the memory limit and the collection threshold weigh. */
+static uint64_t ca__pool_reserved(const ca__arena *p) {
+  return atomic_load_explicit(&p->pool->committed, memory_order_relaxed);
+}
+
+/* A booked segment was reserved: the pool's count and its peak. */
+static void ca__pool_reserved_add(ca__arena *p, uint64_t seg) {
+  ca_pool *pool = p->pool;
+  uint64_t now =
+      atomic_fetch_add_explicit(&pool->reserved, seg, memory_order_relaxed) +
+      seg;
+  uint64_t peak = atomic_load_explicit(&pool->reserved_peak,
+                                       memory_order_relaxed);
+  while (now > peak &&
+         !atomic_compare_exchange_weak_explicit(&pool->reserved_peak, &peak,
+                                                now, memory_order_relaxed,
+                                                memory_order_relaxed))
+    ;
+}
+
+/* Segments of `bytes` left the pool (given back, or dropped with a
+ * context). */
+static void ca__pool_reserved_sub(ca__arena *p, uint64_t bytes) {
+  atomic_fetch_sub_explicit(&p->pool->reserved, bytes, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&p->pool->committed, bytes, memory_order_relaxed);
+}
+
 /* ---- Segments ------------------------------------------------------------- */
 
 static int ca__segment_is_free(const ca__segment *s) {
   return s->first->state == CA__FREE && !s->first->next;
 }
 
-static void ca__lru_remove(ca_pool *p, ca__segment *s) {
+static void ca__lru_remove(ca__arena *p, ca__segment *s) {
   if (!s->in_lru)
     return;
   if (s->lru_prev)
@@ -433,7 +530,7 @@ static void ca__lru_remove(ca_pool *p, ca__segment *s) {
  * parked frees merge late, so the latest-freed segment does not always come
  * last. The search starts from the newest end, where it nearly always
  * stops. */
-static void ca__lru_push(ca_pool *p, ca__segment *s) {
+static void ca__lru_push(ca__arena *p, ca__segment *s) {
   ca__segment *after = p->lru_tail;
   while (after && after->last_free > s->last_free)
     after = after->lru_prev;
@@ -450,7 +547,7 @@ static void ca__lru_push(ca_pool *p, ca__segment *s) {
   s->in_lru = 1;
 }
 
-static void ca__segment_unlink(ca_pool *p, ca__segment *s) {
+static void ca__segment_unlink(ca__arena *p, ca__segment *s) {
   HASH_DELETE(hh, p->segment_table, s);
   if (s->prev)
     s->prev->next = s->next;
@@ -463,30 +560,31 @@ static void ca__segment_unlink(ca_pool *p, ca__segment *s) {
 /* Gives a fully free segment back to the backend. Whatever the backend says,
  * the pool forgets the segment: keeping a segment the driver may have freed
  * would be worse than leaking one it did not. */
-static void ca__segment_release(ca_pool *p, ca__segment *s) {
+static void ca__segment_release(ca__arena *p, ca__segment *s) {
   ca__index_remove(s->first);
   ca__lru_remove(p, s);
   ca__segment_unlink(p, s);
   p->backend->release(p->backend->ctx, p->device, s->addr, s->size);
   p->stats.backend_frees++;
+  ca__pool_reserved_sub(p, s->size);
   ca__stat_sub(&p->stats.reserved_bytes, s->size);
   ca__stat_sub(&p->stats.segments, 1);
   ca__slab_put(&p->block_slab, s->first);
   ca__slab_put(&p->segment_slab, s);
 }
 
-/* Gives back fully free segments, oldest first, until reserved memory is at
- * most `reserved_target`. Returns the bytes given back. */
-static uint64_t ca__release_lru(ca_pool *p, uint64_t reserved_target) {
+/* Gives back fully free segments, oldest first, until the pool's reserved
+ * memory is at most `reserved_target`. Returns the bytes given back. */
+static uint64_t ca__release_lru(ca__arena *p, uint64_t reserved_target) {
   uint64_t released = 0;
-  while (p->lru_head && p->stats.reserved_bytes.current > reserved_target) {
+  while (p->lru_head && ca__pool_reserved(p) > reserved_target) {
     released += p->lru_head->size;
     ca__segment_release(p, p->lru_head);
   }
   return released;
 }
 
-static ca__block *ca__segment_new(ca_pool *p, ca__heap *h, uint64_t addr,
+static ca__block *ca__segment_new(ca__arena *p, ca__heap *h, uint64_t addr,
                                   uint64_t size) {
   ca__segment *s = ca__slab_get(&p->segment_slab);
   ca__block *b = s ? ca__slab_get(&p->block_slab) : NULL;
@@ -514,6 +612,7 @@ static ca__block *ca__segment_new(ca_pool *p, ca__heap *h, uint64_t addr,
   ca__index_insert(b);
   ca__lru_push(p, s);
   p->stats.backend_allocs++;
+  ca__pool_reserved_add(p, size);
   ca__stat_add(&p->stats.reserved_bytes, size);
   ca__stat_add(&p->stats.segments, 1);
   return b;
@@ -521,7 +620,7 @@ static ca__block *ca__segment_new(ca_pool *p, ca__heap *h, uint64_t addr,
 
 /* ---- Blocks --------------------------------------------------------------- */
 
-static void ca__block_merge_next(ca_pool *p, ca__block *b) {
+static void ca__block_merge_next(ca__arena *p, ca__block *b) {
   ca__block *n = b->next;
   b->size += n->size;
   b->next = n->next;
@@ -531,7 +630,7 @@ static void ca__block_merge_next(ca_pool *p, ca__block *b) {
 }
 
 /* Returns a block to the free index, merged with its free neighbours. */
-static void ca__block_make_free(ca_pool *p, ca__block *b) {
+static void ca__block_make_free(ca__arena *p, ca__block *b) {
   if (b->next && b->next->state == CA__FREE) {
     ca__index_remove(b->next);
     ca__block_merge_next(p, b);
@@ -554,7 +653,7 @@ static int ca__worth_splitting(const ca__heap *h, uint64_t rest) {
 
 /* Takes a free block out of the index for a request of `size`, splitting off
  * the rest when it is worth keeping. Oversize blocks are never split. */
-static void ca__block_take(ca_pool *p, ca__block *b, uint64_t size) {
+static void ca__block_take(ca__arena *p, ca__block *b, uint64_t size) {
   ca__heap *h = b->seg->heap;
   int oversize = ca__is_oversize(h, b->size);
   ca__index_remove(b);
@@ -582,7 +681,7 @@ static void ca__block_take(ca_pool *p, ca__block *b, uint64_t size) {
 /* ---- Frees waiting for the device ---------------------------------------- */
 
 /* Puts a freed block in the open batch (CA__HELD until its marker passes). */
-static void ca__hold(ca_pool *p, ca__block *b) {
+static void ca__hold(ca__arena *p, ca__block *b) {
   b->state = CA__HELD;
   b->link_next = NULL;
   b->link_prev = p->held_tail;
@@ -596,7 +695,7 @@ static void ca__hold(ca_pool *p, ca__block *b) {
 }
 
 /* Hands the blocks of a passed batch back to the cache. */
-static void ca__release_batch(ca_pool *p, ca__batch *batch) {
+static void ca__release_batch(ca__arena *p, ca__batch *batch) {
   for (ca__block *b = batch->head, *next; b; b = next) {
     next = b->link_next;
     b->link_prev = NULL;
@@ -610,7 +709,7 @@ static void ca__release_batch(ca_pool *p, ca__batch *batch) {
 /* Closes the open batch under a new marker. Returns false, leaving the
  * batch open, when there is nothing to close or no marker may be made now
  * (a stream capture): the blocks then simply wait longer. */
-static bool ca__close_batch(ca_pool *p) {
+static bool ca__close_batch(ca__arena *p) {
   if (!p->held_head || !p->backend->mark)
     return false;
   ca__batch *batch = ca__slab_get(&p->batch_slab);
@@ -635,7 +734,7 @@ static bool ca__close_batch(ca_pool *p) {
   return true;
 }
 
-static void ca__pop_batch(ca_pool *p) {
+static void ca__pop_batch(ca__arena *p) {
   p->batch_head = p->batch_head->next;
   if (!p->batch_head)
     p->batch_tail = NULL;
@@ -643,7 +742,7 @@ static void ca__pop_batch(ca_pool *p) {
 
 /* Releases the closed batches whose markers have passed, oldest first,
  * without waiting. Returns true when blocks came back. */
-static bool ca__reap(ca_pool *p) {
+static bool ca__reap(ca__arena *p) {
   bool any = false;
   while (p->batch_head &&
          p->backend->poll(p->backend->ctx, p->device,
@@ -659,7 +758,7 @@ static bool ca__reap(ca_pool *p) {
 /* On a miss: what has passed comes back; what was freed since the last
  * marker gets one, which has often passed already (the program synchronized
  * since). Returns true when blocks came back. */
-static bool ca__recover_pending(ca_pool *p) {
+static bool ca__recover_pending(ca__arena *p) {
   bool any = ca__reap(p);
   if (ca__close_batch(p))
     any |= ca__reap(p);
@@ -670,7 +769,7 @@ static bool ca__recover_pending(ca_pool *p) {
  * threads keep allocating. Returns true when blocks came back; false when
  * there was nothing to wait for, the wait was refused (a stream capture),
  * or drop_all forgot the batch while we waited. */
-static bool ca__wait_oldest(ca_pool *p) {
+static bool ca__wait_oldest(ca__arena *p) {
   if (!p->batch_head && !ca__close_batch(p))
     return false;
   ca__batch *batch = p->batch_head;
@@ -711,7 +810,7 @@ static uint64_t ca__segment_size_min(uint64_t size) {
   return ca__round_up(size, CA_LARGE_ROUND);
 }
 
-static uint64_t ca__gc_budget(ca_pool *p) {
+static uint64_t ca__gc_budget(ca__arena *p) {
   if (!p->gc_budget) {
     uint64_t free_bytes = 0, total = 0;
     if (p->opt.memory_limit)
@@ -723,9 +822,47 @@ static uint64_t ca__gc_budget(ca_pool *p) {
   return p->gc_budget;
 }
 
+/* Makes p give back its fully free segments, oldest first, while the
+ * pool's reserved memory is above `target`; with `wait`, after waiting for
+ * all its pending frees. Takes and releases p's lock. Adds the segments
+ * given back to *segments; returns their bytes. */
+static uint64_t ca__give_back(ca__arena *p, uint64_t target, bool wait,
+                              uint64_t *segments) {
+  ca_lock_acquire(&p->lock);
+  while (wait && ca__wait_oldest(p))
+    ;
+  ca__quick_flush(p);
+  uint64_t before = p->stats.segments.current;
+  uint64_t released = ca__release_lru(p, target);
+  *segments += before - p->stats.segments.current;
+  ca_lock_release(&p->lock);
+  return released;
+}
+
+/* When p's own free segments were not enough: makes the other arenas give
+ * back theirs while the pool's reserved memory is above `target`; with
+ * `wait`, each first waits for its pending frees (the last resort before
+ * failing). p's lock is released meanwhile and taken again after: arenas
+ * that hold one lock at most can help each other without deadlock. Returns
+ * the number of segments given back. */
+static uint64_t ca__release_others(ca__arena *p, uint64_t target, bool wait) {
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n = ca__arenas(p->pool, all);
+  uint64_t segments = 0;
+  if (n < 2 || ca__pool_reserved(p) <= target)
+    return 0;
+  ca_lock_release(&p->lock);
+  for (unsigned i = 0; i < n; i++)
+    if (all[i] != p)
+      ca__give_back(all[i], target, wait, &segments);
+  ca_lock_acquire(&p->lock);
+  return segments;
+}
+
 /* Before growing by `seg`, give back the oldest free segments that would
- * push reserved memory past the garbage collection threshold. */
-static void ca__collect_garbage(ca_pool *p, uint64_t seg) {
+ * push reserved memory past the garbage collection threshold: p's own,
+ * then, if the pool is still past it, the other arenas'. */
+static void ca__collect_garbage(ca__arena *p, uint64_t seg) {
   if (p->opt.gc_threshold <= 0)
     return;
   uint64_t budget = ca__gc_budget(p);
@@ -736,11 +873,12 @@ static void ca__collect_garbage(ca_pool *p, uint64_t seg) {
   uint64_t before = p->stats.segments.current;
   ca__release_lru(p, target);
   p->stats.gc_segments_released += before - p->stats.segments.current;
+  p->stats.gc_segments_released += ca__release_others(p, target, false);
 }
 
 /* What the memory limit leaves the pool: the limit less the device memory
  * used beside it. UINT64_MAX when there is no limit. */
-static uint64_t ca__limit_room(const ca_pool *p) {
+static uint64_t ca__limit_room(const ca__arena *p) {
   if (!p->opt.memory_limit)
     return UINT64_MAX;
   uint64_t outside =
@@ -748,33 +886,63 @@ static uint64_t ca__limit_room(const ca_pool *p) {
   return p->opt.memory_limit > outside ? p->opt.memory_limit - outside : 0;
 }
 
-static int ca__fits_limit(const ca_pool *p, uint64_t seg) {
-  return p->stats.reserved_bytes.current + seg <= ca__limit_room(p);
+static int ca__fits_limit(const ca__arena *p, uint64_t seg) {
+  return ca__pool_reserved(p) + seg <= ca__limit_room(p);
 }
 
 /* Picks a segment size within the memory limit, giving back cached
- * segments first if need be. Returns 0 when nothing fits. */
-static uint64_t ca__segment_within_limit(ca_pool *p, uint64_t size) {
+ * segments first (p's own, then the other arenas') if need be. Returns 0
+ * when nothing fits. */
+static uint64_t ca__segment_within_limit(ca__arena *p, uint64_t size) {
   uint64_t seg = ca__segment_size(size);
   if (ca__fits_limit(p, seg))
     return seg;
   uint64_t min = ca__segment_size_min(size), room = ca__limit_room(p);
-  if (room >= min)
+  if (room >= min) {
     ca__release_lru(p, room - min);
+    ca__release_others(p, room - min, false);
+  }
   if (ca__fits_limit(p, seg))
     return seg;
   return ca__fits_limit(p, min) ? min : 0;
 }
 
-static int ca__reserve(ca_pool *p, ca__heap *h, uint64_t seg,
+/* Books `seg` bytes against the memory limit before the backend is asked
+ * for them, in one atomic step, so that two arenas growing at once cannot
+ * both take the last room. Returns false, booking nothing, when the pool
+ * would pass the limit. */
+static bool ca__book(ca__arena *p, uint64_t seg) {
+  _Atomic uint64_t *committed = &p->pool->committed;
+  uint64_t room = ca__limit_room(p);
+  uint64_t now = atomic_load_explicit(committed, memory_order_relaxed);
+  do {
+    if (now + seg > room)
+      return false;
+  } while (!atomic_compare_exchange_weak_explicit(
+      committed, &now, now + seg, memory_order_relaxed, memory_order_relaxed));
+  return true;
+}
+
+static void ca__unbook(ca__arena *p, uint64_t seg) {
+  atomic_fetch_sub_explicit(&p->pool->committed, seg, memory_order_relaxed);
+}
+
+/* A refused booking reads as the backend running out: the caller's
+ * recovery is the same. */
+static int ca__reserve(ca__arena *p, ca__heap *h, uint64_t seg,
                        ca__block **out) {
   uint64_t addr = 0;
+  if (!ca__book(p, seg))
+    return p->backend->oom_code;
   int rc = p->backend->reserve(p->backend->ctx, p->device, seg, &addr);
-  if (rc != 0)
+  if (rc != 0) {
+    ca__unbook(p, seg);
     return rc;
+  }
   *out = ca__segment_new(p, h, addr, seg);
   if (!*out) {
     p->backend->release(p->backend->ctx, p->device, addr, seg);
+    ca__unbook(p, seg);
     return p->backend->oom_code;
   }
   return 0;
@@ -782,8 +950,8 @@ static int ca__reserve(ca_pool *p, ca__heap *h, uint64_t seg,
 
 /* Whether a new segment of `seg` bytes would pass the memory limit or the
  * garbage collection threshold: then freed blocks are worth waiting for. */
-static bool ca__short_of_memory(ca_pool *p, uint64_t seg) {
-  uint64_t after = p->stats.reserved_bytes.current + seg;
+static bool ca__short_of_memory(ca__arena *p, uint64_t seg) {
+  uint64_t after = ca__pool_reserved(p) + seg;
   if (after > ca__limit_room(p))
     return true;
   if (p->opt.gc_threshold <= 0)
@@ -794,7 +962,7 @@ static bool ca__short_of_memory(ca_pool *p, uint64_t seg) {
 
 /* Waits for pending batches, oldest first, until one of their blocks serves
  * `size`. Returns true with *out set when one does. */
-static bool ca__wait_for_fit(ca_pool *p, uint64_t size, ca__block **out) {
+static bool ca__wait_for_fit(ca__arena *p, uint64_t size, ca__block **out) {
   while (ca__wait_oldest(p)) {
     ca__quick_flush(p);
     if ((*out = ca__find(p, size)))
@@ -810,7 +978,7 @@ static bool ca__wait_for_fit(ca_pool *p, uint64_t size, ca__block **out) {
  * queued after it is still ahead of it) and bounds what waits to about one
  * batch; the newest is never waited for here, which would drain the queue.
  * Returns true with *out set when a block came back that serves `size`. */
-static bool ca__wait_for_older(ca_pool *p, uint64_t size, ca__block **out) {
+static bool ca__wait_for_older(ca__arena *p, uint64_t size, ca__block **out) {
   while (p->batch_head && p->batch_head != p->batch_tail) {
     if (!ca__wait_oldest(p))
       return false;
@@ -824,9 +992,9 @@ static bool ca__wait_for_older(ca_pool *p, uint64_t size, ca__block **out) {
 /* Serves a cache miss with a new segment. Blocks freed before older
  * markers are waited for first, and, when memory is short, all of them. When the backend or the
  * memory limit refuses the segment: wait for every pending block, give
- * back every cached segment, and retry once with the smallest segment that
- * serves the request. */
-static int ca__grow(ca_pool *p, uint64_t size, ca__block **out) {
+ * back every cached segment (the other arenas' too), and retry once with
+ * the smallest segment that serves the request. */
+static int ca__grow(ca__arena *p, uint64_t size, ca__block **out) {
   ca__heap *h = ca__heap_for(p, size);
   int oom = p->backend->oom_code;
   if (ca__wait_for_older(p, size, out))
@@ -845,13 +1013,14 @@ static int ca__grow(ca_pool *p, uint64_t size, ca__block **out) {
   if (ca__wait_for_fit(p, size, out))
     return 0;
   ca__release_lru(p, 0);
+  ca__release_others(p, 0, true);
   seg = ca__segment_size_min(size);
   if (!ca__fits_limit(p, seg))
     return oom;
   return ca__reserve(p, h, seg, out);
 }
 
-/* ---- Public entry points -------------------------------------------------- */
+/* ---- Arenas --------------------------------------------------------------- */
 
 static void ca__heap_init(ca__heap *h, int large, uint64_t max_split_size) {
   memset(h, 0, sizeof(*h));
@@ -860,34 +1029,36 @@ static void ca__heap_init(ca__heap *h, int large, uint64_t max_split_size) {
   h->oversize_from = large ? max_split_size : UINT64_MAX;
 }
 
-static int ca__live_init(ca_pool *p) {
+static int ca__live_init(ca__arena *p) {
   p->live = NULL;
   memset(&p->sentinel, 0, sizeof(p->sentinel));
   HASH_ADD(hh, p->live, addr, sizeof(uint64_t), &p->sentinel);
   return p->live != NULL;
 }
 
-ca_pool *ca_pool_create(const ca_backend *backend, int device,
-                        const ca_pool_options *options) {
-  ca_pool *p = calloc(1, sizeof(*p));
+/* Zeroed memory on whole cache lines of its own (`size` is a multiple of
+ * CA__LINE: the size of a type aligned to it). */
+static void *ca__alloc_lines(size_t size) {
+  void *mem = aligned_alloc(CA__LINE, size);
+  return mem ? memset(mem, 0, size) : NULL;
+}
+
+/* An empty arena for `pool`; NULL when the host is out of memory. */
+static ca__arena *ca__arena_new(ca_pool *pool, unsigned index) {
+  ca__arena *p = ca__alloc_lines(sizeof(*p));
   if (!p)
     return NULL;
-  p->backend = backend;
-  p->device = device;
-  p->opt = *options;
-  /* Without markers a pool cannot order reuse after device work: it falls
-   * back to synchronizing at each free, or to reusing at once. */
-  if (p->opt.reuse == CA_REUSE_SAFE && !backend->mark)
-    p->opt.reuse = backend->synchronize ? CA_REUSE_DEVICE_SYNC
-                                        : CA_REUSE_IMMEDIATE;
-  if (p->opt.reuse == CA_REUSE_DEVICE_SYNC && !backend->synchronize)
-    p->opt.reuse = CA_REUSE_IMMEDIATE;
+  p->pool = pool;
+  p->index = index;
+  p->backend = pool->backend;
+  p->device = pool->device;
+  p->opt = pool->opt;
   ca__heap_init(&p->small, 0, p->opt.max_split_size);
   ca__heap_init(&p->large, 1, p->opt.max_split_size);
   p->block_slab.obj_size = sizeof(ca__block);
   p->segment_slab.obj_size = sizeof(ca__segment);
   p->batch_slab.obj_size = sizeof(ca__batch);
-  p->stats.device = device;
+  p->stats.device = pool->device;
   if (!ca__live_init(p)) {
     free(p);
     return NULL;
@@ -895,8 +1066,8 @@ ca_pool *ca_pool_create(const ca_backend *backend, int device,
   return p;
 }
 
-/* Frees every record and forgets every segment, leaving an empty pool. */
-static void ca__forget_all(ca_pool *p, int release) {
+/* Frees every record and forgets every segment, leaving an empty arena. */
+static void ca__forget_all(ca__arena *p, int release) {
   HASH_CLEAR(hh, p->segment_table);
   while (p->segments) {
     ca__segment *s = p->segments;
@@ -926,9 +1097,8 @@ static void ca__forget_all(ca_pool *p, int release) {
   p->generation++;
 }
 
-void ca_pool_destroy(ca_pool *p) {
-  if (!p)
-    return;
+/* Gives every segment of the arena back and frees it. */
+static void ca__arena_free(ca__arena *p) {
   ca__forget_all(p, 1);
   ca__slab_destroy(&p->block_slab);
   ca__slab_destroy(&p->segment_slab);
@@ -936,8 +1106,230 @@ void ca_pool_destroy(ca_pool *p) {
   free(p);
 }
 
-void ca_pool_drop_all(ca_pool *p) {
+/* The library is preloaded, so its thread-locals sit in the static TLS
+ * block and are reached without a call. */
+#define CA__TLS __attribute__((tls_model("initial-exec")))
+/* Off the hot path: a thread on its own arena, uncontended, never calls
+ * these, and the compiler lays out the hot path around them. */
+#define CA__COLD __attribute__((cold, noinline))
+
+/* A thread moves to a less used arena after CA__MOVE_AFTER contended takes
+ * of its arena's lock within CA__MOVE_WINDOW_NS. Threads that allocate in a
+ * tight loop together find the lock held every few microseconds and spread
+ * out within their first calls. Threads that overlap only now and then
+ * stay together and keep sharing one cache: PyTorch's main and autograd
+ * threads are such a pair (its own caching allocator calls cudaMalloc
+ * rarely, mostly from one of them at a time), and never meet four
+ * contended takes in one millisecond. One contended take alone proves
+ * nothing: two threads that happen to free at the same moment meet a few
+ * in a row. */
+#define CA__MOVE_AFTER 4
+#define CA__MOVE_WINDOW_NS 1000000ull
+
+/* The calling thread's arena index, the same in every pool: 0 until
+ * contention moves the thread. */
+static __thread unsigned ca__thread_arena CA__TLS;
+/* The thread's contended takes of its arena in the current window, and
+ * when that window began. */
+static __thread unsigned ca__contended CA__TLS;
+static __thread uint64_t ca__contended_since CA__TLS;
+
+/* Threads that have met contention, by arena index, process-wide. A
+ * thread moves only to an arena fewer of them use: moving blindly, eight
+ * busy threads on eight arenas would each land on a taken arena and move
+ * on for ever, dragging their blocks' frees along. Threads that never met
+ * contention are not counted; they leave no mark on where others go. */
+static atomic_uint ca__arena_threads[CA_POOL_ARENAS];
+static __thread bool ca__counted CA__TLS;
+static pthread_key_t ca__count_key;
+static pthread_once_t ca__count_once = PTHREAD_ONCE_INIT;
+/* Where the search for the least used arena starts: ties spread. */
+static atomic_uint ca__arena_turn;
+
+/* A counted thread that exits stops counting. */
+static void ca__uncount(void *unused) {
+  (void)unused;
+  atomic_fetch_sub_explicit(&ca__arena_threads[ca__thread_arena], 1,
+                            memory_order_relaxed);
+}
+
+/* A forked child runs one thread of its parent's: only that one counts. */
+static void ca__recount_in_child(void) {
+  for (unsigned i = 0; i < CA_POOL_ARENAS; i++)
+    atomic_store_explicit(&ca__arena_threads[i], 0, memory_order_relaxed);
+  if (ca__counted)
+    atomic_store_explicit(&ca__arena_threads[ca__thread_arena], 1,
+                          memory_order_relaxed);
+}
+
+static void ca__count_setup(void) {
+  pthread_key_create(&ca__count_key, ca__uncount);
+  pthread_atfork(NULL, NULL, ca__recount_in_child);
+}
+
+/* Starts counting the calling thread. Its key's value only makes the key's
+ * destructor run at the thread's exit. Should the process be out of keys,
+ * a thread that exits goes on counting: others avoid its arena, no more. */
+static void ca__count_thread(void) {
+  pthread_once(&ca__count_once, ca__count_setup);
+  ca__counted = true;
+  atomic_fetch_add_explicit(&ca__arena_threads[ca__thread_arena], 1,
+                            memory_order_relaxed);
+  pthread_setspecific(ca__count_key, &ca__counted);
+}
+
+/* Puts the calling thread on arena `to`, its count with it. */
+static void ca__move_to(unsigned to) {
+  if (ca__counted) {
+    atomic_fetch_sub_explicit(&ca__arena_threads[ca__thread_arena], 1,
+                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&ca__arena_threads[to], 1,
+                              memory_order_relaxed);
+  }
+  ca__thread_arena = to;
+}
+
+/* The arena fewest counted threads use, if moving there spreads threads
+ * out: the calling thread's arena, where it just met contention, has two
+ * threads at least, counted or not. */
+static bool ca__least_used(unsigned *to) {
+  unsigned here = atomic_load_explicit(&ca__arena_threads[ca__thread_arena],
+                                       memory_order_relaxed);
+  unsigned start = atomic_fetch_add_explicit(&ca__arena_turn, 1,
+                                             memory_order_relaxed);
+  unsigned fewest = UINT_MAX;
+  for (unsigned k = 0; k < CA_POOL_ARENAS; k++) {
+    unsigned i = (start + k) % CA_POOL_ARENAS;
+    unsigned n = atomic_load_explicit(&ca__arena_threads[i],
+                                      memory_order_relaxed);
+    if (i != ca__thread_arena && n < fewest) {
+      fewest = n;
+      *to = i;
+    }
+  }
+  return fewest + 1 < (here > 2 ? here : 2);
+}
+
+/* Counts a contended take of the calling thread's arena. Returns true when
+ * this one moved the thread to another arena. */
+static CA__COLD bool ca__contention(void) {
+  /* The coarse clock ticks in milliseconds: too slowly for the window. */
+  uint64_t now = ca__clock_ns(CLOCK_MONOTONIC);
+  if (now - ca__contended_since > CA__MOVE_WINDOW_NS) {
+    ca__contended_since = now;
+    ca__contended = 0;
+  }
+  if (++ca__contended < CA__MOVE_AFTER)
+    return false;
+  ca__contended = 0;
+  if (!ca__counted)
+    ca__count_thread();
+  unsigned to = ca__thread_arena;
+  if (!ca__least_used(&to))
+    return false;
+  ca__move_to(to);
+  return true;
+}
+
+/* Makes arena `index` of `pool` and publishes it, or takes the one another
+ * thread published first. Out of host memory, the thread goes back to
+ * arena 0, which every pool has. */
+static ca__arena *ca__arena_make(ca_pool *pool, unsigned index) {
+  ca__arena *made = ca__arena_new(pool, index), *found = NULL;
+  if (!made) {
+    ca__move_to(0);
+    return ca__arena_at(pool, 0);
+  }
+  if (atomic_compare_exchange_strong_explicit(&pool->arenas[index], &found,
+                                              made, memory_order_acq_rel,
+                                              memory_order_acquire))
+    return made;
+  ca__arena_free(made);
+  return found;
+}
+
+/* The calling thread's arena of `pool`, made on first use. */
+static ca__arena *ca__arena_of(ca_pool *pool) {
+  ca__arena *p = ca__arena_at(pool, ca__thread_arena);
+  return p ? p : ca__arena_make(pool, ca__thread_arena);
+}
+
+/* The slow half of ca__enter: the thread's arena is not made yet, or its
+ * lock is held. When the contention met moves the thread, the arena it
+ * moved to is taken instead. */
+static CA__COLD ca__arena *ca__enter_slow(ca_pool *pool) {
+  ca__arena *p = ca__arena_of(pool);
+  if (ca_lock_try_acquire(&p->lock))
+    return p;
+  if (ca__contention())
+    p = ca__arena_of(pool);
   ca_lock_acquire(&p->lock);
+  return p;
+}
+
+/* The calling thread's arena, locked. */
+static inline ca__arena *ca__enter(ca_pool *pool) {
+  ca__arena *p = ca__arena_at(pool, ca__thread_arena);
+  if (p && ca_lock_try_acquire(&p->lock))
+    return p;
+  return ca__enter_slow(pool);
+}
+
+/* Takes the lock of p, the calling thread's own arena, noting contention
+ * (which moves only the thread's later calls). */
+static void ca__enter_own(ca__arena *p) {
+  if (!ca_lock_try_acquire(&p->lock)) {
+    ca__contention();
+    ca_lock_acquire(&p->lock);
+  }
+}
+
+void ca_pool_set_thread_arena(unsigned index) {
+  ca__move_to(index % CA_POOL_ARENAS);
+  ca__contended = 0;
+}
+
+unsigned ca_pool_thread_arena(void) { return ca__thread_arena; }
+
+/* ---- Public entry points -------------------------------------------------- */
+
+ca_pool *ca_pool_create(const ca_backend *backend, int device,
+                        const ca_pool_options *options) {
+  ca_pool *pool = ca__alloc_lines(sizeof(*pool));
+  if (!pool)
+    return NULL;
+  pool->backend = backend;
+  pool->device = device;
+  pool->opt = *options;
+  /* Without markers a pool cannot order reuse after device work: it falls
+   * back to synchronizing at each free, or to reusing at once. */
+  if (pool->opt.reuse == CA_REUSE_SAFE && !backend->mark)
+    pool->opt.reuse = backend->synchronize ? CA_REUSE_DEVICE_SYNC
+                                           : CA_REUSE_IMMEDIATE;
+  if (pool->opt.reuse == CA_REUSE_DEVICE_SYNC && !backend->synchronize)
+    pool->opt.reuse = CA_REUSE_IMMEDIATE;
+  ca__arena *first = ca__arena_new(pool, 0);
+  if (!first) {
+    free(pool);
+    return NULL;
+  }
+  atomic_store_explicit(&pool->arenas[0], first, memory_order_release);
+  return pool;
+}
+
+void ca_pool_destroy(ca_pool *pool) {
+  if (!pool)
+    return;
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n = ca__arenas(pool, all);
+  for (unsigned i = 0; i < n; i++)
+    ca__arena_free(all[i]);
+  free(pool);
+}
+
+static void ca__drop_all(ca__arena *p) {
+  ca_lock_acquire(&p->lock);
+  ca__pool_reserved_sub(p, p->stats.reserved_bytes.current);
   ca__forget_all(p, 0);
   ca__live_init(p);
   p->stats.requested_bytes.current = 0;
@@ -948,11 +1340,18 @@ void ca_pool_drop_all(ca_pool *p) {
   ca_lock_release(&p->lock);
 }
 
+void ca_pool_drop_all(ca_pool *pool) {
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n = ca__arenas(pool, all);
+  for (unsigned i = 0; i < n; i++)
+    ca__drop_all(all[i]);
+}
+
 /* Finds a free block of at least `size` bytes in the cache: the quick lists
  * first, then the bins, then both again after merging parked blocks and,
  * last, after taking back the pending blocks whose device work has passed
  * (never waiting for any). */
-static ca__block *ca__find_cached(ca_pool *p, uint64_t size) {
+static ca__block *ca__find_cached(ca__arena *p, uint64_t size) {
   ca__block *b = ca__find(p, size);
   if (!b && p->quick_bytes) {
     ca__quick_flush(p);
@@ -966,7 +1365,7 @@ static ca__block *ca__find_cached(ca_pool *p, uint64_t size) {
 }
 
 /* Finds or makes a free block of at least `size` bytes, out of every index. */
-static int ca__obtain(ca_pool *p, uint64_t size, ca__block **out) {
+static int ca__obtain(ca__arena *p, uint64_t size, ca__block **out) {
   ca__block *b = ca__find_cached(p, size);
   if (b) {
     p->stats.cache_hits++;
@@ -982,17 +1381,66 @@ static int ca__obtain(ca_pool *p, uint64_t size, ca__block **out) {
   return rc;
 }
 
-int ca_pool_alloc(ca_pool *p, uint64_t size, uint32_t tag, uint64_t *addr) {
-  if (size > CA__MAX_REQUEST)
-    return p->backend->oom_code;
-  uint64_t rounded = ca__round_up(size ? size : 1, CA_GRANULE);
+/* For a request that p could not serve even after every arena gave back
+ * what it could: a block from another arena's cache. A nearly full device
+ * may keep its free memory in other arenas' partly used segments, which no
+ * arena can give back. The block lives on in that arena, where frees find
+ * it. Returns the arena locked now: the one that served *out, p released;
+ * or p, locked again, with *out NULL when none could. */
+static CA__COLD ca__arena *ca__obtain_elsewhere(ca__arena *p, uint64_t size,
+                                                ca__block **out) {
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n = ca__arenas(p->pool, all);
+  *out = NULL;
+  if (n < 2)
+    return p;
+  ca_lock_release(&p->lock);
+  for (unsigned i = 0; i < n; i++) {
+    ca__arena *o = all[i];
+    if (o == p)
+      continue;
+    ca_lock_acquire(&o->lock);
+    if ((*out = ca__find_cached(o, size))) {
+      o->stats.cache_hits++;
+      ca__block_take(o, *out, size);
+      return o;
+    }
+    ca_lock_release(&o->lock);
+  }
   ca_lock_acquire(&p->lock);
+  return p;
+}
+
+/* Arenas draw allocation numbers from the pool in runs of this many: unique
+ * in the pool and, across arenas, in allocation order to within a run,
+ * without every allocation touching one counter all threads share. A pool
+ * of one arena numbers 1, 2, 3, ... */
+#define CA__SEQ_RUN 64
+
+static uint64_t ca__next_seq(ca__arena *p) {
+  if (p->next_seq == p->seq_end) {
+    p->next_seq = atomic_fetch_add_explicit(&p->pool->seq, CA__SEQ_RUN,
+                                            memory_order_relaxed);
+    p->seq_end = p->next_seq + CA__SEQ_RUN;
+  }
+  return ++p->next_seq;
+}
+
+int ca_pool_alloc(ca_pool *pool, uint64_t size, uint32_t tag, uint64_t *addr) {
+  if (size > CA__MAX_REQUEST)
+    return pool->backend->oom_code;
+  uint64_t rounded = ca__round_up(size ? size : 1, CA_GRANULE);
+  ca__arena *p = ca__enter(pool);
   ca__block *b = ca__quick_take(p, rounded);
   if (b) {
     p->stats.cache_hits++;
     b->state = CA__LIVE;
   } else {
     int rc = ca__obtain(p, rounded, &b);
+    if (rc == p->backend->oom_code) {
+      p = ca__obtain_elsewhere(p, rounded, &b);
+      rc = b ? 0 : rc;
+    }
     if (rc != 0) {
       p->stats.failed_allocs++;
       ca_lock_release(&p->lock);
@@ -1001,7 +1449,7 @@ int ca_pool_alloc(ca_pool *p, uint64_t size, uint32_t tag, uint64_t *addr) {
   }
   b->requested = size;
   b->tag = tag;
-  b->seq = ++p->next_seq;
+  b->seq = ca__next_seq(p);
   b->time_ns = ca__now_ns();
   HASH_ADD(hh, p->live, addr, sizeof(uint64_t), b);
   p->stats.allocs++;
@@ -1013,7 +1461,7 @@ int ca_pool_alloc(ca_pool *p, uint64_t size, uint32_t tag, uint64_t *addr) {
   return 0;
 }
 
-static ca__block *ca__live_find(ca_pool *p, uint64_t addr) {
+static ca__block *ca__live_find(ca__arena *p, uint64_t addr) {
   ca__block *b = NULL;
   if (addr != 0)
     HASH_FIND(hh, p->live, &addr, sizeof(uint64_t), b);
@@ -1023,7 +1471,7 @@ static ca__block *ca__live_find(ca_pool *p, uint64_t addr) {
 /* A freed block's way back to the cache, by policy. device_sync waits
  * under the lock: it is a debugging policy, and cudaFree itself stalls
  * the whole device. */
-static void ca__retire(ca_pool *p, ca__block *b) {
+static void ca__retire(ca__arena *p, ca__block *b) {
   if (p->opt.reuse == CA_REUSE_IMMEDIATE ||
       (p->opt.reuse == CA_REUSE_DEVICE_SYNC &&
        p->backend->synchronize(p->backend->ctx, p->device) == 0))
@@ -1032,12 +1480,40 @@ static void ca__retire(ca_pool *p, ca__block *b) {
     ca__hold(p, b);
 }
 
-bool ca_pool_free(ca_pool *p, uint64_t addr) {
-  ca_lock_acquire(&p->lock);
-  ca__block *b = ca__live_find(p, addr);
+/* For a free that `own`, the calling thread's arena, does not hold (NULL
+ * when not made; else locked, and released here): the arena that holds
+ * the live block at `addr`, locked; NULL when none does, not a pointer of
+ * this pool. */
+static CA__COLD ca__arena *ca__owner(ca_pool *pool, ca__arena *own,
+                                     uint64_t addr) {
+  if (own)
+    ca_lock_release(&own->lock);
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n = ca__arenas(pool, all);
+  for (unsigned i = 0; i < n; i++) {
+    if (all[i] == own)
+      continue;
+    ca_lock_acquire(&all[i]->lock);
+    if (ca__live_find(all[i], addr))
+      return all[i];
+    ca_lock_release(&all[i]->lock);
+  }
+  return NULL;
+}
+
+/* The thread's own arena is asked first: threads mostly free what they
+ * allocated. */
+bool ca_pool_free(ca_pool *pool, uint64_t addr) {
+  ca__arena *p = ca__arena_at(pool, ca__thread_arena);
+  ca__block *b = NULL;
+  if (p) {
+    ca__enter_own(p);
+    b = ca__live_find(p, addr);
+  }
   if (!b) {
-    ca_lock_release(&p->lock);
-    return false;
+    if (!(p = ca__owner(pool, p, addr)))
+      return false;
+    b = ca__live_find(p, addr);
   }
   HASH_DELETE(hh, p->live, b);
   b->seg->last_free = ++p->free_tick;
@@ -1050,7 +1526,7 @@ bool ca_pool_free(ca_pool *p, uint64_t addr) {
   return true;
 }
 
-static void ca__describe(const ca_pool *p, const ca__block *b,
+static void ca__describe(const ca__arena *p, const ca__block *b,
                          ca_live_block *out) {
   out->addr = b->addr;
   out->requested = b->requested;
@@ -1061,36 +1537,48 @@ static void ca__describe(const ca_pool *p, const ca__block *b,
   out->tag = b->tag;
 }
 
-int ca_pool_device(const ca_pool *p) { return p->device; }
+int ca_pool_device(const ca_pool *pool) { return pool->device; }
 
-bool ca_pool_lookup(ca_pool *p, uint64_t addr, ca_live_block *out) {
-  ca_lock_acquire(&p->lock);
-  ca__block *b = ca__live_find(p, addr);
-  if (b && out)
-    ca__describe(p, b, out);
-  ca_lock_release(&p->lock);
-  return b != NULL;
+bool ca_pool_lookup(ca_pool *pool, uint64_t addr, ca_live_block *out) {
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n = ca__arenas(pool, all);
+  for (unsigned i = 0; i < n; i++) {
+    ca__arena *p = all[i];
+    ca_lock_acquire(&p->lock);
+    ca__block *b = ca__live_find(p, addr);
+    if (b && out)
+      ca__describe(p, b, out);
+    ca_lock_release(&p->lock);
+    if (b)
+      return true;
+  }
+  return false;
 }
 
-bool ca_pool_holds_segment(ca_pool *p, uint64_t addr) {
-  ca__segment *s = NULL;
-  ca_lock_acquire(&p->lock);
-  HASH_FIND(hh, p->segment_table, &addr, sizeof(uint64_t), s);
-  ca_lock_release(&p->lock);
-  return s != NULL;
+bool ca_pool_holds_segment(ca_pool *pool, uint64_t addr) {
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n = ca__arenas(pool, all);
+  for (unsigned i = 0; i < n; i++) {
+    ca__segment *s = NULL;
+    ca_lock_acquire(&all[i]->lock);
+    HASH_FIND(hh, all[i]->segment_table, &addr, sizeof(uint64_t), s);
+    ca_lock_release(&all[i]->lock);
+    if (s)
+      return true;
+  }
+  return false;
 }
 
-uint64_t ca_pool_empty_cache(ca_pool *p) {
-  ca_lock_acquire(&p->lock);
-  while (ca__wait_oldest(p))
-    ;
-  ca__quick_flush(p);
-  uint64_t released = ca__release_lru(p, 0);
-  ca_lock_release(&p->lock);
+uint64_t ca_pool_empty_cache(ca_pool *pool) {
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n = ca__arenas(pool, all);
+  uint64_t released = 0, segments = 0;
+  for (unsigned i = 0; i < n; i++)
+    released += ca__give_back(all[i], 0, true, &segments);
   return released;
 }
 
-static uint64_t ca__largest_free(const ca_pool *p) {
+static uint64_t ca__largest_free(const ca__arena *p) {
   uint64_t largest = 0;
   const ca__heap *heaps[2] = {&p->small, &p->large};
   for (int i = 0; i < 2; i++) {
@@ -1107,7 +1595,33 @@ static uint64_t ca__largest_free(const ca_pool *p) {
   return largest;
 }
 
-void ca_pool_get_stats(ca_pool *p, cudalloc_device_stats *out) {
+void ca_pool_stats_add(cudalloc_device_stats *sum,
+                       const cudalloc_device_stats *s) {
+  cudalloc_stat *to[] = {&sum->requested_bytes, &sum->allocated_bytes,
+                         &sum->reserved_bytes, &sum->blocks, &sum->segments};
+  const cudalloc_stat *from[] = {&s->requested_bytes, &s->allocated_bytes,
+                                 &s->reserved_bytes, &s->blocks, &s->segments};
+  for (size_t i = 0; i < sizeof(to) / sizeof(to[0]); i++) {
+    to[i]->current += from[i]->current;
+    to[i]->peak += from[i]->peak;
+    to[i]->total += from[i]->total;
+  }
+  sum->allocs += s->allocs;
+  sum->frees += s->frees;
+  sum->cache_hits += s->cache_hits;
+  sum->backend_allocs += s->backend_allocs;
+  sum->backend_frees += s->backend_frees;
+  sum->oom_retries += s->oom_retries;
+  sum->gc_segments_released += s->gc_segments_released;
+  sum->failed_allocs += s->failed_allocs;
+  sum->free_cached_bytes += s->free_cached_bytes;
+  sum->pending_free_bytes += s->pending_free_bytes;
+  if (s->largest_free_block > sum->largest_free_block)
+    sum->largest_free_block = s->largest_free_block;
+}
+
+/* One arena's figures, under its lock. */
+static void ca__arena_stats(ca__arena *p, cudalloc_device_stats *out) {
   ca_lock_acquire(&p->lock);
   ca__quick_flush(p);
   *out = p->stats;
@@ -1116,6 +1630,24 @@ void ca_pool_get_stats(ca_pool *p, cudalloc_device_stats *out) {
                            p->stats.allocated_bytes.current - p->held_bytes;
   out->largest_free_block = ca__largest_free(p);
   ca_lock_release(&p->lock);
+}
+
+/* The arenas' figures added up, one arena locked at a time (never all
+ * threads stopped at once). Reserved memory is the pool's own exact count
+ * and peak; the other peaks are sums of the arenas' peaks, at least the
+ * pool's true peak, since arenas peak at different times. */
+void ca_pool_get_stats(ca_pool *pool, cudalloc_device_stats *out) {
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n = ca__arenas(pool, all);
+  memset(out, 0, sizeof(*out));
+  for (unsigned i = 0; i < n; i++) {
+    cudalloc_device_stats s;
+    ca__arena_stats(all[i], &s);
+    ca_pool_stats_add(out, &s);
+  }
+  out->device = pool->device;
+  out->reserved_bytes.current = atomic_load(&pool->reserved);
+  out->reserved_bytes.peak = atomic_load(&pool->reserved_peak);
   out->fragmentation =
       out->free_cached_bytes
           ? 1.0 - (double)out->largest_free_block /
@@ -1123,20 +1655,25 @@ void ca_pool_get_stats(ca_pool *p, cudalloc_device_stats *out) {
           : 0.0;
 }
 
-size_t ca_pool_foreach_live(ca_pool *p,
+size_t ca_pool_foreach_live(ca_pool *pool,
                             void (*fn)(const ca_live_block *b, void *arg),
                             void *arg) {
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n_arenas = ca__arenas(pool, all);
   size_t n = 0;
-  ca_lock_acquire(&p->lock);
-  for (ca__block *b = p->live; b; b = b->hh.next) {
-    if (b == &p->sentinel)
-      continue;
-    ca_live_block info;
-    ca__describe(p, b, &info);
-    fn(&info, arg);
-    n++;
+  for (unsigned i = 0; i < n_arenas; i++) {
+    ca__arena *p = all[i];
+    ca_lock_acquire(&p->lock);
+    for (ca__block *b = p->live; b; b = b->hh.next) {
+      if (b == &p->sentinel)
+        continue;
+      ca_live_block info;
+      ca__describe(p, b, &info);
+      fn(&info, arg);
+      n++;
+    }
+    ca_lock_release(&p->lock);
   }
-  ca_lock_release(&p->lock);
   return n;
 }
 
@@ -1178,7 +1715,7 @@ static size_t ca__count_index(const ca__heap *h) {
   return n;
 }
 
-static bool ca__check_locked(ca_pool *p, char *why, size_t why_len) {
+static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
   uint64_t reserved = 0, live = 0, free_bytes = 0, held = 0, quick = 0;
   size_t nfree = 0, nlive = 0, nseg = 0;
   for (ca__segment *s = p->segments; s; s = s->next, nseg++) {
@@ -1237,9 +1774,39 @@ static bool ca__check_locked(ca_pool *p, char *why, size_t why_len) {
   return true;
 }
 
-bool ca_pool_check(ca_pool *p, char *why, size_t why_len) {
-  ca_lock_acquire(&p->lock);
-  bool ok = ca__check_locked(p, why, why_len);
-  ca_lock_release(&p->lock);
+/* Every arena's invariants, then the pool's counts against theirs. */
+static bool ca__check_arenas(ca_pool *pool, ca__arena *const *all,
+                             unsigned n, char *why, size_t why_len) {
+  uint64_t reserved = 0;
+  for (unsigned i = 0; i < n; i++) {
+    CA__CHECK(all[i]->pool == pool &&
+                  ca__arena_at(pool, all[i]->index) == all[i],
+              "arena %u is not where it says", i);
+    if (!ca__check_locked(all[i], why, why_len))
+      return false;
+    reserved += all[i]->stats.reserved_bytes.current;
+  }
+  uint64_t counted = atomic_load(&pool->reserved);
+  CA__CHECK(reserved == counted, "arenas reserve %llu, the pool counts %llu",
+            (unsigned long long)reserved, (unsigned long long)counted);
+  /* Every booking is made and settled under its arena's lock. */
+  CA__CHECK(atomic_load(&pool->committed) == counted,
+            "booked bytes disagree with reserved ones");
+  CA__CHECK(atomic_load(&pool->reserved_peak) >= counted,
+            "reserved bytes above their peak");
+  return true;
+}
+
+/* All arenas locked at once, in index order, for one picture of the pool:
+ * no other code holds two arena locks, so this cannot deadlock. An arena
+ * made meanwhile is not seen: check while the pool is quiet. */
+bool ca_pool_check(ca_pool *pool, char *why, size_t why_len) {
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n = ca__arenas(pool, all);
+  for (unsigned i = 0; i < n; i++)
+    ca_lock_acquire(&all[i]->lock);
+  bool ok = ca__check_arenas(pool, all, n, why, why_len);
+  for (unsigned i = n; i-- > 0;)
+    ca_lock_release(&all[i]->lock);
   return ok;
 }

@@ -9,7 +9,12 @@
  * or when the backend runs out.
  *
  * The pool holds no CUDA type and makes no CUDA call; addresses are plain
- * 64-bit integers. Every function is thread-safe (one mutex per pool).
+ * 64-bit integers. Every function is thread-safe. A pool is split into
+ * arenas with a lock each: a thread uses one arena until it keeps finding
+ * that arena's lock held, then moves to a less used one, so threads
+ * allocating at once do not queue on one lock while a single thread sees
+ * one pool as before. The memory limit, the collection threshold and
+ * reserved memory are the whole pool's.
  */
 #ifndef CA_POOL_H
 #define CA_POOL_H
@@ -38,6 +43,9 @@
 /* A request at or above max_split_size takes a cached oversize block only if
  * it wastes less than this. */
 #define CA_OVERSIZE_MAX_WASTE (20u << 20)
+/* Arenas per pool at most: threads that contend spread over this many
+ * locks. */
+#define CA_POOL_ARENAS 8u
 
 /* When a freed block may be handed out again (reuse_policy). */
 typedef enum ca_reuse {
@@ -67,7 +75,9 @@ typedef struct ca_live_block {
   uint64_t addr;
   uint64_t requested; /* bytes the program asked for */
   uint64_t size;      /* bytes the block spans (rounded) */
-  uint64_t seq;       /* allocation number within this pool, from 1 */
+  uint64_t seq;       /* allocation number, unique in this pool, from 1:
+                         in allocation order within an arena, and near it
+                         across arenas (each draws numbers in runs of 64) */
   uint64_t time_ns;   /* CLOCK_MONOTONIC when allocated */
   int device;
   uint32_t tag;       /* what the caller attached at allocation */
@@ -113,11 +123,19 @@ bool ca_pool_holds_segment(ca_pool *pool, uint64_t addr);
 /* Gives every fully free segment back. Returns the bytes given back. */
 uint64_t ca_pool_empty_cache(ca_pool *pool);
 
-/* Fills *out (zeroing what it does not set). */
+/* Fills *out (zeroing what it does not set). Reserved bytes and their peak
+ * are exact for the pool; other peaks add up its arenas' peaks. */
 void ca_pool_get_stats(ca_pool *pool, cudalloc_device_stats *out);
 
-/* Calls fn once per live block, under the pool's lock: fn must not call back
- * into the pool. Returns the number of live blocks. */
+/* Adds one pool's statistics into a sum (a device's): counts, totals and
+ * current figures add up; peaks add up too, to at least the true peak,
+ * since the parts peak at different times; the largest free block is the
+ * largest. The caller sets device and fragmentation. */
+void ca_pool_stats_add(cudalloc_device_stats *sum,
+                       const cudalloc_device_stats *s);
+
+/* Calls fn once per live block, under the lock of the block's arena: fn
+ * must not call back into the pool. Returns the number of live blocks. */
 size_t ca_pool_foreach_live(ca_pool *pool,
                             void (*fn)(const ca_live_block *b, void *arg),
                             void *arg);
@@ -127,5 +145,13 @@ size_t ca_pool_foreach_live(ca_pool *pool,
  * up). Returns true when consistent; otherwise writes the first broken rule
  * into why (if not NULL). For tests. */
 bool ca_pool_check(ca_pool *pool, char *why, size_t why_len);
+
+/* For tests and benchmarks: puts the calling thread on arena `index`
+ * (modulo CA_POOL_ARENAS) of every pool, as if contention had moved it
+ * there; contention moves it on as any thread. */
+void ca_pool_set_thread_arena(unsigned index);
+
+/* The calling thread's arena index, for tests and benchmarks. */
+unsigned ca_pool_thread_arena(void);
 
 #endif /* CA_POOL_H */

@@ -150,33 +150,6 @@ size_t ca_runtime_pools(int device, ca_pool **out, size_t max) {
   return found;
 }
 
-/* Adds one pool's statistics into a device's. Peaks add up to at most
- * the device's true peak: pools peak at different times. */
-static void ca__stats_add(cudalloc_device_stats *sum,
-                          const cudalloc_device_stats *s) {
-  cudalloc_stat *to[] = {&sum->requested_bytes, &sum->allocated_bytes,
-                         &sum->reserved_bytes, &sum->blocks, &sum->segments};
-  const cudalloc_stat *from[] = {&s->requested_bytes, &s->allocated_bytes,
-                                 &s->reserved_bytes, &s->blocks, &s->segments};
-  for (size_t i = 0; i < sizeof(to) / sizeof(to[0]); i++) {
-    to[i]->current += from[i]->current;
-    to[i]->peak += from[i]->peak;
-    to[i]->total += from[i]->total;
-  }
-  sum->allocs += s->allocs;
-  sum->frees += s->frees;
-  sum->cache_hits += s->cache_hits;
-  sum->backend_allocs += s->backend_allocs;
-  sum->backend_frees += s->backend_frees;
-  sum->oom_retries += s->oom_retries;
-  sum->gc_segments_released += s->gc_segments_released;
-  sum->failed_allocs += s->failed_allocs;
-  sum->free_cached_bytes += s->free_cached_bytes;
-  sum->pending_free_bytes += s->pending_free_bytes;
-  if (s->largest_free_block > sum->largest_free_block)
-    sum->largest_free_block = s->largest_free_block;
-}
-
 bool ca_runtime_device_stats(int device, cudalloc_device_stats *out) {
   ca_pool *pools[CA_RUNTIME_MAX_POOLS];
   size_t n = ca_runtime_pools(device, pools, CA_RUNTIME_MAX_POOLS);
@@ -184,7 +157,7 @@ bool ca_runtime_device_stats(int device, cudalloc_device_stats *out) {
   for (size_t i = 0; i < n; i++) {
     cudalloc_device_stats s;
     ca_pool_get_stats(pools[i], &s);
-    ca__stats_add(out, &s);
+    ca_pool_stats_add(out, &s);
   }
   out->device = device;
   out->fragmentation =

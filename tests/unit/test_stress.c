@@ -4,11 +4,15 @@
  * checks the stamps before freeing: two threads given overlapping blocks
  * would overwrite each other's stamps. Between rounds the threads stop at a
  * barrier and the whole pool is checked: every live block distinct, none
- * overlapping, reserved = live + cached + pending.
+ * overlapping, reserved = live + cached + pending. Each thread starts on an
+ * arena of its own, and between rounds the threads pass their blocks on to
+ * the next thread, so that frees cross arenas.
  *
  * The pool runs reuse_policy safe against a "device" thread that moves the
  * fake's progress clock on its own, so markers pass while threads allocate,
- * poll and wait, as on a GPU.
+ * poll and wait, as on a GPU. One run has room enough; one a memory limit
+ * far below what the threads ask for, so that arenas keep taking memory
+ * back from each other. A last test lets contention alone spread threads.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,6 +22,7 @@
 #include <string.h>
 #include <stdatomic.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -38,7 +43,9 @@ typedef struct worker {
   ca_pool *pool;
   slot slots[SLOTS];
   uint64_t rng;
-  int failures;
+  int failures; /* a stamp overwritten, a free refused, an unexpected error */
+  int refused;  /* allocations refused as out of memory, under a limit */
+  bool may_refuse;
 } worker;
 
 static pthread_barrier_t round_start, round_end;
@@ -78,8 +85,12 @@ static void step(worker *w) {
     return;
   }
   s->size = random_size(&w->rng);
-  if (ca_pool_alloc(w->pool, s->size, 0, &s->addr) != 0) {
-    w->failures++;
+  int rc = ca_pool_alloc(w->pool, s->size, 0, &s->addr);
+  if (rc != 0) {
+    if (rc == CA_FAKE_OOM && w->may_refuse)
+      w->refused++;
+    else
+      w->failures++;
     s->addr = 0;
     return;
   }
@@ -89,6 +100,7 @@ static void step(worker *w) {
 
 static void *run_worker(void *arg) {
   worker *w = arg;
+  ca_pool_set_thread_arena((unsigned)w->id);
   for (int r = 0; r < ROUNDS; r++) {
     pthread_barrier_wait(&round_start);
     for (int i = 0; i < OPS_PER_ROUND; i++)
@@ -130,6 +142,16 @@ static void check_quiescent(ca_pool *pool) {
                        s.pending_free_bytes);
 }
 
+/* With every thread parked: each thread's blocks go to the next thread,
+ * whose arena did not serve them. */
+static void pass_blocks_on(void) {
+  slot first[SLOTS];
+  memcpy(first, workers[0].slots, sizeof(first));
+  for (int t = 0; t + 1 < THREADS; t++)
+    memcpy(workers[t].slots, workers[t + 1].slots, sizeof(first));
+  memcpy(workers[THREADS - 1].slots, first, sizeof(first));
+}
+
 static atomic_bool device_stop;
 
 /* The device: catches up with every marker made so far, now and then. */
@@ -145,27 +167,29 @@ static void *run_device(void *arg) {
   return NULL;
 }
 
-static void eight_threads_keep_the_pool_consistent(void **state) {
-  (void)state;
+/* Runs THREADS workers over a pool made with `opt` against a fake device
+ * of 8 GiB. */
+static void run_threads(ca_pool_options opt, bool may_refuse) {
   static ca_fake_backend fake;
   ca_fake_init(&fake, 8ull << 30, true, true);
   fake.auto_pass = false;
-  ca_pool_options opt = {.max_split_size = 32u << 20, .gc_threshold = 0.5,
-                         .reuse = CA_REUSE_SAFE};
   ca_pool *pool = ca_pool_create(&fake.backend, 0, &opt);
+  atomic_store(&device_stop, false);
   pthread_t device;
   pthread_create(&device, NULL, run_device, &fake);
   pthread_t threads[THREADS];
   pthread_barrier_init(&round_start, NULL, THREADS + 1);
   pthread_barrier_init(&round_end, NULL, THREADS + 1);
   for (int t = 0; t < THREADS; t++) {
-    workers[t] = (worker){.id = t, .pool = pool, .rng = 1234u + (uint64_t)t};
+    workers[t] = (worker){.id = t, .pool = pool, .rng = 1234u + (uint64_t)t,
+                          .may_refuse = may_refuse};
     pthread_create(&threads[t], NULL, run_worker, &workers[t]);
   }
   for (int r = 0; r < ROUNDS; r++) {
     pthread_barrier_wait(&round_start);
     pthread_barrier_wait(&round_end);
     check_quiescent(pool);
+    pass_blocks_on();
   }
   for (int t = 0; t < THREADS; t++) {
     pthread_join(threads[t], NULL);
@@ -173,9 +197,14 @@ static void eight_threads_keep_the_pool_consistent(void **state) {
   }
   atomic_store(&device_stop, true);
   pthread_join(device, NULL);
+  check_quiescent(pool);
   /* Frees came back through markers, polled under contention. */
   assert_true(fake.marks > 0);
   assert_true(fake.polls > 0);
+  cudalloc_device_stats s;
+  ca_pool_get_stats(pool, &s);
+  if (opt.memory_limit)
+    assert_true(s.reserved_bytes.peak <= opt.memory_limit);
   ca_pool_destroy(pool);
   assert_int_equal(fake.nsegments, 0);
   assert_int_equal(fake.bad_releases, 0);
@@ -184,9 +213,85 @@ static void eight_threads_keep_the_pool_consistent(void **state) {
   pthread_barrier_destroy(&round_end);
 }
 
+static void eight_threads_keep_the_pool_consistent(void **state) {
+  (void)state;
+  ca_pool_options opt = {.max_split_size = 32u << 20, .gc_threshold = 0.5,
+                         .reuse = CA_REUSE_SAFE};
+  run_threads(opt, false);
+}
+
+/* 96 MiB for threads that ask for more, in eight arenas that each want
+ * segments of their own: refusals are expected, and must be out of memory;
+ * the limit holds for the pool whatever the arenas do at once. */
+static void eight_threads_share_a_tight_limit(void **state) {
+  (void)state;
+  ca_pool_options opt = {.max_split_size = 32u << 20, .gc_threshold = 0.5,
+                         .memory_limit = 96u << 20, .reuse = CA_REUSE_SAFE};
+  run_threads(opt, true);
+}
+
+#define SPREAD_SECONDS 10
+
+typedef struct spreader {
+  ca_pool *pool;
+  atomic_int *moved;
+  int failures;
+} spreader;
+
+/* Allocates and frees in a tight loop, from arena 0, until some thread has
+ * moved or time is up. */
+static void *run_spreader(void *arg) {
+  spreader *w = arg;
+  time_t until = time(NULL) + SPREAD_SECONDS;
+  while (atomic_load(w->moved) == 0 && time(NULL) < until) {
+    for (int i = 0; i < 1000; i++) {
+      uint64_t addr = 0;
+      if (ca_pool_alloc(w->pool, 4096, 0, &addr) != 0 ||
+          !ca_pool_free(w->pool, addr))
+        w->failures++;
+    }
+    if (ca_pool_thread_arena() != 0)
+      atomic_fetch_add(w->moved, 1);
+  }
+  return NULL;
+}
+
+/* Threads that all start on arena 0 and keep finding its lock held move
+ * to other arenas. It takes two threads running at once. */
+static void contending_threads_spread_over_arenas(void **state) {
+  (void)state;
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
+    skip();
+  static ca_fake_backend fake;
+  ca_fake_init(&fake, 8ull << 30, false, false);
+  ca_pool_options opt = {.max_split_size = UINT64_MAX,
+                         .reuse = CA_REUSE_IMMEDIATE};
+  ca_pool *pool = ca_pool_create(&fake.backend, 0, &opt);
+  atomic_int moved = 0;
+  pthread_t threads[THREADS];
+  spreader spreaders[THREADS];
+  for (int t = 0; t < THREADS; t++) {
+    spreaders[t] = (spreader){.pool = pool, .moved = &moved};
+    pthread_create(&threads[t], NULL, run_spreader, &spreaders[t]);
+  }
+  for (int t = 0; t < THREADS; t++) {
+    pthread_join(threads[t], NULL);
+    assert_int_equal(spreaders[t].failures, 0);
+  }
+  assert_true(atomic_load(&moved) > 0);
+  char why[256] = "";
+  if (!ca_pool_check(pool, why, sizeof(why)))
+    fail_msg("pool inconsistent: %s", why);
+  ca_pool_destroy(pool);
+  assert_int_equal(fake.bad_releases, 0);
+  ca_fake_fini(&fake);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(eight_threads_keep_the_pool_consistent),
+      cmocka_unit_test(eight_threads_share_a_tight_limit),
+      cmocka_unit_test(contending_threads_spread_over_arenas),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,15 +5,26 @@
  *   bench_pool mixed [OPS [REUSE]]   random operations over 64 live slots,
  *                                    sizes log-uniform from 256 B to 64 MiB
  *   bench_pool pair [PAIRS [REUSE]]  cached allocate+free pairs of a few sizes
+ *   bench_pool threads [PAIRS [REUSE]]
+ *                                    1, 2, 4 and 8 threads, each making PAIRS
+ *                                    cached pairs through one pool at once:
+ *                                    million pairs per second, against one
+ *                                    thread's, and the arenas the threads
+ *                                    ended on (contention spreads them)
  *
  * COUNT defaults to 1e6. REUSE is "immediate" (freed blocks reused at once),
  * "safe" (reuse_policy safe, the library's default: frees wait in batches for
  * a marker, here of an idle device whose markers pass at once, so the cost
  * is the batching's own) or "both" (the default). It prints
  * nanoseconds per operation; scripts/bench-cpu.sh also counts instructions
- * with callgrind, which is repeatable where wall time is not.
+ * with callgrind, which is repeatable where wall time is not. Threads can
+ * scale only as far as the machine has cores: on two, threads mode can show
+ * no more than that a second thread does not slow the first down. Under
+ * safe, every thread's misses make markers under the fake backend's one
+ * mutex, which then limits what threads mode shows.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,18 +99,86 @@ static double run_pairs(ca_pool *pool, long pairs) {
   return (now_ns() - start) / (double)pairs;
 }
 
+#define MAX_THREADS 8
+
+typedef struct pairs_thread {
+  ca_pool *pool;
+  long pairs;
+  pthread_barrier_t *start;
+  unsigned arena; /* where the thread ended */
+} pairs_thread;
+
+static void *run_pairs_thread(void *arg) {
+  pairs_thread *t = arg;
+  pthread_barrier_wait(t->start);
+  run_pairs(t->pool, t->pairs);
+  t->arena = ca_pool_thread_arena();
+  return NULL;
+}
+
+/* `threads` threads, started together, each making `pairs` cached pairs;
+ * returns million pairs per second of wall time, and in *arenas a mask of
+ * the arenas they ended on. */
+static double run_threads(ca_pool *pool, int threads, long pairs,
+                          unsigned *arenas) {
+  pthread_t tid[MAX_THREADS];
+  pairs_thread t[MAX_THREADS];
+  pthread_barrier_t start;
+  pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
+  for (int i = 0; i < threads; i++) {
+    t[i] = (pairs_thread){.pool = pool, .pairs = pairs, .start = &start};
+    if (pthread_create(&tid[i], NULL, run_pairs_thread, &t[i]))
+      die("pthread_create", 0);
+  }
+  pthread_barrier_wait(&start);
+  double begin = now_ns();
+  *arenas = 0;
+  for (int i = 0; i < threads; i++) {
+    pthread_join(tid[i], NULL);
+    *arenas |= 1u << t[i].arena;
+  }
+  double elapsed = now_ns() - begin;
+  pthread_barrier_destroy(&start);
+  return (double)threads * (double)pairs / elapsed * 1e3;
+}
+
+/* Threads mode: a fresh pool per thread count. */
+static void bench_threads(long pairs, int safe) {
+  double one = 0;
+  for (int threads = 1; threads <= MAX_THREADS; threads *= 2) {
+    static ca_fake_backend fake;
+    ca_fake_init(&fake, 1ull << 40, safe, false);
+    ca_pool_options opt = {.max_split_size = UINT64_MAX,
+                           .reuse = safe ? CA_REUSE_SAFE : CA_REUSE_IMMEDIATE};
+    ca_pool *pool = ca_pool_create(&fake.backend, 0, &opt);
+    unsigned arenas;
+    double mpairs = run_threads(pool, threads, pairs, &arenas);
+    if (threads == 1)
+      one = mpairs;
+    printf("threads %-9s %d: %7.2f Mpairs/s  (%.2fx one thread; %d arena%s)\n",
+           safe ? "safe" : "immediate", threads, mpairs, mpairs / one,
+           __builtin_popcount(arenas), arenas == 1 ? "" : "s");
+    ca_pool_destroy(pool);
+    ca_fake_fini(&fake);
+  }
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "mixed";
   long n = argc > 2 ? atol(argv[2]) : 1000000;
   const char *reuse = argc > 3 ? argv[3] : "both";
   int mixed = strcmp(mode, "mixed") == 0;
+  int threads = strcmp(mode, "threads") == 0;
   int from = strcmp(reuse, "safe") == 0, to = strcmp(reuse, "immediate") ? 2 : 1;
-  if ((!mixed && strcmp(mode, "pair") != 0) || n <= 0 ||
+  if ((!mixed && !threads && strcmp(mode, "pair") != 0) || n <= 0 ||
       (strcmp(reuse, "both") && !from && to == 2)) {
-    fprintf(stderr, "usage: bench_pool mixed|pair [COUNT [immediate|safe|both]]\n");
+    fprintf(stderr, "usage: bench_pool mixed|pair|threads "
+                    "[COUNT [immediate|safe|both]]\n");
     return 2;
   }
-  for (int safe = from; safe < to; safe++) {
+  for (int safe = from; safe < to && threads; safe++)
+    bench_threads(n, safe);
+  for (int safe = from; safe < to && !threads; safe++) {
     static ca_fake_backend fake;
     ca_fake_init(&fake, 1ull << 40, safe, false);
     ca_pool_options opt = {.max_split_size = UINT64_MAX,

@@ -17,18 +17,26 @@
  *   their free has finished. They gather in an open batch; when the pool
  *   next misses, the backend makes one marker for the whole batch, which
  *   joins a FIFO of closed batches; a batch whose marker has passed (polled
- *   without waiting) goes back to the cache. Before growing, the pool waits
- *   for the markers older than the newest (the device is busy with the work
- *   after them anyway), and for all of them only when memory is short. So a
+ *   without waiting) goes back to the cache. Growing is the last resort:
+ *   while what is pending could serve the request, the pool waits for the
+ *   markers, oldest first, before it reserves more (a wait for work already
+ *   queued, never longer than the wait cudaFree makes at every free). So a
  *   free costs a list append, the driver is asked once per batch, not once
- *   per free, and what waits stays about one batch.
- * - Freed blocks are not merged at once: they wait, whole, in a LIFO "quick"
- *   list per size class (deferred coalescing, as dlmalloc's fast bins), so
- *   the steady state of a training loop, which frees and asks again for the
- *   same sizes, costs a list push and a pop. Any request the quick lists and
- *   the bins cannot serve first merges every quick block into the bins; so
- *   does every operation that needs the merged picture (growing, giving
- *   memory back, statistics).
+ *   per free, and the pool stays as small as under immediate reuse.
+ * - Freed small blocks (requests up to CA_SMALL_REQUEST) are not merged at
+ *   once: they wait, whole, in a LIFO "quick" list per size class (deferred
+ *   coalescing, as dlmalloc's fast bins), so the steady state of a training
+ *   loop, which frees and asks again for the same sizes, costs a list push
+ *   and a pop. Any request the quick lists and the bins cannot serve first
+ *   merges every quick block into the bins; so does every operation that
+ *   needs the merged picture (growing, giving memory back, statistics).
+ *   Large blocks merge at once: parked unmerged, they kept their neighbours
+ *   from forming the larger blocks that later requests needed, and a
+ *   ResNet training loop reserved 20-30% more (tests/bench/bench_replay).
+ * - The pool grows past the most it ever reserved only after giving back
+ *   the fully free segments that have stayed idle (CA_TRADE_IDLE_FREES):
+ *   memory the program no longer asks for in that shape is traded for the
+ *   shape it asks for now.
  *
  * - A pool is split into up to CA_POOL_ARENAS arenas, each the whole of the
  *   above under its own lock, so that threads allocating at once do not
@@ -678,6 +686,15 @@ static void ca__block_take(ca__arena *p, ca__block *b, uint64_t size) {
   b->state = CA__LIVE;
 }
 
+/* A freed block that may be reused now: small ones park in the quick
+ * lists, large ones merge with their free neighbours at once. */
+static void ca__cache(ca__arena *p, ca__block *b) {
+  if (b->seg->heap->large)
+    ca__block_make_free(p, b);
+  else
+    ca__quick_push(p, b);
+}
+
 /* ---- Frees waiting for the device ---------------------------------------- */
 
 /* Puts a freed block in the open batch (CA__HELD until its marker passes). */
@@ -699,7 +716,7 @@ static void ca__release_batch(ca__arena *p, ca__batch *batch) {
   for (ca__block *b = batch->head, *next; b; b = next) {
     next = b->link_next;
     b->link_prev = NULL;
-    ca__quick_push(p, b);
+    ca__cache(p, b);
   }
   p->held_bytes -= batch->bytes;
   p->backend->forget(p->backend->ctx, p->device, batch->marker);
@@ -796,13 +813,19 @@ static bool ca__wait_oldest(ca__arena *p) {
 
 /* ---- Growing -------------------------------------------------------------- */
 
-/* The segment a request of `size` would like: PyTorch's proven scheme. */
-static uint64_t ca__segment_size(uint64_t size) {
+/* The segment a request of `size` would like: PyTorch's scheme, with large
+ * segments rounded more coarsely (see CA_LARGE_ROUND_SHIFT). */
+static uint64_t ca__segment_size(const ca__arena *p, uint64_t size) {
   if (size <= CA_SMALL_REQUEST)
     return CA_SMALL_SEGMENT;
   if (size < CA_MEDIUM_REQUEST)
     return CA_MEDIUM_SEGMENT;
-  return ca__round_up(size, CA_LARGE_ROUND);
+  /* A block at or above max_split_size is never split: rounding it would
+   * only waste the rest. */
+  if (size >= p->opt.max_split_size)
+    return ca__round_up(size, CA_LARGE_ROUND);
+  uint64_t step = (1ull << (63 - __builtin_clzll(size))) >> CA_LARGE_ROUND_SHIFT;
+  return ca__round_up(size, step > CA_LARGE_ROUND ? step : CA_LARGE_ROUND);
 }
 
 /* The smallest segment that can serve `size`, used when memory is short. */
@@ -894,7 +917,7 @@ static int ca__fits_limit(const ca__arena *p, uint64_t seg) {
  * segments first (p's own, then the other arenas') if need be. Returns 0
  * when nothing fits. */
 static uint64_t ca__segment_within_limit(ca__arena *p, uint64_t size) {
-  uint64_t seg = ca__segment_size(size);
+  uint64_t seg = ca__segment_size(p, size);
   if (ca__fits_limit(p, seg))
     return seg;
   uint64_t min = ca__segment_size_min(size), room = ca__limit_room(p);
@@ -948,18 +971,6 @@ static int ca__reserve(ca__arena *p, ca__heap *h, uint64_t seg,
   return 0;
 }
 
-/* Whether a new segment of `seg` bytes would pass the memory limit or the
- * garbage collection threshold: then freed blocks are worth waiting for. */
-static bool ca__short_of_memory(ca__arena *p, uint64_t seg) {
-  uint64_t after = ca__pool_reserved(p) + seg;
-  if (after > ca__limit_room(p))
-    return true;
-  if (p->opt.gc_threshold <= 0)
-    return false;
-  uint64_t budget = ca__gc_budget(p);
-  return budget && (double)after > p->opt.gc_threshold * (double)budget;
-}
-
 /* Waits for pending batches, oldest first, until one of their blocks serves
  * `size`. Returns true with *out set when one does. */
 static bool ca__wait_for_fit(ca__arena *p, uint64_t size, ca__block **out) {
@@ -971,38 +982,30 @@ static bool ca__wait_for_fit(ca__arena *p, uint64_t size, ca__block **out) {
   return false;
 }
 
-/* Waits for the batches older than the newest one while none of them has
- * served `size`. The host runs ahead of the device: without this the pool
- * grows by everything freed in the work queued ahead, steps of a training
- * loop deep. Waiting for an older marker keeps the device busy (the work
- * queued after it is still ahead of it) and bounds what waits to about one
- * batch; the newest is never waited for here, which would drain the queue.
- * Returns true with *out set when a block came back that serves `size`. */
-static bool ca__wait_for_older(ca__arena *p, uint64_t size, ca__block **out) {
-  while (p->batch_head && p->batch_head != p->batch_tail) {
-    if (!ca__wait_oldest(p))
-      return false;
-    ca__quick_flush(p);
-    if ((*out = ca__find(p, size)))
-      return true;
-  }
-  return false;
+/* Before growing by `seg` past the most the pool ever reserved, gives back
+ * the arena's fully free segments idle for CA_TRADE_IDLE_FREES of its frees,
+ * oldest first: the pool then trades them for the new one instead of
+ * holding both. */
+static void ca__trade_idle(ca__arena *p, uint64_t seg) {
+  uint64_t peak =
+      atomic_load_explicit(&p->pool->reserved_peak, memory_order_relaxed);
+  while (p->lru_head && ca__pool_reserved(p) + seg > peak &&
+         p->free_tick - p->lru_head->last_free >= CA_TRADE_IDLE_FREES)
+    ca__segment_release(p, p->lru_head);
 }
 
-/* Serves a cache miss with a new segment. Blocks freed before older
- * markers are waited for first, and, when memory is short, all of them. When the backend or the
- * memory limit refuses the segment: wait for every pending block, give
- * back every cached segment (the other arenas' too), and retry once with
- * the smallest segment that serves the request. */
+/* Serves a cache miss with a new segment. Pending blocks are waited for
+ * first, oldest first, until one serves the request; idle free segments are
+ * traded in. When the backend or the memory limit refuses the segment: give
+ * back every cached segment (the other arenas' too) and retry once with the
+ * smallest segment that serves the request. */
 static int ca__grow(ca__arena *p, uint64_t size, ca__block **out) {
   ca__heap *h = ca__heap_for(p, size);
   int oom = p->backend->oom_code;
-  if (ca__wait_for_older(p, size, out))
+  if (ca__wait_for_fit(p, size, out))
     return 0;
-  if (ca__short_of_memory(p, ca__segment_size(size)) &&
-      ca__wait_for_fit(p, size, out))
-    return 0;
-  ca__collect_garbage(p, ca__segment_size(size));
+  ca__collect_garbage(p, ca__segment_size(p, size));
+  ca__trade_idle(p, ca__segment_size(p, size));
   uint64_t seg = ca__segment_within_limit(p, size);
   if (seg) {
     int rc = ca__reserve(p, h, seg, out);
@@ -1010,8 +1013,6 @@ static int ca__grow(ca__arena *p, uint64_t size, ca__block **out) {
       return rc;
     p->stats.oom_retries++;
   }
-  if (ca__wait_for_fit(p, size, out))
-    return 0;
   ca__release_lru(p, 0);
   ca__release_others(p, 0, true);
   seg = ca__segment_size_min(size);
@@ -1475,7 +1476,7 @@ static void ca__retire(ca__arena *p, ca__block *b) {
   if (p->opt.reuse == CA_REUSE_IMMEDIATE ||
       (p->opt.reuse == CA_REUSE_DEVICE_SYNC &&
        p->backend->synchronize(p->backend->ctx, p->device) == 0))
-    ca__quick_push(p, b);
+    ca__cache(p, b);
   else
     ca__hold(p, b);
 }

@@ -36,8 +36,17 @@
 /* Requests below this size get segments of CA_MEDIUM_SEGMENT. */
 #define CA_MEDIUM_REQUEST (10u << 20)
 #define CA_MEDIUM_SEGMENT (20u << 20)
-/* Larger requests get a segment of their own, rounded up to this. */
+/* Larger requests get a segment of their own, rounded up to an eighth of
+ * their power of two (at least CA_LARGE_ROUND): a freed segment then serves
+ * the slightly larger requests that training loops make next (a layer's
+ * 147, 149 and 153 MiB), and the rest splits off for smaller ones. */
 #define CA_LARGE_ROUND (2u << 20)
+#define CA_LARGE_ROUND_SHIFT 3
+/* Before the pool grows past the most it ever reserved, it gives back fully
+ * free segments that no free has touched in this many frees: an idle
+ * segment is traded for the one needed now, instead of holding both. The
+ * idle age keeps a steady loop from trading the same segments every step. */
+#define CA_TRADE_IDLE_FREES 1000
 /* A large-pool block splits only if more than this would remain. */
 #define CA_LARGE_MIN_REMAINDER (1u << 20)
 /* A request at or above max_split_size takes a cached oversize block only if

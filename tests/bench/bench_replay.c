@@ -7,12 +7,14 @@
  *   bench_replay TRACE [immediate|safe [LAG]]
  *
  * TRACE is a trace file ("-": standard input, e.g. from zcat). Under safe,
- * the fake device runs LAG operations (default 200) behind the host: a
- * marker passes once LAG more operations have been replayed after it, which
- * is how far a training loop's host thread runs ahead of its kernels.
+ * the fake device runs LAG operations (default 500) behind the host: a
+ * marker passes once LAG more operations have been replayed after it (how
+ * far a training loop's host thread runs ahead of its kernels), or at once
+ * when the pool waits for it (the device catches up while the host waits).
  * Prints the peaks of the bytes the program held (requested), the pool's
- * blocks (allocated) and the pool's segments (reserved), and the overhead:
- * reserved over requested at their peaks.
+ * blocks (allocated) and the pool's segments (reserved), the overhead
+ * (reserved over requested, at their peaks), and the driver calls the pool
+ * made: segments reserved and released, markers made and waited for.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +54,19 @@ static void map_remove(map_entry *e) {
   map[i].from = 0;
 }
 
+/* The operation at which each marker was made (markers count from 1). */
+#define MAX_MARKS (1u << 20)
+static uint64_t mark_op[MAX_MARKS];
+static uint64_t ops;
+static int (*fake_mark)(void *ctx, int device, uint64_t *marker);
+
+static int mark_now(void *ctx, int device, uint64_t *marker) {
+  int rc = fake_mark(ctx, device, marker);
+  if (rc == 0 && *marker < MAX_MARKS)
+    mark_op[*marker] = ops;
+  return rc;
+}
+
 static void die(const char *what) {
   fprintf(stderr, "bench_replay: %s\n", what);
   exit(1);
@@ -66,11 +81,13 @@ int main(int argc, char **argv) {
   if (in == NULL)
     die("cannot open the trace");
   bool safe = argc > 2 && strcmp(argv[2], "safe") == 0;
-  uint64_t lag = argc > 3 ? strtoull(argv[3], NULL, 10) : 200;
+  uint64_t lag = argc > 3 ? strtoull(argv[3], NULL, 10) : 500;
 
   static ca_fake_backend fake;
   ca_fake_init(&fake, 1ull << 40, true, false);
   fake.auto_pass = false;
+  fake_mark = fake.backend.mark;
+  fake.backend.mark = mark_now;
   ca_pool_options opt = {.max_split_size = UINT64_MAX,
                          .reuse = safe ? CA_REUSE_SAFE : CA_REUSE_IMMEDIATE};
   ca_pool *pool = ca_pool_create(&fake.backend, 0, &opt);
@@ -78,7 +95,6 @@ int main(int argc, char **argv) {
     die("out of host memory");
 
   char line[256];
-  uint64_t ops = 0;
   while (fgets(line, sizeof(line), in)) {
     char kind;
     unsigned long long addr, size;
@@ -100,13 +116,18 @@ int main(int argc, char **argv) {
       continue;
     }
     /* The device finishes what was queued LAG operations ago. */
-    if (++ops > lag && fake.passed < (uint64_t)fake.marks)
-      fake.passed = fake.marks > 0 ? (uint64_t)fake.marks - 1 : 0;
+    ops++;
+    while (fake.passed < (uint64_t)fake.marks &&
+           fake.passed + 1 < MAX_MARKS && mark_op[fake.passed + 1] + lag <= ops)
+      fake.passed++;
   }
   cudalloc_device_stats s;
   ca_pool_get_stats(pool, &s);
-  printf("bench_replay: %llu operations, %s reuse\n", (unsigned long long)ops,
+  printf("bench_replay: %llu operations, %s reuse", (unsigned long long)ops,
          safe ? "safe" : "immediate");
+  if (safe)
+    printf(", the device %llu operations behind", (unsigned long long)lag);
+  printf("\n");
   printf("bench_replay: peak requested %.3f GiB, allocated %.3f GiB, "
          "reserved %.3f GiB (%llu segments)\n",
          gib(s.requested_bytes.peak), gib(s.allocated_bytes.peak),
@@ -114,6 +135,9 @@ int main(int argc, char **argv) {
   printf("bench_replay: overhead %.1f%% (reserved over requested, at peaks)\n",
          100.0 * ((double)s.reserved_bytes.peak / (double)s.requested_bytes.peak -
                   1.0));
+  printf("bench_replay: driver calls: %d segments reserved, %d released; "
+         "%d markers made, %d waited for\n",
+         fake.reserves, fake.releases, fake.marks, fake.waits);
   ca_pool_destroy(pool);
   return 0;
 }

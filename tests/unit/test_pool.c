@@ -236,14 +236,15 @@ static void garbage_collects_oldest_segments_first(void **state) {
   int order[10] = {3, 7, 1, 9, 0, 2, 4, 5, 6, 8};
   for (int i = 0; i < 10; i++)
     assert_true(ca_pool_free(fx->pool, a[order[i]]));
-  /* 400 MiB cached; 200 MiB more needs reserved <= 300 MiB first. */
+  /* 400 MiB cached; 200 MiB more (a 208 MiB segment: rounded to an eighth
+   * of 128 MiB) needs reserved <= 292 MiB first. */
   must_alloc(fx, 200 * MiB);
   assert_int_equal(fx->fake.releases, 3);
   for (int i = 0; i < 3; i++)
     assert_int_equal(fx->fake.released_addrs[i], a[order[i]]);
   cudalloc_device_stats s = stats_of(fx);
   assert_int_equal(s.gc_segments_released, 3);
-  assert_int_equal(s.reserved_bytes.current, 280 * MiB + 200 * MiB);
+  assert_int_equal(s.reserved_bytes.current, 280 * MiB + 208 * MiB);
   fixture_free(fx);
 }
 
@@ -468,12 +469,54 @@ static void fill_small_segment(fixture *fx, uint64_t a[4]) {
     a[i] = must_alloc(fx, 512 * KiB);
 }
 
-/* Safe reuse: a freed block comes back only after the marker made after its
- * free has passed; until then the pool grows rather than wait. */
+/* Large blocks merge with their free neighbours as they are freed, so the
+ * exact fit two of them form is found before a larger block is split. */
+static void large_blocks_merge_at_once(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(4096 * MiB, default_options(), false);
+  uint64_t a = must_alloc(fx, 4 * MiB), b = must_alloc(fx, 4 * MiB);
+  must_alloc(fx, 12 * MiB); /* fills the first 20 MiB segment */
+  must_alloc(fx, 6 * MiB);  /* a second one, 14 MiB of it free */
+  assert_true(ca_pool_free(fx->pool, a));
+  assert_true(ca_pool_free(fx->pool, b));
+  assert_int_equal(must_alloc(fx, 8 * MiB), a);
+  assert_int_equal(fx->fake.reserves, 2);
+  assert_consistent(fx);
+  fixture_free(fx);
+}
+
+/* Before it grows past the most it ever reserved, the pool gives back the
+ * fully free segments that stayed idle for CA_TRADE_IDLE_FREES frees,
+ * oldest first, and only as many as keep it at that peak. */
+static void trades_idle_segments_before_growing(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(4096 * MiB, default_options(), false);
+  uint64_t big = must_alloc(fx, 40 * MiB);
+  assert_true(ca_pool_free(fx->pool, big));
+  uint64_t x = must_alloc(fx, 64 * MiB); /* big is not idle: kept */
+  assert_int_equal(fx->fake.releases, 0);
+  assert_true(ca_pool_free(fx->pool, x));
+  for (int i = 0; i < CA_TRADE_IDLE_FREES; i++)
+    assert_true(ca_pool_free(fx->pool, must_alloc(fx, 4 * KiB)));
+  cudalloc_device_stats s = stats_of(fx);
+  assert_int_equal(s.reserved_bytes.peak, 106 * MiB); /* 40 + 64 + 2 */
+  must_alloc(fx, 100 * MiB); /* a 104 MiB segment: both idle ones go */
+  assert_int_equal(fx->fake.releases, 2);
+  assert_int_equal(fx->fake.released_addrs[0], big);
+  s = stats_of(fx);
+  assert_int_equal(s.reserved_bytes.current, 106 * MiB);
+  assert_int_equal(s.reserved_bytes.peak, 106 * MiB);
+  assert_consistent(fx);
+  fixture_free(fx);
+}
+
+/* Safe reuse: a freed block comes back only once a marker made after its
+ * free has passed. A free costs no driver call; the next miss marks the
+ * pending frees and, the device being past them, takes them back at once. */
 static void safe_reuses_after_marker_passes(void **state) {
   (void)state;
   fixture *fx = safe_fixture(1024 * MiB, default_options());
-  uint64_t a[4], b[4];
+  uint64_t a[4];
   fill_small_segment(fx, a);
   assert_true(ca_pool_free(fx->pool, a[1]));
   assert_true(ca_pool_free(fx->pool, a[3]));
@@ -481,15 +524,10 @@ static void safe_reuses_after_marker_passes(void **state) {
   assert_int_equal(s.pending_free_bytes, 1 * MiB);
   assert_int_equal(s.free_cached_bytes, 0);
   assert_int_equal(fx->fake.marks, 0); /* a free costs no driver call */
-  fill_small_segment(fx, b); /* the first miss marks, then grows */
-  assert_int_equal(fx->fake.marks, 1);
-  assert_int_equal(fx->fake.reserves, 2);
-  for (int i = 0; i < 4; i++)
-    assert_true(b[i] != a[1] && b[i] != a[3]);
-  fx->fake.passed = 1; /* the device got past the frees */
+  fx->fake.auto_pass = true; /* an idle device: markers pass as made */
   uint64_t x = must_alloc(fx, 512 * KiB), y = must_alloc(fx, 512 * KiB);
   assert_true((x == a[1] && y == a[3]) || (x == a[3] && y == a[1]));
-  assert_int_equal(fx->fake.reserves, 2);
+  assert_int_equal(fx->fake.reserves, 1);
   assert_int_equal(fx->fake.marks, 1);
   assert_int_equal(fx->fake.waits, 0);
   assert_int_equal(fx->fake.forgets, 1);
@@ -502,6 +540,7 @@ static void safe_reuses_after_marker_passes(void **state) {
 static void one_marker_per_batch(void **state) {
   (void)state;
   fixture *fx = safe_fixture(1024 * MiB, default_options());
+  fx->fake.auto_pass = true;
   uint64_t a[64];
   for (int i = 0; i < 64; i++)
     a[i] = must_alloc(fx, 64 * KiB + (uint64_t)i * 512);
@@ -509,34 +548,34 @@ static void one_marker_per_batch(void **state) {
     assert_true(ca_pool_free(fx->pool, a[i]));
   assert_int_equal(fx->fake.marks, 0);
   must_alloc(fx, 4 * KiB); /* the segment's free tail serves it: no miss */
-  must_alloc(fx, 2 * MiB); /* a miss */
-  assert_int_equal(fx->fake.marks, 1);
-  fx->fake.passed = 1;
-  must_alloc(fx, 1 * MiB); /* a miss: the batch has passed, all come back */
+  int reserves = fx->fake.reserves;
+  must_alloc(fx, 1 * MiB); /* a miss: one marker, passed, all come back */
   assert_int_equal(fx->fake.marks, 1);
   assert_int_equal(stats_of(fx).pending_free_bytes, 0);
+  assert_int_equal(fx->fake.reserves, reserves);
   assert_consistent(fx);
   fixture_free(fx);
 }
 
-/* The host runs ahead of the device: before growing, the pool waits for
- * batches older than the newest (the device is still busy with what came
- * after them), so that what waits stays about one batch, not steps deep. */
-static void waits_for_older_batches_before_growing(void **state) {
+/* Growing is the last resort: while the device is still busy with the work
+ * before the frees, the pool waits for their marker rather than reserve
+ * more, and the waited blocks merge with their free neighbours. */
+static void waits_for_pending_frees_before_growing(void **state) {
   (void)state;
   fixture *fx = safe_fixture(1024 * MiB, default_options());
-  uint64_t a[4], b[4];
+  uint64_t a[4];
   fill_small_segment(fx, a);
   assert_true(ca_pool_free(fx->pool, a[0]));
-  fill_small_segment(fx, b); /* one batch only: no wait, grows */
-  assert_int_equal(fx->fake.reserves, 2);
-  assert_int_equal(fx->fake.waits, 0);
-  assert_true(ca_pool_free(fx->pool, b[0]));
-  /* This miss closes a second batch; the first is older: waited for. */
-  assert_int_equal(must_alloc(fx, 512 * KiB), a[0]);
+  assert_true(ca_pool_free(fx->pool, a[1]));
+  assert_int_equal(must_alloc(fx, 1 * MiB), a[0]); /* a[0] and a[1], merged */
+  assert_int_equal(fx->fake.marks, 1);
+  assert_int_equal(fx->fake.waits, 1);
+  assert_int_equal(fx->fake.reserves, 1);
+  /* Nothing pending: a miss grows without a marker or a wait. */
+  must_alloc(fx, 512 * KiB);
+  assert_int_equal(fx->fake.marks, 1);
   assert_int_equal(fx->fake.waits, 1);
   assert_int_equal(fx->fake.reserves, 2);
-  assert_int_equal(stats_of(fx).pending_free_bytes, 512 * KiB); /* b[0] */
   assert_consistent(fx);
   fixture_free(fx);
 }
@@ -551,8 +590,8 @@ static void capture_keeps_frees_pending(void **state) {
   fill_small_segment(fx, a);
   assert_true(ca_pool_free(fx->pool, a[0]));
   fx->fake.refuse_sync = true;
-  fill_small_segment(fx, b);
-  assert_int_equal(fx->fake.refused_marks, 1);
+  fill_small_segment(fx, b); /* the miss's poll and its wait each ask */
+  assert_int_equal(fx->fake.refused_marks, 2);
   assert_int_equal(fx->fake.marks, 0);
   for (int i = 0; i < 4; i++)
     assert_true(b[i] != a[0]);
@@ -583,7 +622,8 @@ static void limit_waits_for_pending_frees(void **state) {
   fixture_free(fx);
 }
 
-/* Out of device memory: wait for every pending block before failing. */
+/* A full device: the pending blocks are waited for and serve the request;
+ * the device is never asked, so it never refuses. */
 static void out_of_memory_waits_for_pending_frees(void **state) {
   (void)state;
   fixture *fx = safe_fixture(2 * MiB, default_options());
@@ -593,8 +633,9 @@ static void out_of_memory_waits_for_pending_frees(void **state) {
     assert_true(ca_pool_free(fx->pool, a[i]));
   must_alloc(fx, 1 * MiB);
   assert_int_equal(fx->fake.waits, 1);
+  assert_int_equal(fx->fake.reserves, 1);
   cudalloc_device_stats s = stats_of(fx);
-  assert_int_equal(s.oom_retries, 1);
+  assert_int_equal(s.oom_retries, 0);
   assert_int_equal(s.failed_allocs, 0);
   assert_consistent(fx);
   fixture_free(fx);
@@ -869,11 +910,11 @@ static void collection_threshold_weighs_every_arena(void **state) {
   fixture *fx = fixture_new(1000 * MiB, opt, false); /* budget: 500 MiB */
   assert_true(ca_pool_free(fx->pool, must_alloc(fx, 400 * MiB)));
   ca_pool_set_thread_arena(1);
-  must_alloc(fx, 200 * MiB);
+  must_alloc(fx, 200 * MiB); /* a 208 MiB segment */
   cudalloc_device_stats s = stats_of(fx);
   assert_int_equal(fx->fake.releases, 1);
   assert_int_equal(s.gc_segments_released, 1);
-  assert_int_equal(s.reserved_bytes.current, 200 * MiB);
+  assert_int_equal(s.reserved_bytes.current, 208 * MiB);
   fixture_free(fx);
 }
 
@@ -978,9 +1019,11 @@ int main(void) {
       cmocka_unit_test(refuses_pointers_it_does_not_own),
       cmocka_unit_test(lists_live_blocks),
       cmocka_unit_test(keeps_devices_apart),
+      cmocka_unit_test(large_blocks_merge_at_once),
+      cmocka_unit_test(trades_idle_segments_before_growing),
       cmocka_unit_test(safe_reuses_after_marker_passes),
       cmocka_unit_test(one_marker_per_batch),
-      cmocka_unit_test(waits_for_older_batches_before_growing),
+      cmocka_unit_test(waits_for_pending_frees_before_growing),
       cmocka_unit_test(capture_keeps_frees_pending),
       cmocka_unit_test(limit_waits_for_pending_frees),
       cmocka_unit_test(out_of_memory_waits_for_pending_frees),

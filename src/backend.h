@@ -50,6 +50,13 @@ typedef struct ca_backend {
   int (*wait)(void *ctx, int device, uint64_t marker);
   void (*forget)(void *ctx, int device, uint64_t marker);
 
+  /* Orders all device work queued from now on, on every stream of `device`
+   * the process uses (streams made later included), after all the work
+   * queued so far, without waiting on the host: blocks freed before it may
+   * be handed out again at once. Returns 0; nonzero when it may not now (a
+   * stream capture). NULL: the backend cannot; the pool uses markers. */
+  int (*fence)(void *ctx, int device);
+
   /* Waits until every piece of device work queued on `device` so far has
    * finished (reuse_policy device_sync: cudaFree's own wait). Returns 0 when
    * it waited; nonzero when it must not wait now (a stream capture). */

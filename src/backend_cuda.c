@@ -98,8 +98,20 @@ static struct {
   CUcontext ctx;
   bool primary;
 } ca__kind[CUDALLOC_MAX_DEVICES];
-/* Guards the markers, the spare events and ca__kind. Never held across a
- * driver call; taken after ca__streams_lock when both are held. */
+/* Each context's fence event: recorded on its legacy stream at every fence,
+ * only there, so that a stream made later can be made to wait for it. */
+typedef struct ca__fence_rec {
+  CUcontext ctx;
+  int device;
+  bool primary;
+  CUevent event;
+} ca__fence_rec;
+
+static ca__fence_rec *ca__fences;
+static size_t ca__nfences, ca__fences_cap;
+/* Guards the markers, the spare events, the fence events and ca__kind.
+ * Never held across a driver call; taken after ca__streams_lock when both
+ * are held. */
 static pthread_mutex_t ca__marks_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ------------------------------------------------------------------------ */
@@ -179,6 +191,7 @@ static void ca__api_init(void) {
   CA__RESOLVE(event_query, "cuEventQuery");
   CA__RESOLVE(event_synchronize, "cuEventSynchronize");
   CA__RESOLVE(event_destroy, "cuEventDestroy_v2");
+  CA__RESOLVE(stream_wait_event, "cuStreamWaitEvent");
 }
 
 /* A forked child cannot use the parent's contexts (CUDA does not survive
@@ -200,6 +213,7 @@ static void ca__forget_markers_in_child(void) {
   }
   for (size_t i = 0; i < ca__nmarkers; i++)
     ca__markers[i]->dead = true;
+  ca__nfences = 0;
 }
 
 /* A fork while another thread holds one of our locks would leave the
@@ -394,7 +408,7 @@ typedef struct ca__call {
 } ca__call;
 
 enum { CA__RESERVE, CA__RELEASE, CA__MEM_INFO, CA__SYNC, CA__MARK, CA__POLL,
-       CA__WAIT };
+       CA__WAIT, CA__FENCE };
 
 static CUresult ca__do(const ca_driver_api *d, ca__call *c);
 
@@ -590,6 +604,8 @@ static void ca__stream_put(const ca__stream *rec) {
   ca__streams[ca__nstreams++] = *rec;
 }
 
+static void ca__fence_new_stream(const ca__stream *rec);
+
 void ca_backend_cuda_stream_created(CUstream stream, unsigned int flags) {
   if (!(flags & CU_STREAM_NON_BLOCKING) || stream == NULL)
     return;
@@ -601,6 +617,7 @@ void ca_backend_cuda_stream_created(CUstream stream, unsigned int flags) {
   rec.primary = ca__is_primary_ctx(rec.device, rec.ctx);
   pthread_rwlock_wrlock(&ca__streams_lock);
   ca__stream_put(&rec);
+  ca__fence_new_stream(&rec);
   pthread_rwlock_unlock(&ca__streams_lock);
 }
 
@@ -672,6 +689,12 @@ static void ca__bury(const ca__grave *g) {
   for (int dev = 0; dev < CUDALLOC_MAX_DEVICES; dev++)
     if (g->device < 0 || g->device == dev)
       ca__bury_spares(g, dev);
+  size_t kept = 0;
+  for (size_t i = 0; i < ca__nfences; i++)
+    if (!ca__buried(g, ca__fences[i].device, ca__fences[i].ctx,
+                    ca__fences[i].primary))
+      ca__fences[kept++] = ca__fences[i];
+  ca__nfences = kept;
   for (size_t i = 0; i < ca__nmarkers; i++) {
     ca__marker *m = ca__markers[i];
     if (m->used && ca__buried(g, m->device, m->ctx, m->primary))
@@ -936,6 +959,111 @@ static bool ca__marker_get(uint64_t handle, ca__marker *out) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* Fences                                                                    */
+
+/* A fence orders the device work queued after it, on every stream of its
+ * context, after all the work queued before it; it never waits on the host.
+ * The legacy stream does most of it: work on the legacy stream waits for all
+ * earlier work of the blocking streams (per-thread default streams
+ * included), and their later work waits for it. So the fence event,
+ * recorded on the legacy stream, follows everything queued on those;
+ * non-blocking streams are tied in by hand, before (the legacy stream waits
+ * for an event recorded on each) and after (each waits for the fence
+ * event). A non-blocking stream made later waits for the fence event when
+ * it is made. */
+
+/* The fence event of c's context, created in it (current) on first use. */
+static CUresult ca__fence_event(const ca_driver_api *d, const ca__call *c,
+                                bool primary, CUevent *out) {
+  pthread_mutex_lock(&ca__marks_lock);
+  for (size_t i = 0; i < ca__nfences; i++)
+    if (ca__fences[i].ctx == c->ctx) {
+      *out = ca__fences[i].event;
+      pthread_mutex_unlock(&ca__marks_lock);
+      return CUDA_SUCCESS;
+    }
+  pthread_mutex_unlock(&ca__marks_lock);
+  CUevent e = NULL;
+  CUresult r = d->event_create(&e, CU_EVENT_DISABLE_TIMING);
+  if (r != CUDA_SUCCESS)
+    return r;
+  pthread_mutex_lock(&ca__marks_lock);
+  if (ca__nfences == ca__fences_cap) {
+    ca__fence_rec *v = ca__grow(ca__fences, &ca__fences_cap, sizeof(*v));
+    if (v == NULL) {
+      pthread_mutex_unlock(&ca__marks_lock);
+      d->event_destroy(e);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    ca__fences = v;
+  }
+  ca__fences[ca__nfences++] =
+      (ca__fence_rec){c->ctx, c->device, primary, e};
+  pthread_mutex_unlock(&ca__marks_lock);
+  *out = e;
+  return CUDA_SUCCESS;
+}
+
+/* Under the streams read lock, in c's context. A wait that fails is
+ * skipped, as a record is in ca__marker_record: its stream died unseen. */
+static CUresult ca__fence_locked(const ca_driver_api *d, ca__call *c,
+                                 bool primary) {
+  if (ca__streams_lost)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  CUevent fence = NULL;
+  CUresult r = ca__fence_event(d, c, primary, &fence);
+  if (r != CUDA_SUCCESS)
+    return r;
+  ca__marker m = {0};
+  if (ca__streams_in(c->ctx) > 0) {
+    r = ca__mark_locked(d, c, primary);
+    if (r != CUDA_SUCCESS || !ca__marker_get(c->marker, &m))
+      return r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 1; i < m.n; i++)
+      d->stream_wait_event(CU_STREAM_LEGACY, m.events[i], 0);
+  }
+  r = d->event_record(fence, CU_STREAM_LEGACY);
+  for (size_t i = 0; r == CUDA_SUCCESS && i < ca__nstreams; i++)
+    if (ca__streams[i].ctx == c->ctx)
+      d->stream_wait_event(ca__streams[i].stream, fence, 0);
+  if (m.used) {
+    pthread_mutex_lock(&ca__marks_lock);
+    ca__marker_close(ca__markers[m.index], 0);
+    pthread_mutex_unlock(&ca__marks_lock);
+  }
+  return r;
+}
+
+/* In the fence's context; refused during a capture, as a marker is. */
+static CUresult ca__do_fence(const ca_driver_api *d, ca__call *c) {
+  if (d->stream_wait_event == NULL || d->event_create == NULL ||
+      d->event_record == NULL || d->event_destroy == NULL)
+    return CUDA_ERROR_NOT_SUPPORTED;
+  if (ca__capturing(d))
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  bool primary = c->primary || ca__is_primary_ctx(c->device, c->ctx);
+  pthread_rwlock_rdlock(&ca__streams_lock);
+  CUresult r = ca__fence_locked(d, c, primary);
+  pthread_rwlock_unlock(&ca__streams_lock);
+  return r;
+}
+
+/* Under the streams write lock, in the new stream's context (current: it
+ * was just made there): a non-blocking stream made after a fence waits for
+ * it, or its work could overtake a block's earlier users. */
+static void ca__fence_new_stream(const ca__stream *rec) {
+  const ca_driver_api *d = ca_driver();
+  CUevent fence = NULL;
+  pthread_mutex_lock(&ca__marks_lock);
+  for (size_t i = 0; i < ca__nfences; i++)
+    if (ca__fences[i].ctx == rec->ctx)
+      fence = ca__fences[i].event;
+  pthread_mutex_unlock(&ca__marks_lock);
+  if (fence != NULL && d->stream_wait_event != NULL)
+    d->stream_wait_event(rec->stream, fence, 0);
+}
+
+/* ------------------------------------------------------------------------ */
 /* The backend                                                               */
 
 static CUresult ca__do(const ca_driver_api *d, ca__call *c) {
@@ -968,6 +1096,8 @@ static CUresult ca__do(const ca_driver_api *d, ca__call *c) {
     return ca__do_poll(d, c);
   case CA__WAIT:
     return ca__do_wait(d, c);
+  case CA__FENCE:
+    return ca__do_fence(d, c);
   }
   return CUDA_ERROR_INVALID_VALUE;
 }
@@ -1053,6 +1183,13 @@ static void ca__forget(void *ctx, int device, uint64_t marker) {
   pthread_mutex_unlock(&ca__marks_lock);
 }
 
+static int ca__fence(void *ctx, int device) {
+  if (atomic_load(&ca__captures_live) > 0)
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  ca__call c = {.kind = CA__FENCE};
+  return (int)ca__run(ctx, device, &c);
+}
+
 static const ca_backend ca__backend = {
     .ctx = NULL,
     .oom_code = CUDA_ERROR_OUT_OF_MEMORY,
@@ -1063,6 +1200,7 @@ static const ca_backend ca__backend = {
     .poll = ca__poll,
     .wait = ca__wait,
     .forget = ca__forget,
+    .fence = ca__fence,
     .synchronize = ca__synchronize,
 };
 

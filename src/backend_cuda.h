@@ -101,6 +101,10 @@ typedef struct ca_driver_api {
   CUresult (*event_query)(CUevent event);
   CUresult (*event_synchronize)(CUevent event);
   CUresult (*event_destroy)(CUevent event);
+  /* Fences (see ca_backend.fence): cuStreamWaitEvent, plain for the same
+   * reason. */
+  CUresult (*stream_wait_event)(CUstream stream, CUevent event,
+                                unsigned int flags);
 } ca_driver_api;
 
 /* The real driver functions, resolved on the first call (thread-safe, once).

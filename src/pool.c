@@ -23,6 +23,11 @@
  *   queued, never longer than the wait cudaFree makes at every free). So a
  *   free costs a list append, the driver is asked once per batch, not once
  *   per free, and the pool stays as small as under immediate reuse.
+ *   A backend that can fence (the CUDA one) makes waiting rare: a fence
+ *   orders all later device work after all earlier work on the device
+ *   itself, so every pending block may be handed out at once, the host
+ *   never blocked. The pool fences at a miss, and at every large request
+ *   (large blocks must merge as freed, as under immediate reuse).
  * - Freed small blocks (requests up to CA_SMALL_REQUEST) are not merged at
  *   once: they wait, whole, in a LIFO "quick" list per size class (deferred
  *   coalescing, as dlmalloc's fast bins), so the steady state of a training
@@ -772,6 +777,29 @@ static bool ca__reap(ca__arena *p) {
   return any;
 }
 
+/* Fences the device (see ca_backend.fence) and hands every pending block
+ * back to the cache at once. Returns false, changing nothing, when there is
+ * nothing pending or the backend cannot fence now. */
+static bool ca__fence_pending(ca__arena *p) {
+  if (!p->backend->fence || (!p->held_head && !p->batch_head) ||
+      p->backend->fence(p->backend->ctx, p->device) != 0)
+    return false;
+  for (ca__block *b = p->held_head, *next; b; b = next) {
+    next = b->link_next;
+    b->link_prev = b->link_next = NULL;
+    ca__cache(p, b);
+  }
+  p->held_bytes -= p->open_bytes;
+  p->held_head = p->held_tail = NULL;
+  p->open_bytes = 0;
+  while (p->batch_head) {
+    ca__batch *batch = p->batch_head;
+    ca__pop_batch(p);
+    ca__release_batch(p, batch);
+  }
+  return true;
+}
+
 /* On a miss: what has passed comes back; what was freed since the last
  * marker gets one, which has often passed already (the program synchronized
  * since). Returns true when blocks came back. */
@@ -1350,15 +1378,20 @@ void ca_pool_drop_all(ca_pool *pool) {
 
 /* Finds a free block of at least `size` bytes in the cache: the quick lists
  * first, then the bins, then both again after merging parked blocks and,
- * last, after taking back the pending blocks whose device work has passed
- * (never waiting for any). */
+ * last, after taking back the pending blocks: all of them behind a fence,
+ * else those whose device work has passed (never waiting for any). A large
+ * request fences first: large blocks must see every free to merge, as under
+ * immediate reuse, or the pool fragments. */
 static ca__block *ca__find_cached(ca__arena *p, uint64_t size) {
+  if (size > CA_SMALL_REQUEST)
+    ca__fence_pending(p);
   ca__block *b = ca__find(p, size);
   if (!b && p->quick_bytes) {
     ca__quick_flush(p);
     b = ca__find(p, size);
   }
-  if (!b && (p->held_head || p->batch_head) && ca__recover_pending(p)) {
+  if (!b && (p->held_head || p->batch_head) &&
+      (ca__fence_pending(p) || ca__recover_pending(p))) {
     ca__quick_flush(p);
     b = ca__find(p, size);
   }

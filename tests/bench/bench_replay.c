@@ -7,10 +7,11 @@
  *   bench_replay TRACE [immediate|safe [LAG]]
  *
  * TRACE is a trace file ("-": standard input, e.g. from zcat). Under safe,
- * the fake device runs LAG operations (default 500) behind the host: a
- * marker passes once LAG more operations have been replayed after it (how
- * far a training loop's host thread runs ahead of its kernels), or at once
- * when the pool waits for it (the device catches up while the host waits).
+ * the fake backend fences as the CUDA one does, and the fake device runs
+ * LAG operations (default 500) behind the host: a marker passes once LAG
+ * more operations have been replayed after it (how far a training loop's
+ * host thread runs ahead of its kernels), or at once when the pool waits
+ * for it (the device catches up while the host waits).
  * Prints the peaks of the bytes the program held (requested), the pool's
  * blocks (allocated) and the pool's segments (reserved), the overhead
  * (reserved over requested, at their peaks), and the driver calls the pool
@@ -86,6 +87,7 @@ int main(int argc, char **argv) {
   static ca_fake_backend fake;
   ca_fake_init(&fake, 1ull << 40, true, false);
   fake.auto_pass = false;
+  fake.backend.fence = ca_fake_fence;
   fake_mark = fake.backend.mark;
   fake.backend.mark = mark_now;
   ca_pool_options opt = {.max_split_size = UINT64_MAX,
@@ -136,8 +138,8 @@ int main(int argc, char **argv) {
          100.0 * ((double)s.reserved_bytes.peak / (double)s.requested_bytes.peak -
                   1.0));
   printf("bench_replay: driver calls: %d segments reserved, %d released; "
-         "%d markers made, %d waited for\n",
-         fake.reserves, fake.releases, fake.marks, fake.waits);
+         "%d markers made, %d waited for; %d fences\n",
+         fake.reserves, fake.releases, fake.marks, fake.waits, fake.fences);
   ca_pool_destroy(pool);
   return 0;
 }

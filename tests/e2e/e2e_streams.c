@@ -355,9 +355,12 @@ static void free_all(const CUdeviceptr *p) {
     RC(cuMemFree(p[i]), CUDA_SUCCESS);
 }
 
-/* Allocation churn with `live_nb` non-blocking streams alive: whatever
- * events the pool's markers record, there are as many on each non-blocking
- * stream as on the legacy stream, and none elsewhere. */
+/* Allocation churn with `live_nb` non-blocking streams alive. The pool
+ * fences (backend.h): each fence records the fence event on the legacy
+ * stream; with non-blocking streams alive, it first records a marker (one
+ * event on the legacy stream, one on each of them, which the legacy stream
+ * waits for) and after makes each of them wait for the fence event. Nothing
+ * is recorded on, or made to wait, any other stream. */
 static records churn(int live_nb, const char *what) {
   mockcuda_counters c0 = snap();
   CUdeviceptr p[BLOCKS];
@@ -367,10 +370,16 @@ static records churn(int live_nb, const char *what) {
   }
   mockcuda_counters c1 = snap();
   records r = records_between(&c0, &c1);
-  CHECK(r.nonblocking == r.legacy * (uint64_t)live_nb && r.blocking == 0 && r.per_thread == 0,
-        "%s: records legacy %" PRIu64 ", non-blocking %" PRIu64 " (want %d each), blocking %" PRIu64
-        ", per-thread %" PRIu64,
-        what, r.legacy, r.nonblocking, live_nb, r.blocking, r.per_thread);
+  uint64_t nb = (uint64_t)live_nb, fences = nb ? r.legacy / 2 : r.legacy;
+  uint64_t wl = c1.wait_event_legacy - c0.wait_event_legacy,
+           wn = c1.wait_event_nonblocking - c0.wait_event_nonblocking,
+           wo = c1.wait_event_other - c0.wait_event_other;
+  CHECK(r.legacy == fences * (nb ? 2 : 1) && r.nonblocking == fences * nb && r.blocking == 0 &&
+            r.per_thread == 0 && wl == fences * nb && wn == fences * nb && wo == 0,
+        "%s: records legacy %" PRIu64 ", non-blocking %" PRIu64 ", blocking %" PRIu64
+        ", per-thread %" PRIu64 "; waits legacy %" PRIu64 ", non-blocking %" PRIu64
+        ", other %" PRIu64 " (%d non-blocking streams)",
+        what, r.legacy, r.nonblocking, r.blocking, r.per_thread, wl, wn, wo, live_nb);
   return r;
 }
 
@@ -381,31 +390,39 @@ static int overlaps(CUdeviceptr x, const CUdeviceptr *set, int n) {
   return 0;
 }
 
-/* A block freed while the device may still use it is not handed out again
- * before a marker made after the free has passed: short of free blocks (MORE
- * blocks outlast what the churn left cached), the pool waits for the marker
- * (cuEventSynchronize) rather than growing, and only then reuses. */
+/* A block freed while the device may still use it (its markers never pass
+ * here) is handed out again only behind a fence made after its free: every
+ * live non-blocking stream made to wait. A non-blocking stream made after a
+ * fence waits for the fence event at once. */
 #define MORE 64
 
-static void check_pool_waits_for_pending(void) {
+static void check_pool_fences_reuse(int live_nb) {
   CUdeviceptr a[BLOCKS], b[MORE];
   mockcuda_set_event_delay(-1);
   alloc_all(a);
   free_all(a);
   mockcuda_counters c0 = snap();
-  int reused = 0, unwaited = 0;
+  int reused = 0, unfenced = 0;
   for (int i = 0; i < MORE; i++) {
     RC(cuMemAlloc(&b[i], BLOCK_SIZE), CUDA_SUCCESS);
     if (overlaps(b[i], a, BLOCKS)) {
+      mockcuda_counters c = snap();
       reused++;
-      unwaited += snap().event_synchronize == c0.event_synchronize;
+      unfenced += c.event_record_legacy == c0.event_record_legacy ||
+                  c.wait_event_nonblocking - c0.wait_event_nonblocking < (uint64_t)live_nb;
     }
   }
   mockcuda_set_event_delay(0);
-  CHECK(unwaited == 0, "%d block(s) handed out again while their marker was pending", unwaited);
-  CHECK(reused > 0, "the pool grew instead of waiting for the %d pending blocks", BLOCKS);
+  CHECK(unfenced == 0, "%d block(s) handed out again with no fence after their free", unfenced);
+  CHECK(reused > 0, "the pool grew instead of fencing its %d pending blocks", BLOCKS);
   for (int i = 0; i < MORE; i++)
     RC(cuMemFree(b[i]), CUDA_SUCCESS);
+  c0 = snap();
+  CUstream late = NULL;
+  RC(cuStreamCreate(&late, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CHECK(snap().wait_event_nonblocking == c0.wait_event_nonblocking + 1,
+        "a non-blocking stream made after a fence does not wait for it");
+  RC(cuStreamDestroy(late), CUDA_SUCCESS);
 }
 
 /* Allocating and freeing during a capture, as PyTorch's allocator does (a
@@ -486,7 +503,7 @@ int main(void) {
   check_pool_capture(blk);
   check_pool_capture(nb1);
   if (expect_markers)
-    check_pool_waits_for_pending();
+    check_pool_fences_reuse(2);
 
   if (be && be->mark) {
     check_marks_cover_streams(nb1, nb2, blk); /* destroys nb2 */

@@ -996,6 +996,32 @@ static CUresult mock_event_record(CUevent e, CUstream hs, int ptsz) {
 }
 
 CUresult cuEventRecord(CUevent e, CUstream s) { return mock_event_record(e, s, 0); }
+
+/* The mock's work is done when queued, so a wait orders nothing; it is
+ * checked (a live event of the stream's context, recorded or not, as the
+ * driver accepts) and counted by the stream made to wait. */
+CUresult cuStreamWaitEvent(CUstream hs, CUevent e, unsigned int flags) {
+  mock_lock();
+  CUcontext c = NULL;
+  CUstream s = NULL;
+  CUresult rc = mock_need_ctx_stream(
+      hs, 0, mock_obj_find(e, MOCK_OBJ_EVENT) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE, &c, &s);
+  if (rc == CUDA_SUCCESS && (flags & ~1u) != 0)
+    rc = CUDA_ERROR_INVALID_VALUE;
+  if (rc == CUDA_SUCCESS && e->ctx != (s->kind == MOCK_STREAM_USER ? s->ctx : c))
+    rc = CUDA_ERROR_INVALID_HANDLE;
+  if (rc == CUDA_SUCCESS) {
+    if (s->kind == MOCK_STREAM_LEGACY)
+      g_cnt.wait_event_legacy++;
+    else if (s->kind == MOCK_STREAM_USER && (s->flags & CU_STREAM_NON_BLOCKING))
+      g_cnt.wait_event_nonblocking++;
+    else
+      g_cnt.wait_event_other++;
+  }
+  mock_unlock();
+  mock_trace("cuStreamWaitEvent(%p, %p, %u) = %d", (void *)hs, (void *)e, flags, rc);
+  return rc;
+}
 CUresult cuEventRecord_ptsz(CUevent e, CUstream s) { return mock_event_record(e, s, 1); }
 
 /* Query or wait: refused during a capture as other unsafe calls are
@@ -1464,6 +1490,7 @@ static const struct mock_sym {
     S("cuGraphDestroy", cuGraphDestroy, 10000),
     S("cuEventCreate", cuEventCreate, 2000),
     S("cuEventRecord", cuEventRecord, 2000),
+    S("cuStreamWaitEvent", cuStreamWaitEvent, 3020),
     P("cuEventRecord", cuEventRecord_ptsz, 7000),
     S("cuEventQuery", cuEventQuery, 2000),
     S("cuEventSynchronize", cuEventSynchronize, 2000),

@@ -65,6 +65,10 @@ typedef struct mockcuda_counters {
   uint64_t event_record_per_thread;
   uint64_t event_record_blocking;
   uint64_t event_record_nonblocking;
+  /* cuStreamWaitEvent calls that succeeded, by the stream made to wait. */
+  uint64_t wait_event_legacy;
+  uint64_t wait_event_nonblocking;
+  uint64_t wait_event_other;
   uint64_t stream_create;         /* cuStreamCreate, cuStreamCreateWithPriority */
   uint64_t stream_destroy;        /* cuStreamDestroy(_v2) */
   uint64_t ptsz_calls;            /* any _ptsz / _ptds export */

@@ -118,6 +118,19 @@ static int ca__fake_poll(void *ctx, int device, uint64_t marker) {
   return rc;
 }
 
+int ca_fake_fence(void *ctx, int device) {
+  ca_fake_backend *f = ctx;
+  (void)device;
+  pthread_mutex_lock(&f->lock);
+  int rc = f->refuse_sync ? 1 : 0;
+  if (rc)
+    f->refused_fences++;
+  else
+    f->fences++;
+  pthread_mutex_unlock(&f->lock);
+  return rc;
+}
+
 /* Waiting is what makes the device reach the marker, in this model. */
 static int ca__fake_wait(void *ctx, int device, uint64_t marker) {
   ca_fake_backend *f = ctx;

@@ -40,7 +40,7 @@ typedef struct ca_fake_backend {
   int nsegments;
   /* Call counts. */
   int reserves, releases, mem_infos, syncs, refused_syncs;
-  int marks, refused_marks, polls, waits, forgets;
+  int marks, refused_marks, polls, waits, forgets, fences, refused_fences;
   int bad_releases; /* releases of unknown ranges or with a wrong size */
   /* Injection: the next `fail_reserves` reserves return `fail_code`. */
   int fail_reserves;
@@ -56,9 +56,14 @@ typedef struct ca_fake_backend {
 
 /* Sets up a fake with `capacity` bytes per device. `with_sync` installs
  * synchronize and the markers (so a pool can use reuse_policy safe and
- * device_sync); auto_pass starts true. */
+ * device_sync); auto_pass starts true. Fences are left out (a pool then
+ * relies on markers); install ca_fake_fence in backend.fence to have them.
+ * A fence is only counted (refused while refuse_sync): the model has no
+ * streams to order. */
 void ca_fake_init(ca_fake_backend *f, uint64_t capacity, bool with_sync,
                   bool host_backed);
+
+int ca_fake_fence(void *ctx, int device);
 
 /* Frees host memory still held by a host-backed fake. */
 void ca_fake_fini(ca_fake_backend *f);

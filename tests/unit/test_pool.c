@@ -580,6 +580,54 @@ static void waits_for_pending_frees_before_growing(void **state) {
   fixture_free(fx);
 }
 
+/* A backend that fences: every pending block comes back at once behind a
+ * fence, with no marker and no wait; a large request fences before looking
+ * (large blocks must merge as freed), a small one only when it misses. */
+static void fence_hands_pending_blocks_back_at_once(void **state) {
+  (void)state;
+  fixture *fx = safe_fixture(1024 * MiB, default_options());
+  fx->fake.backend.fence = ca_fake_fence;
+  uint64_t big = must_alloc(fx, 16 * MiB);
+  uint64_t a[4];
+  fill_small_segment(fx, a);
+  assert_true(ca_pool_free(fx->pool, big));
+  assert_true(ca_pool_free(fx->pool, a[0]));
+  assert_int_equal(fx->fake.fences, 0); /* a free costs no driver call */
+  assert_int_equal(must_alloc(fx, 16 * MiB), big);
+  assert_int_equal(fx->fake.fences, 1);
+  assert_int_equal(stats_of(fx).pending_free_bytes, 0);
+  assert_true(ca_pool_free(fx->pool, a[1]));
+  assert_int_equal(must_alloc(fx, 512 * KiB), a[0]); /* a quick hit */
+  assert_int_equal(fx->fake.fences, 1);
+  assert_int_equal(must_alloc(fx, 512 * KiB), a[1]); /* a miss: fences */
+  assert_int_equal(fx->fake.fences, 2);
+  assert_int_equal(fx->fake.marks + fx->fake.waits, 0);
+  assert_int_equal(fx->fake.reserves, 2);
+  assert_consistent(fx);
+  fixture_free(fx);
+}
+
+/* During a stream capture no fence may be made either: the pool falls back
+ * to markers (refused too) and grows; after the capture it fences. */
+static void capture_refuses_fences(void **state) {
+  (void)state;
+  fixture *fx = safe_fixture(1024 * MiB, default_options());
+  fx->fake.backend.fence = ca_fake_fence;
+  uint64_t a[4], b[4];
+  fill_small_segment(fx, a);
+  assert_true(ca_pool_free(fx->pool, a[0]));
+  fx->fake.refuse_sync = true;
+  fill_small_segment(fx, b);
+  assert_true(fx->fake.refused_fences > 0);
+  assert_int_equal(fx->fake.fences + fx->fake.marks, 0);
+  assert_int_equal(fx->fake.reserves, 2);
+  fx->fake.refuse_sync = false;
+  assert_int_equal(must_alloc(fx, 512 * KiB), a[0]);
+  assert_int_equal(fx->fake.fences, 1);
+  assert_consistent(fx);
+  fixture_free(fx);
+}
+
 /* During a stream capture no marker may be made: freed blocks stay pending
  * and the pool grows; after the capture the next miss marks them. */
 static void capture_keeps_frees_pending(void **state) {
@@ -1024,6 +1072,8 @@ int main(void) {
       cmocka_unit_test(safe_reuses_after_marker_passes),
       cmocka_unit_test(one_marker_per_batch),
       cmocka_unit_test(waits_for_pending_frees_before_growing),
+      cmocka_unit_test(fence_hands_pending_blocks_back_at_once),
+      cmocka_unit_test(capture_refuses_fences),
       cmocka_unit_test(capture_keeps_frees_pending),
       cmocka_unit_test(limit_waits_for_pending_frees),
       cmocka_unit_test(out_of_memory_waits_for_pending_frees),

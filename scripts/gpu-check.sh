@@ -970,6 +970,15 @@ check_hazard hazard_default "" safe
 check_hazard hazard_safe reuse_policy:safe safe
 check_hazard hazard_device_sync reuse_policy:device_sync sync
 check_hazard hazard_immediate reuse_policy:immediate report
+# The same with the streams ordered only through the legacy stream (two
+# blocking streams), and with a per-thread default stream: what the fence's
+# one event on the legacy stream must order.
+export HAZARD_STREAMS=blocking
+check_hazard hazard_safe_blocking reuse_policy:safe safe
+check_hazard hazard_immediate_blocking reuse_policy:immediate report
+export HAZARD_STREAMS=perthread
+check_hazard hazard_safe_perthread reuse_policy:safe safe
+unset HAZARD_STREAMS
 
 check_graph graph_replay_plain -
 check_graph graph_replay_default ""

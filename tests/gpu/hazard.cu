@@ -14,7 +14,10 @@
  * deterministic: it shows as a new buffer overwritten by an old kernel.
  *
  * What it does, each round (200 by default, sizes 256 B, 4 KiB, 64 KiB,
- * 1 MiB, 16 MiB and 64 MiB in turn), with two non-blocking streams S1, S2:
+ * 1 MiB, 16 MiB and 64 MiB in turn), with two streams S1, S2: non-blocking
+ * streams by default; with HAZARD_STREAMS=blocking two blocking streams
+ * (ordered only through the legacy stream), with HAZARD_STREAMS=perthread
+ * S1 the thread's per-thread default stream and S2 a non-blocking stream:
  *  - cudaMalloc X; launch on S1 a kernel that waits DELAY (3 ms, on the
  *    GPU's %globaltimer) and then writes pattern A into all of X;
  *  - at once, without any synchronization: cudaFree(X), cudaMalloc Y of the
@@ -105,6 +108,7 @@ __global__ void count_kernel(const uint32_t *p, size_t n, uint32_t want,
 
 typedef struct ctx {
   cudaStream_t s1, s2;
+  int per_thread; /* s1 is cudaStreamPerThread */
   cudaEvent_t done;          /* after the late write, on S1 */
   unsigned long long *d_bad; /* one counter, live all along */
   unsigned resident_blocks;  /* blocks that fit on the GPU at once */
@@ -247,20 +251,33 @@ static void setup(ctx *c, long delay_us) {
     gc_fail("device reports %d SMs, %d resident blocks per SM", sms, per_sm);
   c->resident_blocks = (unsigned)sms * (per_sm < 2 ? (unsigned)per_sm : 2u);
   c->delay_ns = (uint64_t)delay_us * 1000u;
-  CK(cudaStreamCreateWithFlags(&c->s1, cudaStreamNonBlocking));
-  CK(cudaStreamCreateWithFlags(&c->s2, cudaStreamNonBlocking));
+  const char *kind = getenv("HAZARD_STREAMS");
+  c->per_thread = kind != NULL && strcmp(kind, "perthread") == 0;
+  unsigned flags = kind != NULL && strcmp(kind, "blocking") == 0
+                       ? cudaStreamDefault
+                       : cudaStreamNonBlocking;
+  if (kind != NULL && flags == cudaStreamNonBlocking && !c->per_thread &&
+      strcmp(kind, "nonblocking") != 0)
+    gc_fail("HAZARD_STREAMS=%s: nonblocking, blocking or perthread", kind);
+  if (c->per_thread)
+    c->s1 = cudaStreamPerThread;
+  else
+    CK(cudaStreamCreateWithFlags(&c->s1, flags));
+  CK(cudaStreamCreateWithFlags(&c->s2, flags));
   CK(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming));
   CK(cudaMalloc((void **)&c->d_bad, sizeof(*c->d_bad)));
   c->my_allocs++;
-  printf("hazard: %d SMs, grid of at most %u blocks, delay %ld us\n", sms,
-         c->resident_blocks, delay_us);
+  printf("hazard: %d SMs, grid of at most %u blocks, delay %ld us, streams "
+         "%s\n",
+         sms, c->resident_blocks, delay_us, kind ? kind : "nonblocking");
 }
 
 static void teardown(ctx *c) {
   CK(cudaFree(c->d_bad));
   c->my_frees++;
   CK(cudaEventDestroy(c->done));
-  CK(cudaStreamDestroy(c->s1));
+  if (!c->per_thread)
+    CK(cudaStreamDestroy(c->s1));
   CK(cudaStreamDestroy(c->s2));
   CK(cudaDeviceSynchronize());
 }

@@ -146,8 +146,9 @@ static const ca__key ca__keys[] = {
     {"reuse_policy", CA__CHOICE_AT(reuse_policy, ca__reuse_policies), 0, 2,
      {.integer = CA_REUSE_SETTING_SAFE}, "safe",
      "safe, immediate or device_sync",
-     "When a freed block is handed out again: safe, once device work queued "
-     "before the free has finished on every stream; immediate, at once "
+     "When a freed block is handed out again: safe, with all later device "
+     "work ordered after the work queued before the free, on every stream; "
+     "immediate, at once "
      "(right only if all device work runs on one stream); device_sync, "
      "after synchronizing the device at every free, as cudaFree does."},
 };

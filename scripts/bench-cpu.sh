@@ -2,7 +2,11 @@
 # The pool's own cost on the CPU, over the fake backend (no GPU needed):
 # wall time from bench_pool, and instructions counted by callgrind, which
 # repeat exactly run to run. Instructions are counted inside ca_pool_alloc
-# and ca_pool_free only (callees included), so set-up is left out.
+# and ca_pool_free only (callees included), so set-up is left out. Then the
+# memory the pool reserves for real training loops: allocation traces of
+# ResNet-50/152 training steps recorded on an H200 (tests/bench/traces, see
+# tests/bench/trace_alloc.c), replayed by bench_replay. Both repeat exactly,
+# so scripts/test.sh runs this last and a regression shows in CI's log.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -11,7 +15,7 @@ cd "$root"
 ca_ensure_deps valgrind
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build --target bench_pool -j "$(nproc)" >/dev/null
+cmake --build build --target bench_pool bench_replay -j "$(nproc)" >/dev/null
 bench=build/tests/bench/bench_pool
 
 echo "== wall time (1,000,000 operations each)"
@@ -31,4 +35,16 @@ echo "== instructions (callgrind, inside ca_pool_alloc and ca_pool_free)"
 for reuse in immediate safe; do
   printf 'pair  %-9s %s instructions per allocate+free pair\n' "$reuse" "$(count pair 200000 "$reuse")"
   printf 'mixed %-9s %s instructions per operation\n' "$reuse" "$(count mixed 200000 "$reuse")"
+done
+
+echo
+echo "== memory reserved for real training loops (bench_replay, traces of 6 steps)"
+for trace in tests/bench/traces/*.trace.gz; do
+  for reuse in immediate safe; do
+    printf '%-16s %-9s ' "$(basename "$trace" .trace.gz)" "$reuse"
+    zcat "$trace" | build/tests/bench/bench_replay - "$reuse" |
+      sed -n 's/^bench_replay: peak requested \([0-9.]*\) GiB.*reserved \([0-9.]*\) GiB.*/held \1 GiB, reserved \2 GiB/p' | tr -d '\n'
+    zcat "$trace" | build/tests/bench/bench_replay - "$reuse" |
+      sed -n 's/^bench_replay: overhead \([0-9.]*%\).*/ (+\1)/p'
+  done
 done

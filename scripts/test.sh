@@ -4,7 +4,10 @@
 #      driver), in a RelWithDebInfo build;
 #   2. the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
 #   3. the concurrency (stress) test under ThreadSanitizer;
-#   4. the CUDALLOC_CONF fuzzer for a bounded time (FUZZ_SECONDS, default 30).
+#   4. the CUDALLOC_CONF fuzzer for a bounded time (FUZZ_SECONDS, default 30);
+#   5. the CPU benchmark (scripts/bench-cpu.sh: instructions per operation,
+#      memory reserved on recorded training traces), a report, not a test,
+#      so that a regression shows in every CI log.
 # GPU tests are not here: they need a GPU (scripts/gpu-check.sh).
 # Installs missing Debian packages when run as root.
 set -euo pipefail
@@ -38,5 +41,8 @@ build_and_test build-tsan stress -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 
 step "CUDALLOC_CONF fuzzer"
 scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
+
+step "CPU benchmark (a report: figures in docs/BENCHMARKS.md)"
+scripts/bench-cpu.sh
 
 step "all test stages passed"

@@ -29,6 +29,9 @@
  *   bench_latency: <bytes> B <ns> ns per pair (median of <groups> groups of
  *   <pairs> pairs, min .., max ..), mode <mode>
  */
+#define BENCH_NAME "bench_latency"
+#include "bench_gpu.h"
+
 #include <cuda_runtime.h>
 
 #include <stdint.h>
@@ -43,16 +46,6 @@
 #define GROUPS_MIN 11
 #define GROUPS_MAX 2001
 
-#define CK(call)                                                               \
-  do {                                                                         \
-    cudaError_t ck_err_ = (call);                                              \
-    if (ck_err_ != cudaSuccess) {                                              \
-      fprintf(stderr, "bench_latency: %s:%d: %s returned %s\n", __FILE__,      \
-              __LINE__, #call, cudaGetErrorName(ck_err_));                     \
-      exit(1);                                                                 \
-    }                                                                          \
-  } while (0)
-
 static const size_t sizes[] = {
     256,         4u << 10,    64u << 10,        1u << 20,
     16u << 20,   256u << 20,  (size_t)1 << 30,
@@ -66,17 +59,6 @@ typedef struct bench {
 
 /* The time per pair of each group of one size. */
 static double group_ns[GROUPS_MAX];
-
-static double now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 static void one_pair(const bench *b, size_t bytes) {
   void *p = NULL;

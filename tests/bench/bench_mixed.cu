@@ -29,6 +29,9 @@
  * This is a program, not a test: it checks every CUDA return code and exits
  * 1 on an error, and prints one line "bench_mixed: <us> us per op ...".
  */
+#define BENCH_NAME "bench_mixed"
+#include "bench_gpu.h"
+
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -44,16 +47,6 @@
 #define SEED 0x6D1CED5EEDull
 #define DEEP_FRAMES 24
 
-#define CK(call)                                                               \
-  do {                                                                         \
-    cudaError_t ck_err_ = (call);                                              \
-    if (ck_err_ != cudaSuccess) {                                              \
-      fprintf(stderr, "bench_mixed: %s:%d: %s returned %s\n", __FILE__,        \
-              __LINE__, #call, cudaGetErrorName(ck_err_));                     \
-      exit(1);                                                                 \
-    }                                                                          \
-  } while (0)
-
 typedef struct bench {
   int async;
   cudaStream_t stream;
@@ -67,25 +60,6 @@ __global__ void touch_kernel(uint32_t *p, size_t words, uint32_t value) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < words)
     p[i] = value + (uint32_t)i;
-}
-
-static double now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-/* splitmix64. */
-static uint64_t next_random(uint64_t *state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
 }
 
 /* 256 B .. 64 MiB, log-uniform, a multiple of 4. */

@@ -28,6 +28,9 @@
  *   bench_threads: <ops> ops per s (median of <rounds> rounds, ...), mode
  *   <mode>, threads <threads>
  */
+#define BENCH_NAME "bench_threads"
+#include "bench_gpu.h"
+
 #include <cuda_runtime.h>
 
 #include <pthread.h>
@@ -41,16 +44,6 @@
 #define MAX_THREADS 64
 #define MAX_ROUNDS 64
 #define SEED 0x7EAD5EEDull
-
-#define CK(call)                                                               \
-  do {                                                                         \
-    cudaError_t ck_err_ = (call);                                              \
-    if (ck_err_ != cudaSuccess) {                                              \
-      fprintf(stderr, "bench_threads: %s:%d: %s returned %s\n", __FILE__,      \
-              __LINE__, #call, cudaGetErrorName(ck_err_));                     \
-      exit(1);                                                                 \
-    }                                                                          \
-  } while (0)
 
 static const size_t sizes[] = {256, 1u << 10, 4u << 10, 16u << 10, 64u << 10};
 #define N_SIZES (sizeof(sizes) / sizeof(sizes[0]))
@@ -72,25 +65,6 @@ typedef struct worker {
   uint64_t rng;
   void *slot[WINDOW];
 } worker;
-
-static double now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-/* splitmix64. */
-static uint64_t next_random(uint64_t *state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 static void alloc_slot(worker *w, int s) {
   size_t bytes = sizes[next_random(&w->rng) % N_SIZES];

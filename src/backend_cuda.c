@@ -972,22 +972,34 @@ static bool ca__marker_get(uint64_t handle, ca__marker *out) {
  * event). A non-blocking stream made later waits for the fence event when
  * it is made. */
 
-/* The fence event of c's context, created in it (current) on first use. */
+/* Under ca__marks_lock: the fence event of `ctx`, or NULL. */
+static CUevent ca__fence_of(CUcontext ctx) {
+  for (size_t i = 0; i < ca__nfences; i++)
+    if (ca__fences[i].ctx == ctx)
+      return ca__fences[i].event;
+  return NULL;
+}
+
+/* The fence event of c's context, created in it (current) on first use.
+ * One per context, even when two arenas fence it at once: a stream made
+ * later must wait for the event every fence records. */
 static CUresult ca__fence_event(const ca_driver_api *d, const ca__call *c,
                                 bool primary, CUevent *out) {
   pthread_mutex_lock(&ca__marks_lock);
-  for (size_t i = 0; i < ca__nfences; i++)
-    if (ca__fences[i].ctx == c->ctx) {
-      *out = ca__fences[i].event;
-      pthread_mutex_unlock(&ca__marks_lock);
-      return CUDA_SUCCESS;
-    }
+  *out = ca__fence_of(c->ctx);
   pthread_mutex_unlock(&ca__marks_lock);
+  if (*out != NULL)
+    return CUDA_SUCCESS;
   CUevent e = NULL;
   CUresult r = d->event_create(&e, CU_EVENT_DISABLE_TIMING);
   if (r != CUDA_SUCCESS)
     return r;
   pthread_mutex_lock(&ca__marks_lock);
+  if ((*out = ca__fence_of(c->ctx)) != NULL) { /* another thread's won */
+    pthread_mutex_unlock(&ca__marks_lock);
+    d->event_destroy(e);
+    return CUDA_SUCCESS;
+  }
   if (ca__nfences == ca__fences_cap) {
     ca__fence_rec *v = ca__grow(ca__fences, &ca__fences_cap, sizeof(*v));
     if (v == NULL) {
@@ -1053,11 +1065,8 @@ static CUresult ca__do_fence(const ca_driver_api *d, ca__call *c) {
  * it, or its work could overtake a block's earlier users. */
 static void ca__fence_new_stream(const ca__stream *rec) {
   const ca_driver_api *d = ca_driver();
-  CUevent fence = NULL;
   pthread_mutex_lock(&ca__marks_lock);
-  for (size_t i = 0; i < ca__nfences; i++)
-    if (ca__fences[i].ctx == rec->ctx)
-      fence = ca__fences[i].event;
+  CUevent fence = ca__fence_of(rec->ctx);
   pthread_mutex_unlock(&ca__marks_lock);
   if (fence != NULL && d->stream_wait_event != NULL)
     d->stream_wait_event(rec->stream, fence, 0);

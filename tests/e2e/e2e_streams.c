@@ -323,6 +323,55 @@ static void *stream_thread(void *arg) {
   return NULL;
 }
 
+static pthread_barrier_t fence_start;
+
+static void *fence_thread(void *arg) {
+  if (cuCtxSetCurrent((CUcontext)arg) != CUDA_SUCCESS)
+    return (void *)1;
+  pthread_barrier_wait(&fence_start); /* the first fences race */
+  for (int i = 0; i < 100; i++)
+    if (be->fence(be->ctx, 1) != 0)
+      return (void *)1;
+  return NULL;
+}
+
+/* Fences from four threads at once in a context that had none: one fence
+ * event in all (a stream made later waits for the one every fence records),
+ * and a non-blocking stream made after them waits for it. (The first
+ * fences race for the event; the mock, whose calls take one lock, seldom
+ * lets them collide, so this checks the outcome more than the race.) */
+static void check_fence_threads(void) {
+  CUcontext c = NULL;
+  RC(cuCtxCreate_v4(&c, NULL, 0, 1), CUDA_SUCCESS);
+  mockcuda_counters c0 = snap();
+  pthread_t t[4];
+  pthread_barrier_init(&fence_start, NULL, 4);
+  for (int i = 0; i < 4; i++)
+    pthread_create(&t[i], NULL, fence_thread, c);
+  for (int i = 0; i < 4; i++) {
+    void *r = NULL;
+    pthread_join(t[i], &r);
+    CHECK(r == NULL, "fence thread %d failed", i);
+  }
+  pthread_barrier_destroy(&fence_start);
+  mockcuda_counters c1 = snap();
+  records r = records_between(&c0, &c1);
+  CHECK(c1.event_create - c0.event_create - (c1.event_destroy - c0.event_destroy) == 1 &&
+            r.legacy == 400 && r.all == 400,
+        "fences: %" PRIu64 " events kept, %" PRIu64 " legacy records of %" PRIu64
+        " (want 1 event, 400 records on the legacy stream)",
+        c1.event_create - c0.event_create - (c1.event_destroy - c0.event_destroy), r.legacy,
+        r.all);
+  CUstream s = NULL;
+  c0 = snap();
+  RC(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CHECK(snap().wait_event_nonblocking == c0.wait_event_nonblocking + 1,
+        "a stream made after the fences does not wait for them");
+  RC(cuStreamDestroy(s), CUDA_SUCCESS);
+  RC(cuCtxSetCurrent(c), CUDA_SUCCESS);
+  RC(cuCtxDestroy(c), CUDA_SUCCESS);
+}
+
 static void check_threads(CUcontext ctx) {
   thread_ctx = ctx;
   mockcuda_counters c0 = snap();
@@ -491,7 +540,8 @@ int main(void) {
         test_backend ? "found" : "missing", mode_names[mode]);
   if (mode == POOLED && test_backend != NULL) {
     be = test_backend();
-    CHECK(be && be->mark && be->poll && be->wait && be->forget, "the CUDA backend has no markers");
+    CHECK(be && be->mark && be->poll && be->wait && be->forget && be->fence,
+          "the CUDA backend has no markers or fences");
   }
 
   /* The pool first, with both non-blocking streams alive. */
@@ -514,6 +564,8 @@ int main(void) {
     check_context_destroyed();
     check_primary_reset();
     check_threads(ctx);
+    check_fence_threads();
+    RC(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
   } else {
     RC(cuStreamDestroy(nb2), CUDA_SUCCESS);
   }

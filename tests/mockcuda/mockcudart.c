@@ -87,6 +87,12 @@ static struct {
   PFN_cuMemcpyHtoD_v3020 memcpy_htod;
   PFN_cuMemcpyDtoH_v3020 memcpy_dtoh;
   PFN_cuMemcpyDtoD_v3020 memcpy_dtod;
+  PFN_cuStreamCreate_v2000 stream_create;
+  PFN_cuStreamDestroy_v4000 stream_destroy;
+  PFN_cuStreamSynchronize_v2000 stream_synchronize;
+  PFN_cuMemAllocAsync_v11020 mem_alloc_async;
+  PFN_cuMemFreeAsync_v11020 mem_free_async;
+  PFN_cuDeviceGetDefaultMemPool_v11020 default_mem_pool;
 } drv;
 
 #define MOCKRT_SYM(field, name, version) {name, version, (void **)&drv.field}
@@ -110,6 +116,12 @@ static const struct mockrt_sym {
     MOCKRT_SYM(memcpy_htod, "cuMemcpyHtoD", 3020),
     MOCKRT_SYM(memcpy_dtoh, "cuMemcpyDtoH", 3020),
     MOCKRT_SYM(memcpy_dtod, "cuMemcpyDtoD", 3020),
+    MOCKRT_SYM(stream_create, "cuStreamCreate", 2000),
+    MOCKRT_SYM(stream_destroy, "cuStreamDestroy", 4000),
+    MOCKRT_SYM(stream_synchronize, "cuStreamSynchronize", 2000),
+    MOCKRT_SYM(mem_alloc_async, "cuMemAllocAsync", 11020),
+    MOCKRT_SYM(mem_free_async, "cuMemFreeAsync", 11020),
+    MOCKRT_SYM(default_mem_pool, "cuDeviceGetDefaultMemPool", 11020),
 };
 #undef MOCKRT_SYM
 
@@ -289,6 +301,75 @@ cudaError_t cudaDeviceReset(void) {
   }
   pthread_mutex_unlock(&g_lock);
   return mockrt_driver_result(rc);
+}
+
+/* ---- streams and the stream-ordered pool --------------------------------- */
+
+/* What the benchmark programs ask of the runtime (tests/bench/bench_*.cu), so
+ * that they run against the mock too: each call is its driver twin's. */
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) {
+  cudaError_t e = mockrt_context();
+  if (e != cudaSuccess)
+    return mockrt_result(e);
+  return mockrt_driver_result(drv.stream_create((CUstream *)stream, flags));
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  cudaError_t e = mockrt_context();
+  if (e != cudaSuccess)
+    return mockrt_result(e);
+  return mockrt_driver_result(drv.stream_destroy((CUstream)stream));
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  cudaError_t e = mockrt_context();
+  if (e != cudaSuccess)
+    return mockrt_result(e);
+  return mockrt_driver_result(drv.stream_synchronize((CUstream)stream));
+}
+
+cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream) {
+  if (!devPtr)
+    return mockrt_result(cudaErrorInvalidValue);
+  cudaError_t e = mockrt_context();
+  if (e != cudaSuccess)
+    return mockrt_result(e);
+  CUdeviceptr p = 0;
+  CUresult rc = drv.mem_alloc_async(&p, size, (CUstream)stream);
+  *devPtr = rc == CUDA_SUCCESS ? (void *)(uintptr_t)p : NULL;
+  return mockrt_driver_result(rc);
+}
+
+cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream) {
+  cudaError_t e = mockrt_context();
+  if (e != cudaSuccess)
+    return mockrt_result(e);
+  return mockrt_driver_result(
+      drv.mem_free_async((CUdeviceptr)(uintptr_t)devPtr, (CUstream)stream));
+}
+
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device) {
+  cudaError_t e = mockrt_driver();
+  if (e != cudaSuccess)
+    return mockrt_result(e);
+  if (device < 0 || device >= g_ndev)
+    return mockrt_result(cudaErrorInvalidDevice);
+  CUdevice d;
+  CUresult rc = drv.device_get(&d, device);
+  if (rc == CUDA_SUCCESS)
+    rc = drv.default_mem_pool((CUmemoryPool *)memPool, d);
+  return mockrt_driver_result(rc);
+}
+
+/* The mock driver's pools keep every freed block and have no attributes to
+ * set: a known attribute of a pool is accepted and changes nothing. */
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr,
+                                    void *value) {
+  if (!memPool || !value || attr < cudaMemPoolReuseFollowEventDependencies ||
+      attr > cudaMemPoolAttrUsedMemHigh)
+    return mockrt_result(cudaErrorInvalidValue);
+  return cudaSuccess;
 }
 
 /* ---- memory ------------------------------------------------------------- */

@@ -1183,11 +1183,16 @@ static pthread_once_t ca__count_once = PTHREAD_ONCE_INIT;
 /* Where the search for the least used arena starts: ties spread. */
 static atomic_uint ca__arena_turn;
 
-/* A counted thread that exits stops counting. */
+/* A counted thread that exits stops counting. It may still use a pool in
+ * a thread-exit destructor that runs after this one: no longer counted,
+ * a move then leaves the counts alone instead of dropping this one twice,
+ * and new contention counts it afresh (its key set again, this destructor
+ * runs again). */
 static void ca__uncount(void *unused) {
   (void)unused;
   atomic_fetch_sub_explicit(&ca__arena_threads[ca__thread_arena], 1,
                             memory_order_relaxed);
+  ca__counted = false;
 }
 
 /* A forked child runs one thread of its parent's: only that one counts. */
@@ -1327,6 +1332,11 @@ void ca_pool_set_thread_arena(unsigned index) {
 }
 
 unsigned ca_pool_thread_arena(void) { return ca__thread_arena; }
+
+unsigned ca_pool_arena_threads(unsigned index) {
+  return atomic_load_explicit(&ca__arena_threads[index % CA_POOL_ARENAS],
+                              memory_order_relaxed);
+}
 
 /* ---- Public entry points -------------------------------------------------- */
 

@@ -163,4 +163,8 @@ void ca_pool_set_thread_arena(unsigned index);
 /* The calling thread's arena index, for tests and benchmarks. */
 unsigned ca_pool_thread_arena(void);
 
+/* How many live threads that met contention use arena `index` (modulo
+ * CA_POOL_ARENAS), the count that steers moving threads: for tests. */
+unsigned ca_pool_arena_threads(unsigned index);
+
 #endif /* CA_POOL_H */

@@ -12,7 +12,8 @@
  * fake's progress clock on its own, so markers pass while threads allocate,
  * poll and wait, as on a GPU. One run has room enough; one a memory limit
  * far below what the threads ask for, so that arenas keep taking memory
- * back from each other. A last test lets contention alone spread threads.
+ * back from each other. The last tests let contention alone spread threads,
+ * and check that threads stop counting on their arena when they exit.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -287,11 +288,72 @@ static void contending_threads_spread_over_arenas(void **state) {
   ca_fake_fini(&fake);
 }
 
+static pthread_key_t late_key;
+static pthread_barrier_t late_key_made;
+
+/* Another library's thread-exit destructor, which glibc runs after the
+ * pool's own (its key is younger): the thread still uses the pool there,
+ * and contention moves it once more. */
+static void late_destructor(void *arg) {
+  (void)arg;
+  ca_pool_set_thread_arena(ca_pool_thread_arena() + 1);
+}
+
+static void *run_leaver(void *arg) {
+  run_spreader(arg);
+  pthread_barrier_wait(&late_key_made);
+  pthread_barrier_wait(&late_key_made);
+  pthread_setspecific(late_key, arg);
+  return NULL;
+}
+
+/* Threads that met contention count on their arena while they live, and
+ * stop counting when they exit, whatever they do after their count is
+ * dropped: a count left behind, or dropped twice (an unsigned count then
+ * wraps), would steer every later thread away from that arena or onto it. */
+static void leaving_threads_stop_counting(void **state) {
+  (void)state;
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
+    skip();
+  for (unsigned i = 0; i < CA_POOL_ARENAS; i++)
+    assert_int_equal(ca_pool_arena_threads(i), 0);
+  static ca_fake_backend fake;
+  ca_fake_init(&fake, 8ull << 30, false, false);
+  ca_pool_options opt = {.max_split_size = UINT64_MAX,
+                         .reuse = CA_REUSE_IMMEDIATE};
+  ca_pool *pool = ca_pool_create(&fake.backend, 0, &opt);
+  atomic_int moved = 0;
+  pthread_t threads[THREADS];
+  spreader spreaders[THREADS];
+  pthread_barrier_init(&late_key_made, NULL, THREADS + 1);
+  for (int t = 0; t < THREADS; t++) {
+    spreaders[t] = (spreader){.pool = pool, .moved = &moved};
+    pthread_create(&threads[t], NULL, run_leaver, &spreaders[t]);
+  }
+  /* Made once contention has counted a thread, so that it is younger than
+   * the pool's own key. */
+  pthread_barrier_wait(&late_key_made);
+  assert_int_equal(pthread_key_create(&late_key, late_destructor), 0);
+  pthread_barrier_wait(&late_key_made);
+  for (int t = 0; t < THREADS; t++) {
+    pthread_join(threads[t], NULL);
+    assert_int_equal(spreaders[t].failures, 0);
+  }
+  assert_true(atomic_load(&moved) > 0);
+  for (unsigned i = 0; i < CA_POOL_ARENAS; i++)
+    assert_int_equal(ca_pool_arena_threads(i), 0);
+  pthread_key_delete(late_key);
+  pthread_barrier_destroy(&late_key_made);
+  ca_pool_destroy(pool);
+  ca_fake_fini(&fake);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(eight_threads_keep_the_pool_consistent),
       cmocka_unit_test(eight_threads_share_a_tight_limit),
       cmocka_unit_test(contending_threads_spread_over_arenas),
+      cmocka_unit_test(leaving_threads_stop_counting),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1179,6 +1179,9 @@ static __thread uint64_t ca__contended_since CA__TLS;
 static atomic_uint ca__arena_threads[CA_POOL_ARENAS];
 static __thread bool ca__counted CA__TLS;
 static pthread_key_t ca__count_key;
+/* Whether ca__count_key was made: out of keys, it names no key of ours (an
+ * unset key is 0, which is another component's), so it is never set. */
+static bool ca__count_key_made;
 static pthread_once_t ca__count_once = PTHREAD_ONCE_INIT;
 /* Where the search for the least used arena starts: ties spread. */
 static atomic_uint ca__arena_turn;
@@ -1205,7 +1208,7 @@ static void ca__recount_in_child(void) {
 }
 
 static void ca__count_setup(void) {
-  pthread_key_create(&ca__count_key, ca__uncount);
+  ca__count_key_made = pthread_key_create(&ca__count_key, ca__uncount) == 0;
   pthread_atfork(NULL, NULL, ca__recount_in_child);
 }
 
@@ -1217,7 +1220,8 @@ static void ca__count_thread(void) {
   ca__counted = true;
   atomic_fetch_add_explicit(&ca__arena_threads[ca__thread_arena], 1,
                             memory_order_relaxed);
-  pthread_setspecific(ca__count_key, &ca__counted);
+  if (ca__count_key_made)
+    pthread_setspecific(ca__count_key, &ca__counted);
 }
 
 /* Puts the calling thread on arena `to`, its count with it. */

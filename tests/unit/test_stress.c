@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdatomic.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -288,6 +289,62 @@ static void contending_threads_spread_over_arenas(void **state) {
   ca_fake_fini(&fake);
 }
 
+/* A value another component keeps under pthread key 0, in each thread. */
+static int key_zero_value;
+
+static void *run_keeper(void *arg) {
+  spreader *w = arg;
+  pthread_setspecific(0, &key_zero_value);
+  run_spreader(w);
+  if (pthread_getspecific(0) != &key_zero_value)
+    w->failures++;
+  return NULL;
+}
+
+/* A process that has used up its pthread keys: the pool cannot make the key
+ * that uncounts exiting threads, and must then leave every other key alone
+ * (key 0 above all, which an unset pthread_key_t names). Run in a child, the
+ * first there to count a thread, where the test owns key 0 (under the
+ * sanitizers, whose runtime takes key 0 first, it is skipped). */
+static void out_of_keys_leaves_other_keys_alone(void **state) {
+  (void)state;
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
+    skip();
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    pthread_key_t key;
+    if (pthread_key_create(&key, NULL) != 0 || key != 0)
+      _exit(77);
+    while (pthread_key_create(&key, NULL) == 0)
+      ;
+    static ca_fake_backend fake;
+    ca_fake_init(&fake, 8ull << 30, false, false);
+    ca_pool_options opt = {.max_split_size = UINT64_MAX,
+                           .reuse = CA_REUSE_IMMEDIATE};
+    ca_pool *pool = ca_pool_create(&fake.backend, 0, &opt);
+    atomic_int moved = 0;
+    pthread_t threads[THREADS];
+    spreader spreaders[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+      spreaders[t] = (spreader){.pool = pool, .moved = &moved};
+      pthread_create(&threads[t], NULL, run_keeper, &spreaders[t]);
+    }
+    int failures = 0;
+    for (int t = 0; t < THREADS; t++) {
+      pthread_join(threads[t], NULL);
+      failures += spreaders[t].failures;
+    }
+    _exit(failures ? 1 : atomic_load(&moved) == 0 ? 2 : 0);
+  }
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77)
+    skip();
+  assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 static pthread_key_t late_key;
 static pthread_barrier_t late_key_made;
 
@@ -350,6 +407,8 @@ static void leaving_threads_stop_counting(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      /* First: in its child, no thread may have been counted yet. */
+      cmocka_unit_test(out_of_keys_leaves_other_keys_alone),
       cmocka_unit_test(eight_threads_keep_the_pool_consistent),
       cmocka_unit_test(eight_threads_share_a_tight_limit),
       cmocka_unit_test(contending_threads_spread_over_arenas),

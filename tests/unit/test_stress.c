@@ -258,6 +258,34 @@ static void *run_spreader(void *arg) {
   return NULL;
 }
 
+/* A pool with immediate reuse over `fake`, a fake device of 8 GiB. */
+static ca_pool *spread_pool(ca_fake_backend *fake) {
+  ca_fake_init(fake, 8ull << 30, false, false);
+  ca_pool_options opt = {.max_split_size = UINT64_MAX,
+                         .reuse = CA_REUSE_IMMEDIATE};
+  return ca_pool_create(&fake->backend, 0, &opt);
+}
+
+/* Starts THREADS threads running `fn` over `pool`, one spreader each. */
+static void start_spreaders(ca_pool *pool, void *(*fn)(void *),
+                            atomic_int *moved, pthread_t *threads,
+                            spreader *spreaders) {
+  for (int t = 0; t < THREADS; t++) {
+    spreaders[t] = (spreader){.pool = pool, .moved = moved};
+    pthread_create(&threads[t], NULL, fn, &spreaders[t]);
+  }
+}
+
+/* Joins them; returns their failures, all together. */
+static int join_spreaders(pthread_t *threads, const spreader *spreaders) {
+  int failures = 0;
+  for (int t = 0; t < THREADS; t++) {
+    pthread_join(threads[t], NULL);
+    failures += spreaders[t].failures;
+  }
+  return failures;
+}
+
 /* Threads that all start on arena 0 and keep finding its lock held move
  * to other arenas. It takes two threads running at once. */
 static void contending_threads_spread_over_arenas(void **state) {
@@ -265,21 +293,12 @@ static void contending_threads_spread_over_arenas(void **state) {
   if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
     skip();
   static ca_fake_backend fake;
-  ca_fake_init(&fake, 8ull << 30, false, false);
-  ca_pool_options opt = {.max_split_size = UINT64_MAX,
-                         .reuse = CA_REUSE_IMMEDIATE};
-  ca_pool *pool = ca_pool_create(&fake.backend, 0, &opt);
+  ca_pool *pool = spread_pool(&fake);
   atomic_int moved = 0;
   pthread_t threads[THREADS];
   spreader spreaders[THREADS];
-  for (int t = 0; t < THREADS; t++) {
-    spreaders[t] = (spreader){.pool = pool, .moved = &moved};
-    pthread_create(&threads[t], NULL, run_spreader, &spreaders[t]);
-  }
-  for (int t = 0; t < THREADS; t++) {
-    pthread_join(threads[t], NULL);
-    assert_int_equal(spreaders[t].failures, 0);
-  }
+  start_spreaders(pool, run_spreader, &moved, threads, spreaders);
+  assert_int_equal(join_spreaders(threads, spreaders), 0);
   assert_true(atomic_load(&moved) > 0);
   char why[256] = "";
   if (!ca_pool_check(pool, why, sizeof(why)))
@@ -319,22 +338,12 @@ static void out_of_keys_leaves_other_keys_alone(void **state) {
     while (pthread_key_create(&key, NULL) == 0)
       ;
     static ca_fake_backend fake;
-    ca_fake_init(&fake, 8ull << 30, false, false);
-    ca_pool_options opt = {.max_split_size = UINT64_MAX,
-                           .reuse = CA_REUSE_IMMEDIATE};
-    ca_pool *pool = ca_pool_create(&fake.backend, 0, &opt);
+    ca_pool *pool = spread_pool(&fake);
     atomic_int moved = 0;
     pthread_t threads[THREADS];
     spreader spreaders[THREADS];
-    for (int t = 0; t < THREADS; t++) {
-      spreaders[t] = (spreader){.pool = pool, .moved = &moved};
-      pthread_create(&threads[t], NULL, run_keeper, &spreaders[t]);
-    }
-    int failures = 0;
-    for (int t = 0; t < THREADS; t++) {
-      pthread_join(threads[t], NULL);
-      failures += spreaders[t].failures;
-    }
+    start_spreaders(pool, run_keeper, &moved, threads, spreaders);
+    int failures = join_spreaders(threads, spreaders);
     _exit(failures ? 1 : atomic_load(&moved) == 0 ? 2 : 0);
   }
   int status = 0;
@@ -375,27 +384,18 @@ static void leaving_threads_stop_counting(void **state) {
   for (unsigned i = 0; i < CA_POOL_ARENAS; i++)
     assert_int_equal(ca_pool_arena_threads(i), 0);
   static ca_fake_backend fake;
-  ca_fake_init(&fake, 8ull << 30, false, false);
-  ca_pool_options opt = {.max_split_size = UINT64_MAX,
-                         .reuse = CA_REUSE_IMMEDIATE};
-  ca_pool *pool = ca_pool_create(&fake.backend, 0, &opt);
+  ca_pool *pool = spread_pool(&fake);
   atomic_int moved = 0;
   pthread_t threads[THREADS];
   spreader spreaders[THREADS];
   pthread_barrier_init(&late_key_made, NULL, THREADS + 1);
-  for (int t = 0; t < THREADS; t++) {
-    spreaders[t] = (spreader){.pool = pool, .moved = &moved};
-    pthread_create(&threads[t], NULL, run_leaver, &spreaders[t]);
-  }
+  start_spreaders(pool, run_leaver, &moved, threads, spreaders);
   /* Made once contention has counted a thread, so that it is younger than
    * the pool's own key. */
   pthread_barrier_wait(&late_key_made);
   assert_int_equal(pthread_key_create(&late_key, late_destructor), 0);
   pthread_barrier_wait(&late_key_made);
-  for (int t = 0; t < THREADS; t++) {
-    pthread_join(threads[t], NULL);
-    assert_int_equal(spreaders[t].failures, 0);
-  }
+  assert_int_equal(join_spreaders(threads, spreaders), 0);
   assert_true(atomic_load(&moved) > 0);
   for (unsigned i = 0; i < CA_POOL_ARENAS; i++)
     assert_int_equal(ca_pool_arena_threads(i), 0);

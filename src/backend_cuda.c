@@ -48,6 +48,10 @@ typedef struct ca__stream {
   CUcontext ctx; /* current when it was created: its context */
   int device;
   bool primary; /* ctx is the device's primary context */
+  /* Recorded on the stream by every fence, for the legacy stream to wait
+   * for (see "Fences"); NULL when it could not be made, and then the
+   * context cannot be fenced. */
+  CUevent tie;
 } ca__stream;
 
 static ca__stream *ca__streams;
@@ -547,27 +551,22 @@ void ca_backend_cuda_capture_ended(CUstream stream, bool per_thread) {
  *
  * First the captures the policy saw begin (every capture made through the
  * runtime or our exports). Then, for captures begun by a path we do not see,
- * the driver's own answers: asked about the legacy stream,
+ * the driver's own answer: asked about the legacy stream,
  * cuStreamIsCapturing answers CUDA_ERROR_STREAM_CAPTURE_IMPLICIT while any
- * blocking stream of the context captures (measured, any capture mode),
- * without invalidating it; asked about the per-thread default stream, it
- * answers for that stream. A capture on a non-blocking stream is invisible
- * to both queries, hence the registry. */
+ * blocking stream of the context captures, a thread's per-thread default
+ * stream included (measured, any capture mode; see
+ * tests/mockcuda/driver_facts.txt), without invalidating it. One query, as
+ * every fence pays for it. A capture on a non-blocking stream is invisible
+ * to it, hence the registry. */
 static int ca__capturing(const ca_driver_api *d) {
   if (atomic_load(&ca__captures_live) > 0)
     return 1;
   if (d->stream_is_capturing == NULL)
     return 0;
-  CUstream streams[2] = {CU_STREAM_LEGACY, CU_STREAM_PER_THREAD};
-  for (int i = 0; i < 2; i++) {
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    CUresult r = d->stream_is_capturing(streams[i], &status);
-    if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)
-      return 1;
-    if (r == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE)
-      return 1;
-  }
-  return 0;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUresult r = d->stream_is_capturing(CU_STREAM_LEGACY, &status);
+  return r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT ||
+         (r == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -615,6 +614,10 @@ void ca_backend_cuda_stream_created(CUstream stream, unsigned int flags) {
       rec.device < 0 || rec.device >= CUDALLOC_MAX_DEVICES)
     return;
   rec.primary = ca__is_primary_ctx(rec.device, rec.ctx);
+  const ca_driver_api *d = ca_driver();
+  if (d->event_create == NULL ||
+      d->event_create(&rec.tie, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+    rec.tie = NULL;
   pthread_rwlock_wrlock(&ca__streams_lock);
   ca__stream_put(&rec);
   ca__fence_new_stream(&rec);
@@ -634,9 +637,12 @@ CUresult ca_backend_cuda_destroy_stream(CUstream stream, bool v1) {
   CUresult r = destroy(stream);
   if (r == CUDA_SUCCESS) {
     size_t j = 0;
-    for (size_t i = 0; i < ca__nstreams; i++)
+    for (size_t i = 0; i < ca__nstreams; i++) {
       if (ca__streams[i].stream != stream)
         ca__streams[j++] = ca__streams[i];
+      else if (ca__streams[i].tie != NULL && d->event_destroy != NULL)
+        d->event_destroy(ca__streams[i].tie);
+    }
     ca__nstreams = j;
   }
   pthread_rwlock_unlock(&ca__streams_lock);
@@ -1016,33 +1022,39 @@ static CUresult ca__fence_event(const ca_driver_api *d, const ca__call *c,
   return CUDA_SUCCESS;
 }
 
-/* Under the streams read lock, in c's context. A wait that fails is
- * skipped, as a record is in ca__marker_record: its stream died unseen. */
+/* Under the streams read lock: whether every non-blocking stream of ctx
+ * has its tie event. */
+static bool ca__ties_ready(CUcontext ctx) {
+  for (size_t i = 0; i < ca__nstreams; i++)
+    if (ca__streams[i].ctx == ctx && ca__streams[i].tie == NULL)
+      return false;
+  return true;
+}
+
+/* Under the streams read lock, in c's context: each non-blocking stream
+ * records its tie event and the legacy stream waits for it, then the fence
+ * event is recorded on the legacy stream and each non-blocking stream waits
+ * for it. Two threads fencing at once may record the same tie event: a
+ * wait takes the event as it is when the wait is queued, so either record
+ * serves. A record or wait that fails on a stream is skipped, as in
+ * ca__marker_record: its stream died unseen. */
 static CUresult ca__fence_locked(const ca_driver_api *d, ca__call *c,
                                  bool primary) {
-  if (ca__streams_lost)
-    return CUDA_ERROR_OUT_OF_MEMORY;
+  if (ca__streams_lost || !ca__ties_ready(c->ctx))
+    return CUDA_ERROR_NOT_SUPPORTED;
   CUevent fence = NULL;
   CUresult r = ca__fence_event(d, c, primary, &fence);
   if (r != CUDA_SUCCESS)
     return r;
-  ca__marker m = {0};
-  if (ca__streams_in(c->ctx) > 0) {
-    r = ca__mark_locked(d, c, primary);
-    if (r != CUDA_SUCCESS || !ca__marker_get(c->marker, &m))
-      return r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_VALUE;
-    for (size_t i = 1; i < m.n; i++)
-      d->stream_wait_event(CU_STREAM_LEGACY, m.events[i], 0);
+  for (size_t i = 0; i < ca__nstreams; i++) {
+    const ca__stream *s = &ca__streams[i];
+    if (s->ctx == c->ctx && d->event_record(s->tie, s->stream) == CUDA_SUCCESS)
+      d->stream_wait_event(CU_STREAM_LEGACY, s->tie, 0);
   }
   r = d->event_record(fence, CU_STREAM_LEGACY);
   for (size_t i = 0; r == CUDA_SUCCESS && i < ca__nstreams; i++)
     if (ca__streams[i].ctx == c->ctx)
       d->stream_wait_event(ca__streams[i].stream, fence, 0);
-  if (m.used) {
-    pthread_mutex_lock(&ca__marks_lock);
-    ca__marker_close(ca__markers[m.index], 0);
-    pthread_mutex_unlock(&ca__marks_lock);
-  }
   return r;
 }
 

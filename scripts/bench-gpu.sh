@@ -20,6 +20,9 @@
 #   stacks   bench_mixed --deep (the workload at the bottom of a call chain
 #            24 frames deep) under cudalloc with backtrace_depth 0, 8, 16:
 #            what a call stack costs per allocation;
+#   fence    tests/bench/bench_fence.cu: the driver calls a fence is made of,
+#            each alone and together, ns per call (what the default reuse
+#            policy pays, layer by layer, on top of immediate reuse);
 #   resnet   tests/bench/resnet_step.py: a ResNet-50/152 training step, fp32
 #            and bf16 autocast; ms per step and peak memory in use (NVML):
 #            PyTorch's caching allocator, no caching, PyTorch on
@@ -42,7 +45,7 @@
 # Knobs (environment):
 #   REPEAT=5           runs of each setting: latency, mixed, threads, stacks
 #   RESNET_REPEAT=3    runs of each setting: resnet
-#   PARTS="latency mixed threads stacks resnet"
+#   PARTS="latency mixed threads stacks fence resnet"
 #   RESNET_CASES="resnet50-fp32 resnet50-bf16 resnet152-fp32 resnet152-bf16"
 #   RESNET_SETTINGS="caching nocache async safe immediate" (nocache, PyTorch
 #                      without any cache, is slow: leave it out to save time)
@@ -64,7 +67,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-gpu}
 repeat=${REPEAT:-5}
 resnet_repeat=${RESNET_REPEAT:-3}
-parts=${PARTS:-latency mixed threads stacks resnet}
+parts=${PARTS:-latency mixed threads stacks fence resnet}
 resnet_cases=${RESNET_CASES:-resnet50-fp32 resnet50-bf16 resnet152-fp32 resnet152-bf16}
 resnet_keys=${RESNET_SETTINGS:-caching nocache async safe immediate}
 resnet_args=${RESNET_ARGS:-}
@@ -284,17 +287,18 @@ cuda_libdir() {
   if [[ -d $home/lib64 ]]; then echo "$home/lib64"; else echo "$home/lib"; fi
 }
 
-# build_prog NAME SOURCE RUNTIME: the benchmark program NAME in $bin, from
-# tests/bench/SOURCE, with the static or shared CUDA runtime. Built afresh
+# build_prog NAME SOURCE RUNTIME [LINK...]: the benchmark program NAME in
+# $bin, from tests/bench/SOURCE, with the static or shared CUDA runtime (and
+# the link options LINK, e.g. -lcuda for a program that calls the driver). Built afresh
 # once per invocation, so a program left from another checkout or another
 # NVCC_ARCH is never measured.
 declare -A built=()
 build_prog() {
-  local name=$1 src=$root/tests/bench/$2 runtime=$3 extra=()
+  local name=$1 src=$root/tests/bench/$2 runtime=$3 extra=("${@:4}")
   [[ -n ${built[$name]:-} ]] && return 0
   mkdir -p "$bin" || return 1
   if [[ $runtime == shared ]]; then
-    extra=(-Xlinker --enable-new-dtags -Xlinker -rpath -Xlinker "$(cuda_libdir)")
+    extra+=(-Xlinker --enable-new-dtags -Xlinker -rpath -Xlinker "$(cuda_libdir)")
   fi
   say "building $name ($runtime CUDA runtime, $arch)"
   if nvcc -O2 -g -arch="$arch" -cudart="$runtime" -Xcompiler -Wall,-pthread \
@@ -608,6 +612,52 @@ part_stacks() {
 }
 
 # ---------------------------------------------------------------------------
+# Part fence: the driver calls of a fence, each alone and together.
+
+fence_cases=("cuCtxGetCurrent" "cuStreamIsCapturing(legacy)" "cuStreamIsCapturing(per-thread)"
+  "cuEventRecord(legacy)" "cuEventRecord(non-blocking)" "cuStreamWaitEvent(legacy)"
+  "cuStreamWaitEvent(non-blocking)" "cuEventQuery" "fence, no non-blocking stream"
+  "fence, one non-blocking stream")
+
+fence_run() {
+  local r=$1 rc i c v bad=0
+  CMD=("$bin/bench_fence")
+  run_cmd fence 120
+  rc=$?
+  for i in "${!fence_cases[@]}"; do
+    c=${fence_cases[$i]}
+    v=$(pick "s/^bench_fence: ${c//[()]/.} \([0-9.]*\) ns per call.*/\1/p")
+    ((rc == 0)) || v=error
+    [[ $v == error ]] && bad=1
+    csv_row fence "$i,$r,$v"
+  done
+  if ((bad)); then run_failed fence "run $r" "$rc"; fi
+}
+
+# The CSV names each call by its index in fence_cases (the names hold commas).
+fence_table() {
+  local f=$out/fence.csv i
+  md
+  md "### fence: driver calls on an idle device, ns per call (median of $repeat runs)"
+  md
+  md "| call | ns |"
+  md "| --- | --- |"
+  for i in "${!fence_cases[@]}"; do
+    md "| ${fence_cases[$i]} | $(num %.1f "$(median "$f" 3 1="$i")") |"
+  done
+}
+
+part_fence() {
+  build_prog bench_fence bench_fence.cu static -lcuda || return
+  csv_begin fence "case,run,ns_per_call"
+  local r
+  for r in $(seq "$repeat"); do
+    fence_run "$r"
+  done
+  fence_table
+}
+
+# ---------------------------------------------------------------------------
 # Part resnet: a PyTorch training step.
 
 # resnet_name KEY: the setting's name in the records.
@@ -716,8 +766,8 @@ part_resnet() {
 check_knobs() {
   local p c k ok=1
   for p in $parts; do
-    [[ $p =~ ^(latency|mixed|threads|stacks|resnet)$ ]] ||
-      { say "unknown part '$p' (latency, mixed, threads, stacks, resnet)"; ok=0; }
+    [[ $p =~ ^(latency|mixed|threads|stacks|fence|resnet)$ ]] ||
+      { say "unknown part '$p' (latency, mixed, threads, stacks, fence, resnet)"; ok=0; }
   done
   for c in $resnet_cases; do
     [[ $c =~ ^resnet(50|152)-(fp32|bf16)$ ]] ||
@@ -738,7 +788,7 @@ main() {
   say "results go to $out"
   : >"$out/summary.md"
   : >"$out/build.log"
-  if [[ " $parts " =~ \ (latency|mixed|threads|stacks)\  ]] && ! command -v nvcc >/dev/null; then
+  if [[ " $parts " =~ \ (latency|mixed|threads|stacks|fence)\  ]] && ! command -v nvcc >/dev/null; then
     say "nvcc not found: put the CUDA toolkit's bin folder on PATH"
     finish 2
   fi
@@ -756,6 +806,7 @@ main() {
     mixed) part_mixed ;;
     threads) part_threads ;;
     stacks) part_stacks ;;
+    fence) part_fence ;;
     resnet) part_resnet ;;
     esac
   done

@@ -13,14 +13,15 @@
  *                                    ended on (contention spreads them)
  *
  * COUNT defaults to 1e6. REUSE is "immediate" (freed blocks reused at once),
- * "safe" (reuse_policy safe, the library's default: frees wait in batches for
- * a marker, here of an idle device whose markers pass at once, so the cost
- * is the batching's own) or "both" (the default). It prints
+ * "safe" (reuse_policy safe, the library's default: freed blocks wait until
+ * a fence, which the fake backend makes as the CUDA one does, only without
+ * a driver behind it, so the cost is the pool's own) or "both" (the
+ * default). It prints
  * nanoseconds per operation; scripts/bench-cpu.sh also counts instructions
  * with callgrind, which is repeatable where wall time is not. Threads can
  * scale only as far as the machine has cores: on two, threads mode can show
  * no more than that a second thread does not slow the first down. Under
- * safe, every thread's misses make markers under the fake backend's one
+ * safe, every thread's fences are counted under the fake backend's one
  * mutex, which then limits what threads mode shows.
  */
 #include <math.h>
@@ -49,6 +50,13 @@ static uint64_t next_random(uint64_t *rng) {
 static uint64_t log_uniform_size(uint64_t *rng) {
   double u = (double)(next_random(rng) & 0xFFFFFFF) / (double)0x10000000;
   return (uint64_t)(256.0 * exp2(u * 18.0)); /* 256 B .. 64 MiB */
+}
+
+/* The fake backend, with fences under safe reuse, as the CUDA backend has. */
+static void fake_init(ca_fake_backend *fake, int safe) {
+  ca_fake_init(fake, 1ull << 40, safe, false);
+  if (safe)
+    fake->backend.fence = ca_fake_fence;
 }
 
 static void die(const char *what, int rc) {
@@ -147,7 +155,7 @@ static void bench_threads(long pairs, int safe) {
   double one = 0;
   for (int threads = 1; threads <= MAX_THREADS; threads *= 2) {
     static ca_fake_backend fake;
-    ca_fake_init(&fake, 1ull << 40, safe, false);
+    fake_init(&fake, safe);
     ca_pool_options opt = {.max_split_size = UINT64_MAX,
                            .reuse = safe ? CA_REUSE_SAFE : CA_REUSE_IMMEDIATE};
     ca_pool *pool = ca_pool_create(&fake.backend, 0, &opt);
@@ -180,7 +188,7 @@ int main(int argc, char **argv) {
     bench_threads(n, safe);
   for (int safe = from; safe < to && !threads; safe++) {
     static ca_fake_backend fake;
-    ca_fake_init(&fake, 1ull << 40, safe, false);
+    fake_init(&fake, safe);
     ca_pool_options opt = {.max_split_size = UINT64_MAX,
                            .reuse = safe ? CA_REUSE_SAFE : CA_REUSE_IMMEDIATE};
     ca_pool *pool = ca_pool_create(&fake.backend, 0, &opt);
@@ -188,10 +196,10 @@ int main(int argc, char **argv) {
     cudalloc_device_stats s;
     ca_pool_get_stats(pool, &s);
     printf("%-5s %-9s %8.1f ns per %s  (%ld ops, %.2f%% cache hits, "
-           "%llu driver allocations, %d markers)\n",
+           "%llu driver allocations, %d fences, %d markers)\n",
            mode, safe ? "safe" : "immediate", ns, mixed ? "op" : "pair", n,
            s.allocs ? 100.0 * (double)s.cache_hits / (double)s.allocs : 0.0,
-           (unsigned long long)s.backend_allocs, fake.marks);
+           (unsigned long long)s.backend_allocs, fake.fences, fake.marks);
     ca_pool_destroy(pool);
     ca_fake_fini(&fake);
   }

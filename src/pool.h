@@ -6,7 +6,10 @@
  * backend, into blocks; freed blocks are cached and merged with free
  * neighbours, and whole free segments go back to the backend only on
  * demand, under the garbage collection threshold, under the memory limit,
- * or when the backend runs out.
+ * when the backend runs out, or when the pool grows: a cache miss gives back
+ * the free segments, all too small for the request, and reserves one
+ * segment at least as large as they were together, so that their bytes
+ * come back as one range (merged).
  *
  * The pool holds no CUDA type and makes no CUDA call; addresses are plain
  * 64-bit integers. Every function is thread-safe. A pool is split into
@@ -36,12 +39,13 @@
 /* Requests below this size get segments of CA_MEDIUM_SEGMENT. */
 #define CA_MEDIUM_REQUEST (10u << 20)
 #define CA_MEDIUM_SEGMENT (20u << 20)
-/* Larger requests get a segment of their own, rounded up to an eighth of
- * their power of two (at least CA_LARGE_ROUND): a freed segment then serves
- * the slightly larger requests that training loops make next (a layer's
- * 147, 149 and 153 MiB), and the rest splits off for smaller ones. */
+/* Larger requests get a segment of their own, rounded up to CA_LARGE_ROUND,
+ * and no more: a coarser rounding left an unused tail in every segment (a
+ * 49 MiB activation in a 52 MiB segment). A request just larger than a
+ * freed segment (a layer's 147, then 155 MiB) is served by merging free
+ * segments at the miss (see the top of this file), not by spare room kept
+ * in every segment. */
 #define CA_LARGE_ROUND (2u << 20)
-#define CA_LARGE_ROUND_SHIFT 3
 /* Before the pool grows past the most it ever reserved, it gives back fully
  * free segments that no free has touched in this many frees: an idle
  * segment is traded for the one needed now, instead of holding both. The

@@ -15,7 +15,10 @@
  * Prints the peaks of the bytes the program held (requested), the pool's
  * blocks (allocated) and the pool's segments (reserved), the overhead
  * (reserved over requested, at their peaks), and the driver calls the pool
- * made: segments reserved and released, markers made and waited for.
+ * made: segments reserved and released, markers made and waited for; then
+ * the segments reserved and released in each sixth of the trace (the
+ * recorded traces hold six training steps, so a sixth is about a step: a
+ * steady loop should make none after the first one or two).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,12 +71,66 @@ static int mark_now(void *ctx, int device, uint64_t *marker) {
   return rc;
 }
 
+/* A trace's operations, read whole first, so that each can be placed in
+ * its sixth of the trace. */
+typedef struct trace_op {
+  char kind;
+  uint64_t addr, size;
+} trace_op;
+
+#define SIXTHS 6
+
 static void die(const char *what) {
   fprintf(stderr, "bench_replay: %s\n", what);
   exit(1);
 }
 
 static double gib(uint64_t bytes) { return (double)bytes / (1u << 30); }
+
+/* Reads the allocations and frees of a trace; other lines are skipped. */
+static trace_op *read_trace(FILE *in, size_t *count) {
+  trace_op *ops_read = NULL;
+  size_t n = 0, cap = 0;
+  char line[256];
+  while (fgets(line, sizeof(line), in)) {
+    char kind;
+    unsigned long long addr, size = 0;
+    if (sscanf(line, "%c %llx %llu", &kind, &addr, &size) < 2 ||
+        (kind != 'a' && kind != 'f'))
+      continue;
+    if (n == cap) {
+      cap = cap ? 2 * cap : 4096;
+      ops_read = realloc(ops_read, cap * sizeof(*ops_read));
+      if (ops_read == NULL)
+        die("out of host memory");
+    }
+    ops_read[n++] = (trace_op){.kind = kind, .addr = addr, .size = size};
+  }
+  *count = n;
+  return ops_read;
+}
+
+static void replay_op(ca_pool *pool, const trace_op *op) {
+  map_entry *e = map_slot(op->addr);
+  if (op->kind == 'a') {
+    if (e->from != 0)
+      die("an address allocated twice");
+    if (ca_pool_alloc(pool, op->size, 0, &e->to) != 0)
+      die("the pool failed an allocation");
+    e->from = op->addr;
+  } else {
+    if (e->from == 0 || !ca_pool_free(pool, e->to))
+      die("a free of an address not allocated");
+    map_remove(e);
+  }
+}
+
+/* Prints one count per sixth of the trace, slash-separated. */
+static void print_sixths(const char *what, const int *counts) {
+  printf("%s", what);
+  for (int i = 0; i < SIXTHS; i++)
+    printf("%s%d", i ? "/" : " ", counts[i]);
+}
 
 int main(int argc, char **argv) {
   if (argc < 2)
@@ -83,6 +140,8 @@ int main(int argc, char **argv) {
     die("cannot open the trace");
   bool safe = argc > 2 && strcmp(argv[2], "safe") == 0;
   uint64_t lag = argc > 3 ? strtoull(argv[3], NULL, 10) : 500;
+  size_t count;
+  trace_op *trace = read_trace(in, &count);
 
   static ca_fake_backend fake;
   ca_fake_init(&fake, 1ull << 40, true, false);
@@ -96,33 +155,20 @@ int main(int argc, char **argv) {
   if (pool == NULL)
     die("out of host memory");
 
-  char line[256];
-  while (fgets(line, sizeof(line), in)) {
-    char kind;
-    unsigned long long addr, size;
-    if (sscanf(line, "%c %llx %llu", &kind, &addr, &size) < 2)
-      continue;
-    if (kind == 'a') {
-      map_entry *e = map_slot(addr);
-      if (e->from != 0)
-        die("an address allocated twice");
-      if (ca_pool_alloc(pool, size, 0, &e->to) != 0)
-        die("the pool failed an allocation");
-      e->from = addr;
-    } else if (kind == 'f') {
-      map_entry *e = map_slot(addr);
-      if (e->from == 0 || !ca_pool_free(pool, e->to))
-        die("a free of an address not allocated");
-      map_remove(e);
-    } else {
-      continue;
-    }
+  int reserves[SIXTHS] = {0}, releases[SIXTHS] = {0};
+  for (size_t i = 0; i < count; i++) {
+    int sixth = (int)(i * SIXTHS / count);
+    int reserves_before = fake.reserves, releases_before = fake.releases;
+    replay_op(pool, &trace[i]);
+    reserves[sixth] += fake.reserves - reserves_before;
+    releases[sixth] += fake.releases - releases_before;
     /* The device finishes what was queued LAG operations ago. */
     ops++;
     while (fake.passed < (uint64_t)fake.marks &&
            fake.passed + 1 < MAX_MARKS && mark_op[fake.passed + 1] + lag <= ops)
       fake.passed++;
   }
+  free(trace);
   cudalloc_device_stats s;
   ca_pool_get_stats(pool, &s);
   printf("bench_replay: %llu operations, %s reuse", (unsigned long long)ops,
@@ -140,6 +186,10 @@ int main(int argc, char **argv) {
   printf("bench_replay: driver calls: %d segments reserved, %d released; "
          "%d markers made, %d waited for; %d fences\n",
          fake.reserves, fake.releases, fake.marks, fake.waits, fake.fences);
+  print_sixths("bench_replay: by sixth of the trace: segments reserved",
+               reserves);
+  print_sixths(", released", releases);
+  printf("\n");
   ca_pool_destroy(pool);
   return 0;
 }

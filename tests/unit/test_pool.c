@@ -101,7 +101,10 @@ static void sizes_segments_like_pytorch(void **state) {
   assert_int_equal(fx->fake.segments[3].size, 26 * MiB);
   must_alloc(fx, 30 * MiB);
   assert_int_equal(fx->fake.segments[4].size, 30 * MiB);
-  assert_int_equal(stats_of(fx).segments.current, 5);
+  /* No coarser rounding: no unused tail (it was 52 MiB). */
+  must_alloc(fx, 49 * MiB);
+  assert_int_equal(fx->fake.segments[5].size, 50 * MiB);
+  assert_int_equal(stats_of(fx).segments.current, 6);
   fixture_free(fx);
 }
 
@@ -122,10 +125,12 @@ static void serves_repeat_requests_from_the_cache(void **state) {
     assert_int_equal(fx->fake.reserves, reserves);
   }
   cudalloc_device_stats s = stats_of(fx);
-  /* 64 KiB came from the segment the 256 B request opened. */
+  /* 64 KiB came from the segment the 256 B request opened; the 64 MiB
+   * miss merged the free 20 MiB segment of the 3 MiB request into its
+   * own. */
   assert_int_equal(s.cache_hits, 401);
   assert_int_equal(s.backend_allocs, 3);
-  assert_int_equal(s.backend_frees, 0);
+  assert_int_equal(s.backend_frees, 1);
   assert_int_equal(s.allocs, 404);
   assert_int_equal(s.frees, 404);
   fixture_free(fx);
@@ -236,15 +241,17 @@ static void garbage_collects_oldest_segments_first(void **state) {
   int order[10] = {3, 7, 1, 9, 0, 2, 4, 5, 6, 8};
   for (int i = 0; i < 10; i++)
     assert_true(ca_pool_free(fx->pool, a[order[i]]));
-  /* 400 MiB cached; 200 MiB more (a 208 MiB segment: rounded to an eighth
-   * of 128 MiB) needs reserved <= 292 MiB first. */
+  /* 400 MiB cached; 200 MiB more needs reserved <= 300 MiB first: the
+   * three oldest go. The seven left, each too small, then merge into one
+   * segment of 280 MiB, which serves the request: within the threshold. */
   must_alloc(fx, 200 * MiB);
-  assert_int_equal(fx->fake.releases, 3);
-  for (int i = 0; i < 3; i++)
-    assert_int_equal(fx->fake.released_addrs[i], a[order[i]]);
   cudalloc_device_stats s = stats_of(fx);
   assert_int_equal(s.gc_segments_released, 3);
-  assert_int_equal(s.reserved_bytes.current, 280 * MiB + 208 * MiB);
+  assert_int_equal(fx->fake.releases, 10);
+  for (int i = 0; i < 10; i++)
+    assert_int_equal(fx->fake.released_addrs[i], a[order[i]]);
+  assert_int_equal(s.reserved_bytes.current, 280 * MiB);
+  assert_int_equal(s.segments.current, 1);
   fixture_free(fx);
 }
 
@@ -485,27 +492,89 @@ static void large_blocks_merge_at_once(void **state) {
   fixture_free(fx);
 }
 
+/* Two free 40 MiB segments, and a small one the program keeps using. */
+static void free_two_large_segments(fixture *fx, uint64_t *a, uint64_t *b,
+                                    int small_frees) {
+  *a = must_alloc(fx, 40 * MiB);
+  *b = must_alloc(fx, 40 * MiB);
+  assert_true(ca_pool_free(fx->pool, *a));
+  assert_true(ca_pool_free(fx->pool, *b));
+  for (int i = 0; i < small_frees; i++)
+    assert_true(ca_pool_free(fx->pool, must_alloc(fx, 4 * KiB)));
+  assert_int_equal(stats_of(fx).reserved_bytes.peak, 82 * MiB);
+}
+
 /* Before it grows past the most it ever reserved, the pool gives back the
  * fully free segments that stayed idle for CA_TRADE_IDLE_FREES frees,
- * oldest first, and only as many as keep it at that peak. */
+ * oldest first, and only as many as keep it at that peak: given back, not
+ * merged into the new segment, so reserved memory falls. */
 static void trades_idle_segments_before_growing(void **state) {
   (void)state;
   fixture *fx = fixture_new(4096 * MiB, default_options(), false);
-  uint64_t big = must_alloc(fx, 40 * MiB);
-  assert_true(ca_pool_free(fx->pool, big));
-  uint64_t x = must_alloc(fx, 64 * MiB); /* big is not idle: kept */
-  assert_int_equal(fx->fake.releases, 0);
-  assert_true(ca_pool_free(fx->pool, x));
-  for (int i = 0; i < CA_TRADE_IDLE_FREES; i++)
-    assert_true(ca_pool_free(fx->pool, must_alloc(fx, 4 * KiB)));
-  cudalloc_device_stats s = stats_of(fx);
-  assert_int_equal(s.reserved_bytes.peak, 106 * MiB); /* 40 + 64 + 2 */
-  must_alloc(fx, 100 * MiB); /* a 104 MiB segment: both idle ones go */
+  uint64_t a, b;
+  free_two_large_segments(fx, &a, &b, CA_TRADE_IDLE_FREES);
+  must_alloc(fx, 60 * MiB); /* 82 - 40 + 60 > 82: both go */
   assert_int_equal(fx->fake.releases, 2);
-  assert_int_equal(fx->fake.released_addrs[0], big);
+  assert_int_equal(fx->fake.released_addrs[0], a);
+  assert_int_equal(fx->fake.released_addrs[1], b);
+  cudalloc_device_stats s = stats_of(fx);
+  assert_int_equal(s.reserved_bytes.current, 62 * MiB);
+  assert_int_equal(s.reserved_bytes.peak, 82 * MiB);
+  assert_consistent(fx);
+  fixture_free(fx);
+}
+
+/* At a miss, the heap's fully free segments, each too small for the
+ * request, go back, and one segment as large as they were together
+ * replaces them: the pool grows by no more than the request, and their
+ * bytes serve what they served. The small heap's segment is not merged. */
+static void merges_free_segments_at_a_miss(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(4096 * MiB, default_options(), false);
+  uint64_t a, b;
+  free_two_large_segments(fx, &a, &b, 1); /* not idle: merged */
+  uint64_t x = must_alloc(fx, 60 * MiB);
+  assert_int_equal(fx->fake.releases, 2);
+  assert_int_equal(fx->fake.released_addrs[0], a);
+  assert_int_equal(fx->fake.released_addrs[1], b);
+  cudalloc_device_stats s = stats_of(fx);
+  assert_int_equal(s.reserved_bytes.current, 82 * MiB); /* 2 + 80 */
+  assert_int_equal(s.reserved_bytes.peak, 82 * MiB);
+  assert_int_equal(s.segments.current, 2);
+  /* Two 10 MiB requests fit the merged segment's rest. */
+  assert_int_equal(must_alloc(fx, 10 * MiB), x + 60 * MiB);
+  assert_int_equal(must_alloc(fx, 10 * MiB), x + 70 * MiB);
+  /* A request larger than all it merges gets a segment of its own size:
+   * the free 30 MiB go into the 100 MiB one, and the pool grows by 70. */
+  assert_true(ca_pool_free(fx->pool, must_alloc(fx, 30 * MiB)));
+  must_alloc(fx, 100 * MiB);
+  assert_int_equal(fx->fake.releases, 3);
   s = stats_of(fx);
-  assert_int_equal(s.reserved_bytes.current, 106 * MiB);
-  assert_int_equal(s.reserved_bytes.peak, 106 * MiB);
+  assert_int_equal(s.reserved_bytes.current, 182 * MiB);
+  assert_consistent(fx);
+  fixture_free(fx);
+}
+
+/* A merged segment stays below max_split_size: a block that large is never
+ * split, and one request would take all of it. An oversize request merges
+ * nothing: its block is never split either. */
+static void merges_below_max_split_size(void **state) {
+  (void)state;
+  ca_pool_options opt = default_options();
+  opt.max_split_size = 100 * MiB;
+  fixture *fx = fixture_new(4096 * MiB, opt, false);
+  uint64_t a = must_alloc(fx, 40 * MiB), b = must_alloc(fx, 40 * MiB);
+  uint64_t c = must_alloc(fx, 40 * MiB);
+  assert_true(ca_pool_free(fx->pool, a));
+  assert_true(ca_pool_free(fx->pool, b));
+  assert_true(ca_pool_free(fx->pool, c));
+  uint64_t x = must_alloc(fx, 60 * MiB); /* a and b merge; c would pass */
+  assert_int_equal(fx->fake.releases, 2);
+  assert_int_equal(stats_of(fx).reserved_bytes.current, 120 * MiB);
+  assert_int_equal(must_alloc(fx, 20 * MiB), x + 60 * MiB); /* split */
+  must_alloc(fx, 150 * MiB); /* oversize: c stays */
+  assert_int_equal(fx->fake.releases, 2);
+  assert_int_equal(stats_of(fx).reserved_bytes.current, 270 * MiB);
   assert_consistent(fx);
   fixture_free(fx);
 }
@@ -958,11 +1027,11 @@ static void collection_threshold_weighs_every_arena(void **state) {
   fixture *fx = fixture_new(1000 * MiB, opt, false); /* budget: 500 MiB */
   assert_true(ca_pool_free(fx->pool, must_alloc(fx, 400 * MiB)));
   ca_pool_set_thread_arena(1);
-  must_alloc(fx, 200 * MiB); /* a 208 MiB segment */
+  must_alloc(fx, 200 * MiB);
   cudalloc_device_stats s = stats_of(fx);
   assert_int_equal(fx->fake.releases, 1);
   assert_int_equal(s.gc_segments_released, 1);
-  assert_int_equal(s.reserved_bytes.current, 208 * MiB);
+  assert_int_equal(s.reserved_bytes.current, 200 * MiB);
   fixture_free(fx);
 }
 
@@ -1069,6 +1138,8 @@ int main(void) {
       cmocka_unit_test(keeps_devices_apart),
       cmocka_unit_test(large_blocks_merge_at_once),
       cmocka_unit_test(trades_idle_segments_before_growing),
+      cmocka_unit_test(merges_free_segments_at_a_miss),
+      cmocka_unit_test(merges_below_max_split_size),
       cmocka_unit_test(safe_reuses_after_marker_passes),
       cmocka_unit_test(one_marker_per_batch),
       cmocka_unit_test(waits_for_pending_frees_before_growing),

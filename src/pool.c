@@ -26,9 +26,11 @@
  *   A backend that can fence (the CUDA one) makes waiting rare: a fence
  *   orders all later device work after all earlier work on the device
  *   itself, so every pending block may be handed out at once, the host
- *   never blocked. The pool fences at a miss, and at every large request
+ *   never blocked. The pool fences at a miss, and before a large request
  *   (large blocks must merge as freed, as under immediate reuse) when the
- *   cache would serve it poorly and enough is pending to be worth it.
+ *   cache would serve it poorly and enough is pending to be worth it, but
+ *   not more often than once per CA__FENCE_EVERY large requests: a fence
+ *   costs 0.5-1.5 us of driver calls (tests/bench/bench_fence.cu).
  * - Freed small blocks (requests up to CA_SMALL_REQUEST) are not merged at
  *   once: they wait, whole, in a LIFO "quick" list per size class (deferred
  *   coalescing, as dlmalloc's fast bins), so the steady state of a training
@@ -113,6 +115,11 @@ static inline unsigned ca__hash_addr(uint64_t addr) {
  * large request, for 0-3% more memory. */
 #define CA__FENCE_SHARE 5
 #define CA__FENCE_WASTE 2
+/* ... and at most once per this many large requests: on the same traces,
+ * 25-45% fewer fences than fencing whenever the rule above says so, a
+ * quarter of them on a random mix of sizes (tests/bench/bench_pool), for
+ * memory within 1%. */
+#define CA__FENCE_EVERY 16
 /* Records allocated at once when a slab runs dry. */
 #define CA__SLAB_BATCH 128
 
@@ -199,6 +206,7 @@ typedef struct ca__arena {
   uint64_t open_bytes;
   ca__batch *batch_head, *batch_tail; /* closed batches, oldest first */
   uint64_t held_bytes; /* in the open batch and the closed ones */
+  unsigned large_since_fence; /* large requests since the last fence */
   uint64_t quick_bytes;
   uint64_t generation; /* bumped by drop_all: lets a waiter see it */
   uint64_t gc_budget;  /* bytes; 0 until known */
@@ -810,6 +818,7 @@ static bool ca__fence_pending(ca__arena *p) {
   p->held_bytes -= p->open_bytes;
   p->held_head = p->held_tail = NULL;
   p->open_bytes = 0;
+  p->large_since_fence = 0;
   while (p->batch_head) {
     ca__batch *batch = p->batch_head;
     ca__pop_batch(p);
@@ -1430,10 +1439,13 @@ void ca_pool_drop_all(ca_pool *pool) {
  * cache offers only a poor fit. Large blocks must see the frees to merge,
  * as under immediate reuse, or the pool fragments; but a fence costs driver
  * calls, so it is made only when the cache would split a block much larger
- * than the request, or has none. */
-static bool ca__fence_first(const ca__arena *p, uint64_t size,
+ * than the request, or has none, and CA__FENCE_EVERY large requests have
+ * come since the last fence. Counts the request. */
+static bool ca__fence_first(ca__arena *p, uint64_t size,
                             const ca__block *found) {
-  return size > CA_SMALL_REQUEST && p->held_bytes >= size &&
+  if (size <= CA_SMALL_REQUEST || ++p->large_since_fence < CA__FENCE_EVERY)
+    return false;
+  return p->held_bytes >= size &&
          p->held_bytes >= p->stats.reserved_bytes.current >> CA__FENCE_SHARE &&
          (!found || found->size - size > size >> CA__FENCE_WASTE);
 }

@@ -650,8 +650,8 @@ static void waits_for_pending_frees_before_growing(void **state) {
 }
 
 /* A backend that fences: every pending block comes back at once behind a
- * fence, with no marker and no wait; a large request fences before looking
- * (large blocks must merge as freed), a small one only when it misses. */
+ * fence, with no marker and no wait, when a request misses; a hit fences
+ * nothing. */
 static void fence_hands_pending_blocks_back_at_once(void **state) {
   (void)state;
   fixture *fx = safe_fixture(1024 * MiB, default_options());
@@ -672,6 +672,50 @@ static void fence_hands_pending_blocks_back_at_once(void **state) {
   assert_int_equal(fx->fake.fences, 2);
   assert_int_equal(fx->fake.marks + fx->fake.waits, 0);
   assert_int_equal(fx->fake.reserves, 2);
+  assert_consistent(fx);
+  fixture_free(fx);
+}
+
+static bool is_one_of(uint64_t addr, const uint64_t *set, int n) {
+  for (int i = 0; i < n; i++)
+    if (set[i] == addr)
+      return true;
+  return false;
+}
+
+/* A large request that the cache would serve poorly (a slice of a much
+ * larger block) while enough is pending fences first, so that the pending
+ * blocks can serve it and merge, but at most once per 16 large requests:
+ * in between it takes the poor fit, the fence's driver calls saved. */
+static void fences_first_once_per_sixteen_large_requests(void **state) {
+  (void)state;
+  fixture *fx = safe_fixture(1024 * MiB, default_options());
+  fx->fake.backend.fence = ca_fake_fence;
+  uint64_t p[4], got[12];
+  for (int i = 0; i < 4; i++)
+    p[i] = must_alloc(fx, 10 * MiB);
+  uint64_t big = must_alloc(fx, 400 * MiB);
+  assert_true(ca_pool_free(fx->pool, big));
+  for (int i = 0; i < 4; i++)
+    assert_true(ca_pool_free(fx->pool, p[i]));
+  /* A miss fences: every block is cached, and the p blocks, exact fits,
+   * come back (in some order). */
+  for (int i = 0; i < 4; i++)
+    assert_true(is_one_of(must_alloc(fx, 10 * MiB), p, 4));
+  assert_int_equal(fx->fake.fences, 1);
+  for (int i = 0; i < 4; i++)
+    assert_true(ca_pool_free(fx->pool, p[i]));
+  /* 40 MiB pending, the big block cached: requests 5 to 16 since the
+   * fence take slices of the big block. */
+  for (int i = 0; i < 12; i++) {
+    got[i] = must_alloc(fx, 10 * MiB);
+    assert_true(got[i] >= big && got[i] < big + 400 * MiB);
+  }
+  assert_int_equal(fx->fake.fences, 1);
+  /* The 16th fences first and gets a pending block's exact fit. */
+  assert_true(is_one_of(must_alloc(fx, 10 * MiB), p, 4));
+  assert_int_equal(fx->fake.fences, 2);
+  assert_int_equal(fx->fake.reserves, 5);
   assert_consistent(fx);
   fixture_free(fx);
 }
@@ -1144,6 +1188,7 @@ int main(void) {
       cmocka_unit_test(one_marker_per_batch),
       cmocka_unit_test(waits_for_pending_frees_before_growing),
       cmocka_unit_test(fence_hands_pending_blocks_back_at_once),
+      cmocka_unit_test(fences_first_once_per_sixteen_large_requests),
       cmocka_unit_test(capture_refuses_fences),
       cmocka_unit_test(capture_keeps_frees_pending),
       cmocka_unit_test(limit_waits_for_pending_frees),

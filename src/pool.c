@@ -35,9 +35,11 @@
  *   once: they wait, whole, in a LIFO "quick" list per size class (deferred
  *   coalescing, as dlmalloc's fast bins), so the steady state of a training
  *   loop, which frees and asks again for the same sizes, costs a list push
- *   and a pop. Any request the quick lists and the bins cannot serve first
- *   merges every quick block into the bins; so does every operation that
- *   needs the merged picture (growing, giving memory back, statistics).
+ *   and a pop. Any request of the small heap that the quick lists and the
+ *   bins cannot serve first merges every quick block into the bins (a large
+ *   request leaves them parked: they cannot serve it); so does every
+ *   operation that needs the merged picture (growing, giving memory back,
+ *   statistics).
  *   Large blocks merge at once: parked unmerged, they kept their neighbours
  *   from forming the larger blocks that later requests needed, and a
  *   ResNet training loop reserved 20-30% more (tests/bench/bench_replay).
@@ -501,17 +503,19 @@ static ca__block *ca__quick_take(ca__arena *p, uint64_t size) {
 
 static void ca__block_make_free(ca__arena *p, ca__block *b);
 
+/* Merges the parked blocks of heap h into its bins. */
+static void ca__heap_flush(ca__arena *p, ca__heap *h) {
+  while (h->quick_fl_bitmap) {
+    unsigned fl = (unsigned)__builtin_ctzll(h->quick_fl_bitmap);
+    unsigned sl = (unsigned)__builtin_ctz(h->quick_sl_bitmap[fl]);
+    ca__block_make_free(p, ca__quick_pop(p, h, fl, sl));
+  }
+}
+
 /* Merges every parked block into the bins. */
 static void ca__quick_flush(ca__arena *p) {
-  ca__heap *heaps[2] = {&p->small, &p->large};
-  for (int i = 0; i < 2; i++) {
-    ca__heap *h = heaps[i];
-    while (h->quick_fl_bitmap) {
-      unsigned fl = (unsigned)__builtin_ctzll(h->quick_fl_bitmap);
-      unsigned sl = (unsigned)__builtin_ctz(h->quick_sl_bitmap[fl]);
-      ca__block_make_free(p, ca__quick_pop(p, h, fl, sl));
-    }
-  }
+  ca__heap_flush(p, &p->small);
+  ca__heap_flush(p, &p->large);
 }
 
 /* ---- Reserved memory, pool-wide ------------------------------------------ */
@@ -1073,6 +1077,7 @@ static int ca__grow(ca__arena *p, uint64_t size, ca__block **out) {
   ca__heap *h = ca__heap_for(p, size);
   int oom = p->backend->oom_code;
   uint64_t seg = ca__segment_size(size);
+  ca__quick_flush(p); /* what follows weighs fully free segments */
   if (ca__wait_for_fit(p, size, out))
     return 0;
   ca__collect_garbage(p, seg);
@@ -1451,21 +1456,26 @@ static bool ca__fence_first(ca__arena *p, uint64_t size,
 }
 
 /* Finds a free block of at least `size` bytes in the cache: the quick lists
- * first, then the bins, then both again after merging parked blocks and,
- * last, after taking back the pending blocks: all of them behind a fence,
- * else those whose device work has passed (never waiting for any). A large
- * request may fence first (ca__fence_first). */
+ * first, then the bins, then both again after merging the parked blocks of
+ * the request's heap (the other heap's cannot serve it, and stay parked for
+ * the requests they can) and, last, after taking back the pending blocks:
+ * all of them behind a fence, else those whose device work has passed
+ * (never waiting for any). A large request may fence first
+ * (ca__fence_first). */
 static ca__block *ca__find_cached(ca__arena *p, uint64_t size) {
   ca__block *b = ca__find(p, size);
   if (ca__fence_first(p, size, b) && ca__fence_pending(p))
     b = ca__find(p, size);
-  if (!b && p->quick_bytes) {
-    ca__quick_flush(p);
+  if (b)
+    return b;
+  ca__heap *h = ca__heap_for(p, size);
+  if (h->quick_fl_bitmap) {
+    ca__heap_flush(p, h);
     b = ca__find(p, size);
   }
   if (!b && (p->held_head || p->batch_head) &&
       (ca__fence_pending(p) || ca__recover_pending(p))) {
-    ca__quick_flush(p);
+    ca__heap_flush(p, h);
     b = ca__find(p, size);
   }
   return b;

@@ -705,8 +705,9 @@ static void fences_first_once_per_sixteen_large_requests(void **state) {
   assert_int_equal(fx->fake.fences, 1);
   for (int i = 0; i < 4; i++)
     assert_true(ca_pool_free(fx->pool, p[i]));
-  /* 40 MiB pending, the big block cached: requests 5 to 16 since the
-   * fence take slices of the big block. */
+  /* 40 MiB pending, the big block cached: the 4th to the 15th large
+   * request since the fence (the miss's own request reset the count) take
+   * slices of the big block. */
   for (int i = 0; i < 12; i++) {
     got[i] = must_alloc(fx, 10 * MiB);
     assert_true(got[i] >= big && got[i] < big + 400 * MiB);

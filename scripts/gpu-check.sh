@@ -909,7 +909,7 @@ reuse_check_library() {
 reuse_record() {
   local pre=no
   [[ $3 != - ]] && pre="yes, ${3:-default}"
-  record "$1" "$2" "$pre" - "${REUSE_POOLED:--}" "$4" "$5"
+  record "$1" "$2" "$pre" - "$REUSE_POOLED" "$4" "$5"
 }
 
 # reuse_verdict NAME RUNTIME CONF RESULT FACTS: RESULT (PASS or INFO) when
@@ -928,7 +928,6 @@ reuse_verdict() {
 check_hazard() {
   local name=$1 conf=$2 mode=$3 line rounds over reused pending arg=safe
   [[ $mode == report ]] && arg=report
-  REUSE_POOLED=-/-
   reuse_run "$name" static "$conf" 20 hazard "$HZ" "$arg" || return
   line=$(grep -E '^hazard: result ' "$REUSE_LOG" | tail -n1)
   if [[ $line =~ rounds=([0-9]+)\ overwritten=([0-9]+)\ reused=([0-9]+)\ pending=([0-9]+) ]]; then
@@ -948,7 +947,6 @@ check_hazard() {
 }
 
 check_graph() { # NAME CONF
-  REUSE_POOLED=-/-
   reuse_run "$1" static "$2" 20 graph_replay "$GR" 100 || return
   local facts
   facts=$(sed -n 's/^graph_replay: \([0-9]* replays checked\).*/\1/p' "$REUSE_LOG" | tail -n1)
@@ -958,7 +956,6 @@ check_graph() { # NAME CONF
 check_oom() { # NAME CONF ARGS...
   local name=$1 conf=$2 line
   shift 2
-  REUSE_POOLED=-/-
   reuse_run "$name" static "$conf" 20 oom_limit "$OOM" "$@" || return
   line=$(sed -n 's/^oom_limit: result //p' "$REUSE_LOG" | tail -n1)
   [[ -n $line ]] || WHY+=("no 'oom_limit: result' line")
@@ -992,11 +989,9 @@ check_oom oom_limit_1024 memory_limit_mb:1024 --limit-mb 1024 --max 24
 # PyTorch, two streams: the results without and with the library compared.
 export PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUBLAS_WORKSPACE_CONFIG=:4096:8
 rm -f "$OUT/torch_streams_plain.json" "$OUT/torch_streams_pool.json"
-REUSE_POOLED=-/-
 reuse_run torch_streams_plain torch - 30 torch_streams \
   python3 tests/gpu/torch_streams.py "$OUT/torch_streams_plain.json" --expect plain &&
   reuse_verdict torch_streams_plain torch - PASS ""
-REUSE_POOLED=-/-
 reuse_run torch_streams_pool torch "" 30 torch_streams \
   python3 tests/gpu/torch_streams.py "$OUT/torch_streams_pool.json" --expect pooled &&
   reuse_verdict torch_streams_pool torch "" PASS ""

@@ -746,13 +746,18 @@ static void ca__hold(ca__arena *p, ca__block *b) {
   p->held_bytes += b->size;
 }
 
-/* Hands the blocks of a passed batch back to the cache. */
-static void ca__release_batch(ca__arena *p, ca__batch *batch) {
-  for (ca__block *b = batch->head, *next; b; b = next) {
+/* Hands a list of pending blocks (linked by link_next) back to the cache. */
+static void ca__cache_list(ca__arena *p, ca__block *head) {
+  for (ca__block *b = head, *next; b; b = next) {
     next = b->link_next;
-    b->link_prev = NULL;
+    b->link_prev = b->link_next = NULL;
     ca__cache(p, b);
   }
+}
+
+/* Hands the blocks of a passed batch back to the cache. */
+static void ca__release_batch(ca__arena *p, ca__batch *batch) {
+  ca__cache_list(p, batch->head);
   p->held_bytes -= batch->bytes;
   p->backend->forget(p->backend->ctx, p->device, batch->marker);
   ca__slab_put(&p->batch_slab, batch);
@@ -814,11 +819,7 @@ static bool ca__fence_pending(ca__arena *p) {
   if (!p->backend->fence || (!p->held_head && !p->batch_head) ||
       p->backend->fence(p->backend->ctx, p->device) != 0)
     return false;
-  for (ca__block *b = p->held_head, *next; b; b = next) {
-    next = b->link_next;
-    b->link_prev = b->link_next = NULL;
-    ca__cache(p, b);
-  }
+  ca__cache_list(p, p->held_head);
   p->held_bytes -= p->open_bytes;
   p->held_head = p->held_tail = NULL;
   p->open_bytes = 0;
@@ -1597,10 +1598,10 @@ static void ca__retire(ca__arena *p, ca__block *b) {
     ca__hold(p, b);
 }
 
-/* For a free that `own`, the calling thread's arena, does not hold (NULL
- * when not made; else locked, and released here): the arena that holds
- * the live block at `addr`, locked; NULL when none does, not a pointer of
- * this pool. */
+/* The arena that holds the live block at `addr`, locked; NULL when none
+ * does, not a pointer of this pool. `own`, an arena already asked (a free
+ * asks the calling thread's first), is skipped: NULL, or locked and
+ * released here. */
 static CA__COLD ca__arena *ca__owner(ca_pool *pool, ca__arena *own,
                                      uint64_t addr) {
   if (own)
@@ -1657,19 +1658,13 @@ static void ca__describe(const ca__arena *p, const ca__block *b,
 int ca_pool_device(const ca_pool *pool) { return pool->device; }
 
 bool ca_pool_lookup(ca_pool *pool, uint64_t addr, ca_live_block *out) {
-  ca__arena *all[CA_POOL_ARENAS];
-  unsigned n = ca__arenas(pool, all);
-  for (unsigned i = 0; i < n; i++) {
-    ca__arena *p = all[i];
-    ca_lock_acquire(&p->lock);
-    ca__block *b = ca__live_find(p, addr);
-    if (b && out)
-      ca__describe(p, b, out);
-    ca_lock_release(&p->lock);
-    if (b)
-      return true;
-  }
-  return false;
+  ca__arena *p = ca__owner(pool, NULL, addr);
+  if (!p)
+    return false;
+  if (out)
+    ca__describe(p, ca__live_find(p, addr), out);
+  ca_lock_release(&p->lock);
+  return true;
 }
 
 bool ca_pool_holds_segment(ca_pool *pool, uint64_t addr) {

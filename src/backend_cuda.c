@@ -59,9 +59,9 @@ static size_t ca__nstreams, ca__streams_cap;
 /* A stream could not be recorded (out of host memory): a marker would not
  * cover it, so no marker is made any more. */
 static bool ca__streams_lost;
-/* Read-held while a marker records its events, write-held to change the
- * table and across the real cuStreamDestroy: no event is recorded on a
- * stream being destroyed. */
+/* Read-held while a marker or a fence records its events, write-held to
+ * change the table and across the real cuStreamDestroy: no event is
+ * recorded on a stream being destroyed. */
 static pthread_rwlock_t ca__streams_lock = PTHREAD_RWLOCK_INITIALIZER;
 
 /* An event no marker uses, kept for the next marker of its context. */
@@ -901,21 +901,30 @@ static CUresult ca__mark_locked(const ca_driver_api *d, ca__call *c,
   return r;
 }
 
-/* In the marker's context. A capture is checked first: an event recorded
- * on the legacy stream while a blocking stream captures would join the
- * legacy stream to the capture, which the driver refuses by invalidating
- * it. */
-static CUresult ca__do_mark(const ca_driver_api *d, ca__call *c) {
-  if (d->event_create == NULL || d->event_record == NULL ||
-      d->event_query == NULL || d->event_synchronize == NULL)
-    return CUDA_ERROR_NOT_SUPPORTED;
+typedef CUresult (*ca__streams_fn)(const ca_driver_api *d, ca__call *c,
+                                   bool primary);
+
+/* Runs a marker's or a fence's recording, `fn`, in c's context under the
+ * streams read lock. A capture is checked first: an event recorded on the
+ * legacy stream while a blocking stream captures would join the legacy
+ * stream to the capture, which the driver refuses by invalidating it. */
+static CUresult ca__record_all(const ca_driver_api *d, ca__call *c,
+                              ca__streams_fn fn) {
   if (ca__capturing(d))
     return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   bool primary = c->primary || ca__is_primary_ctx(c->device, c->ctx);
   pthread_rwlock_rdlock(&ca__streams_lock);
-  CUresult r = ca__mark_locked(d, c, primary);
+  CUresult r = fn(d, c, primary);
   pthread_rwlock_unlock(&ca__streams_lock);
   return r;
+}
+
+/* In the marker's context. */
+static CUresult ca__do_mark(const ca_driver_api *d, ca__call *c) {
+  if (d->event_create == NULL || d->event_record == NULL ||
+      d->event_query == NULL || d->event_synchronize == NULL)
+    return CUDA_ERROR_NOT_SUPPORTED;
+  return ca__record_all(d, c, ca__mark_locked);
 }
 
 /* In the marker's context. During a capture no event is queried: a query
@@ -1063,13 +1072,7 @@ static CUresult ca__do_fence(const ca_driver_api *d, ca__call *c) {
   if (d->stream_wait_event == NULL || d->event_create == NULL ||
       d->event_record == NULL || d->event_destroy == NULL)
     return CUDA_ERROR_NOT_SUPPORTED;
-  if (ca__capturing(d))
-    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-  bool primary = c->primary || ca__is_primary_ctx(c->device, c->ctx);
-  pthread_rwlock_rdlock(&ca__streams_lock);
-  CUresult r = ca__fence_locked(d, c, primary);
-  pthread_rwlock_unlock(&ca__streams_lock);
-  return r;
+  return ca__record_all(d, c, ca__fence_locked);
 }
 
 /* Under the streams write lock, in the new stream's context (current: it

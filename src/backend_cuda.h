@@ -155,8 +155,9 @@ void ca_backend_cuda_context_gone(int device);
  * streams created with CU_STREAM_NON_BLOCKING are recorded, with the
  * context current at creation: an event recorded on CU_STREAM_LEGACY is
  * ordered after all prior work of every blocking stream of its context
- * (per-thread default streams included), so a marker needs one more event
- * only for each live non-blocking stream. Call after a successful create. */
+ * (per-thread default streams included), so a marker needs one more event,
+ * and a fence one more tie-in, only for each live non-blocking stream.
+ * Call after a successful create. */
 void ca_backend_cuda_stream_created(CUstream stream, unsigned int flags);
 
 /* Destroys `stream` with the real cuStreamDestroy_v2 (`v1`: the plain

@@ -3,13 +3,22 @@
  * each defines E2E_NAME and an int `failures` before including this.
  * Failures print "FAIL <program>: <what>" on stderr and are counted; the
  * program ends with one PASS/FAIL line and exit status 1 on any failure.
+ * Define _GNU_SOURCE before any include: e2e_preloaded needs RTLD_DEFAULT.
  */
 #ifndef E2E_CHECK_H
 #define E2E_CHECK_H
 
+#include <dlfcn.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <cuda.h>
+
+#ifndef RTLD_DEFAULT
+#error "define _GNU_SOURCE before any include: RTLD_DEFAULT is needed"
+#endif
 
 #define FAIL(...)                                                              \
   do {                                                                         \
@@ -24,5 +33,21 @@
     if (rc_ != CUDA_SUCCESS)                                                   \
       FAIL("%s = %d (line %d)", #call, (int)rc_, __LINE__);                    \
   } while (0)
+
+/* Whether libcudalloc.so is loaded (cudalloc_version is found). E2E_EXPECT
+ * (plain|pooled, set by CTest) must agree, else the program ends at once
+ * with its FAIL line: ld.so ignores a bad LD_PRELOAD with a warning, which
+ * would otherwise pass as a plain run. */
+static inline bool e2e_preloaded(void) {
+  bool preloaded = dlsym(RTLD_DEFAULT, "cudalloc_version") != NULL;
+  const char *expect = getenv("E2E_EXPECT");
+  if (expect && strcmp(expect, preloaded ? "pooled" : "plain") != 0) {
+    FAIL("E2E_EXPECT=%s but cudalloc is %s", expect,
+         preloaded ? "loaded" : "not loaded");
+    printf("FAIL " E2E_NAME " (%d failure(s))\n", failures);
+    exit(1);
+  }
+  return preloaded;
+}
 
 #endif /* E2E_CHECK_H */

@@ -29,7 +29,6 @@
 #include <cuda.h>
 
 #include <dirent.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -219,14 +218,7 @@ static bool check_child_log(const char *dir, pid_t pid, int n) {
 }
 
 int main(void) {
-  bool preloaded = dlsym(RTLD_DEFAULT, "cudalloc_version") != NULL;
-  const char *expect = getenv("E2E_EXPECT");
-  if (expect && strcmp(expect, preloaded ? "pooled" : "plain") != 0) {
-    FAIL("E2E_EXPECT=%s but cudalloc is %s", expect,
-         preloaded ? "loaded" : "not loaded");
-    printf("FAIL e2e_fork (%d failure(s))\n", failures);
-    return 1;
-  }
+  bool preloaded = e2e_preloaded();
   const char *logdir = getenv("E2E_FORK_LOGDIR");
   if (logdir && !*logdir)
     logdir = NULL;

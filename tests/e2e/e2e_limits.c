@@ -23,7 +23,6 @@
 #endif
 #include <cuda.h>
 
-#include <dlfcn.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,14 +150,7 @@ static void passed_through_counts_toward_the_limit(void) {
 }
 
 int main(void) {
-  limited = dlsym(RTLD_DEFAULT, "cudalloc_version") != NULL;
-  const char *expect = getenv("E2E_EXPECT");
-  if (expect && strcmp(expect, limited ? "pooled" : "plain") != 0) {
-    FAIL("E2E_EXPECT=%s but cudalloc is %s", expect,
-         limited ? "loaded" : "not loaded");
-    printf("FAIL e2e_limits (%d failure(s))\n", failures);
-    return 1;
-  }
+  limited = e2e_preloaded();
 
   CUdevice dev;
   CUcontext ctx = NULL;

@@ -55,40 +55,33 @@ static inline uint64_t ca_rd_uint(ca_rd *r, size_t size) {
   return v;
 }
 
-/* DWARF's variable-length integers (LEB128). */
-static inline uint64_t ca_rd_uleb(ca_rd *r) {
+/* DWARF's variable-length integers (LEB128): seven bits a byte, low bits
+ * first, the high bit set on every byte but the last. The signed form
+ * differs only in extending the last byte's sign bit, so both forms read
+ * through one loop. A truncated number marks the reader bad and reads as 0. */
+static inline uint64_t ca__rd_leb(ca_rd *r, bool is_signed) {
   uint64_t v = 0;
   unsigned shift = 0;
   while (ca_rd_left(r) > 0) {
     uint8_t b = *r->p++;
-    if (shift < 64)
+    if (shift < 64) {
       v |= (uint64_t)(b & 0x7f) << shift;
-    if (!(b & 0x80))
-      return v;
-    if (shift < 64)
       shift += 7;
+    }
+    if (!(b & 0x80)) {
+      if (is_signed && shift < 64 && (b & 0x40))
+        v |= ~(uint64_t)0 << shift;
+      return v;
+    }
   }
   r->bad = true;
   return 0;
 }
 
+static inline uint64_t ca_rd_uleb(ca_rd *r) { return ca__rd_leb(r, false); }
+
 static inline int64_t ca_rd_sleb(ca_rd *r) {
-  uint64_t v = 0;
-  unsigned shift = 0;
-  while (ca_rd_left(r) > 0) {
-    uint8_t b = *r->p++;
-    if (shift < 64)
-      v |= (uint64_t)(b & 0x7f) << shift;
-    if (shift < 64)
-      shift += 7;
-    if (!(b & 0x80)) {
-      if (shift < 64 && (b & 0x40))
-        v |= ~(uint64_t)0 << shift;
-      return (int64_t)v;
-    }
-  }
-  r->bad = true;
-  return 0;
+  return (int64_t)ca__rd_leb(r, true);
 }
 
 #endif /* CA_BYTES_H */

@@ -184,14 +184,27 @@ CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes) {
 
 /* The pool gives back what it holds on `device` (waiting for its pending
  * frees first), so that a passed-through allocation the driver or the limit
- * refused can be tried once more. Returns whether anything was given back. */
+ * refused can be tried once more. Returns whether anything was given back;
+ * an unknown device (-1) has no pool of its own to empty. */
 static bool ca__make_room(int device) {
+  if (device < 0)
+    return false;
   ca_pool *pools[CA_RUNTIME_MAX_POOLS];
   size_t n = ca_runtime_pools(device, pools, CA_RUNTIME_MAX_POOLS);
   uint64_t given_back = 0;
-  for (size_t i = 0; i < n && device >= 0; i++)
+  for (size_t i = 0; i < n; i++)
     given_back += ca_pool_empty_cache(pools[i]);
   return given_back > 0;
+}
+
+/* Whether `size` more bytes fit under `limit` beside the pools' reserved
+ * memory on `device` and the `outside` bytes passed through there. */
+static bool ca__fits(int device, uint64_t size, uint64_t limit,
+                     const _Atomic uint64_t *outside) {
+  cudalloc_device_stats s;
+  ca_runtime_device_stats(device, &s);
+  uint64_t used = s.reserved_bytes.current + atomic_load(outside);
+  return used <= limit && size <= limit - used;
 }
 
 /* Whether memory_limit_mb leaves room for `size` more bytes on `device`
@@ -202,15 +215,8 @@ static bool ca__limit_allows(int device, uint64_t size) {
   const _Atomic uint64_t *outside = ca_track_bytes_on(device);
   if (limit == 0 || outside == NULL)
     return true;
-  for (int attempt = 0;; attempt++) {
-    cudalloc_device_stats s;
-    ca_runtime_device_stats(device, &s);
-    uint64_t used = s.reserved_bytes.current + atomic_load(outside);
-    if (used <= limit && size <= limit - used)
-      return true;
-    if (attempt > 0 || !ca__make_room(device))
-      return false;
-  }
+  return ca__fits(device, size, limit, outside) ||
+         (ca__make_room(device) && ca__fits(device, size, limit, outside));
 }
 
 /* Runs one passed-through allocation under the policy shared by all of

@@ -42,9 +42,8 @@ echo "== memory reserved for real training loops (bench_replay, traces of 6 step
 for trace in tests/bench/traces/*.trace.gz; do
   for reuse in immediate safe; do
     printf '%-16s %-9s ' "$(basename "$trace" .trace.gz)" "$reuse"
-    zcat "$trace" | build/tests/bench/bench_replay - "$reuse" |
-      sed -n 's/^bench_replay: peak requested \([0-9.]*\) GiB.*reserved \([0-9.]*\) GiB.*/held \1 GiB, reserved \2 GiB/p' | tr -d '\n'
-    zcat "$trace" | build/tests/bench/bench_replay - "$reuse" |
-      sed -n 's/^bench_replay: overhead \([0-9.]*%\).*/ (+\1)/p'
+    replay=$(zcat "$trace" | build/tests/bench/bench_replay - "$reuse")
+    sed -n 's/^bench_replay: peak requested \([0-9.]*\) GiB.*reserved \([0-9.]*\) GiB.*/held \1 GiB, reserved \2 GiB/p' <<<"$replay" | tr -d '\n'
+    sed -n 's/^bench_replay: overhead \([0-9.]*%\).*/ (+\1)/p' <<<"$replay"
   done
 done

@@ -1,8 +1,10 @@
 /*
- * The failure reporting of the small e2e programs (e2e_limits, e2e_fork):
- * each defines E2E_NAME and an int `failures` before including this.
- * Failures print "FAIL <program>: <what>" on stderr and are counted; the
- * program ends with one PASS/FAIL line and exit status 1 on any failure.
+ * The failure reporting of the small e2e programs (e2e_limits, e2e_fork,
+ * e2e_contexts): each defines E2E_NAME and an int `failures` (an atomic_int
+ * where threads fail) before including this. Failures print
+ * "FAIL <program>: <what>" on stderr, one whole line even when threads fail
+ * at once, and are counted; the program ends with one PASS/FAIL line and
+ * exit status 1 on any failure.
  * Define _GNU_SOURCE before any include: e2e_preloaded needs RTLD_DEFAULT.
  */
 #ifndef E2E_CHECK_H
@@ -22,8 +24,10 @@
 
 #define FAIL(...)                                                              \
   do {                                                                         \
+    flockfile(stderr);                                                         \
     fprintf(stderr, "FAIL " E2E_NAME ": " __VA_ARGS__);                        \
     fputc('\n', stderr);                                                       \
+    funlockfile(stderr);                                                       \
     failures++;                                                                \
   } while (0)
 

@@ -24,6 +24,9 @@
  * Runs plain and preloaded (E2E_EXPECT as in e2e_common.h): the same
  * results either way. Last line: PASS or FAIL; exit status 1 on failure.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
 #include <cuda.h>
 
 #include <pthread.h>
@@ -31,17 +34,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static atomic_int failures;
+static atomic_int failures; /* the threads of case 5 count into it too */
 
-#define CHECK(call)                                                            \
-  do {                                                                         \
-    CUresult rc_ = (call);                                                     \
-    if (rc_ != CUDA_SUCCESS) {                                                 \
-      fprintf(stderr, "FAIL e2e_contexts: %s = %d (line %d)\n", #call,        \
-              (int)rc_, __LINE__);                                             \
-      atomic_fetch_add(&failures, 1);                                          \
-    }                                                                          \
-  } while (0)
+#define E2E_NAME "e2e_contexts"
+#include "e2e_check.h"
 
 static CUdevice dev;
 

@@ -40,10 +40,8 @@ static bool ca__enabled(void) { return ca_config_get()->enabled; }
 static int ca__where(CUcontext *ctx) {
   int device = -1;
   *ctx = NULL;
-  if (ca_driver_current(&device, ctx) != CUDA_SUCCESS) {
-    *ctx = NULL;
+  if (ca_driver_current(&device, ctx) != CUDA_SUCCESS)
     return -1;
-  }
   return device;
 }
 
@@ -67,7 +65,7 @@ static void ca__track(ca_track_kind kind, uint64_t key, uint64_t size,
 }
 
 /* With verbose, the one line that says why an allocation failed. */
-static void ca__say_out_of_memory(ca_pool *pool, int device, uint64_t size) {
+static void ca__say_out_of_memory(ca_pool *pool, uint64_t size) {
   if (ca_config_get()->verbose < 1)
     return;
   cudalloc_device_stats s;
@@ -82,7 +80,7 @@ static void ca__say_out_of_memory(ca_pool *pool, int device, uint64_t size) {
     ca_format_bytes(limit, sizeof(limit), ca_config_get()->memory_limit);
   ca_log("out of memory on device %d: requested %s; in use %s, cached %s, "
          "largest free block %s, limit %s, fragmentation %.1f%%",
-         device, req, used, cached, largest, limit, 100.0 * s.fragmentation);
+         s.device, req, used, cached, largest, limit, 100.0 * s.fragmentation);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -114,7 +112,7 @@ CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
   if (status == 0)
     *dptr = (CUdeviceptr)addr;
   else if (status == CUDA_ERROR_OUT_OF_MEMORY)
-    ca__say_out_of_memory(pool, ca_pool_device(pool), size);
+    ca__say_out_of_memory(pool, size);
   return (CUresult)status;
 }
 

@@ -52,11 +52,15 @@ static uint64_t log_uniform_size(uint64_t *rng) {
   return (uint64_t)(256.0 * exp2(u * 18.0)); /* 256 B .. 64 MiB */
 }
 
-/* The fake backend, with fences under safe reuse, as the CUDA backend has. */
-static void fake_init(ca_fake_backend *fake, int safe) {
+/* A pool over a fresh fake backend, which fences under safe reuse as the
+ * CUDA backend does. */
+static ca_pool *fake_pool(ca_fake_backend *fake, int safe) {
   ca_fake_init(fake, 1ull << 40, safe, false);
   if (safe)
     fake->backend.fence = ca_fake_fence;
+  ca_pool_options opt = {.max_split_size = UINT64_MAX,
+                         .reuse = safe ? CA_REUSE_SAFE : CA_REUSE_IMMEDIATE};
+  return ca_pool_create(&fake->backend, 0, &opt);
 }
 
 static void die(const char *what, int rc) {
@@ -155,10 +159,7 @@ static void bench_threads(long pairs, int safe) {
   double one = 0;
   for (int threads = 1; threads <= MAX_THREADS; threads *= 2) {
     static ca_fake_backend fake;
-    fake_init(&fake, safe);
-    ca_pool_options opt = {.max_split_size = UINT64_MAX,
-                           .reuse = safe ? CA_REUSE_SAFE : CA_REUSE_IMMEDIATE};
-    ca_pool *pool = ca_pool_create(&fake.backend, 0, &opt);
+    ca_pool *pool = fake_pool(&fake, safe);
     unsigned arenas;
     double mpairs = run_threads(pool, threads, pairs, &arenas);
     if (threads == 1)
@@ -184,14 +185,13 @@ int main(int argc, char **argv) {
                     "[COUNT [immediate|safe|both]]\n");
     return 2;
   }
-  for (int safe = from; safe < to && threads; safe++)
-    bench_threads(n, safe);
-  for (int safe = from; safe < to && !threads; safe++) {
+  for (int safe = from; safe < to; safe++) {
+    if (threads) {
+      bench_threads(n, safe);
+      continue;
+    }
     static ca_fake_backend fake;
-    fake_init(&fake, safe);
-    ca_pool_options opt = {.max_split_size = UINT64_MAX,
-                           .reuse = safe ? CA_REUSE_SAFE : CA_REUSE_IMMEDIATE};
-    ca_pool *pool = ca_pool_create(&fake.backend, 0, &opt);
+    ca_pool *pool = fake_pool(&fake, safe);
     double ns = mixed ? run_mixed(pool, n) : run_pairs(pool, n);
     cudalloc_device_stats s;
     ca_pool_get_stats(pool, &s);

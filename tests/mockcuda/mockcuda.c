@@ -969,8 +969,14 @@ static CUresult mock_record_guard(CUstream s) {
   return rc;
 }
 
-/* Event and stream must belong to one context: the legacy and per-thread
- * streams are the current context's. */
+/* The context `s` (as mock_stream_get resolved it) belongs to: a created
+ * stream's own; the legacy and per-thread streams are the current one's,
+ * `cur`. An event must belong to it to be recorded on or waited by `s`. */
+static CUcontext mock_stream_ctx(CUstream s, CUcontext cur) {
+  return s->kind == MOCK_STREAM_USER ? s->ctx : cur;
+}
+
+/* Event and stream must belong to one context. */
 static CUresult mock_event_record(CUevent e, CUstream hs, int ptsz) {
   mock_lock();
   g_cnt.event_record++;
@@ -979,7 +985,7 @@ static CUresult mock_event_record(CUevent e, CUstream hs, int ptsz) {
   CUstream s = NULL;
   CUresult rc = mock_need_ctx_stream(
       hs, ptsz, mock_obj_find(e, MOCK_OBJ_EVENT) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE, &c, &s);
-  if (rc == CUDA_SUCCESS && e->ctx != (s->kind == MOCK_STREAM_USER ? s->ctx : c))
+  if (rc == CUDA_SUCCESS && e->ctx != mock_stream_ctx(s, c))
     rc = CUDA_ERROR_INVALID_HANDLE;
   if (rc == CUDA_SUCCESS)
     rc = mock_record_guard(s);
@@ -996,6 +1002,7 @@ static CUresult mock_event_record(CUevent e, CUstream hs, int ptsz) {
 }
 
 CUresult cuEventRecord(CUevent e, CUstream s) { return mock_event_record(e, s, 0); }
+CUresult cuEventRecord_ptsz(CUevent e, CUstream s) { return mock_event_record(e, s, 1); }
 
 /* The mock's work is done when queued, so a wait orders nothing; it is
  * checked (a live event of the stream's context, recorded or not, as the
@@ -1008,7 +1015,7 @@ CUresult cuStreamWaitEvent(CUstream hs, CUevent e, unsigned int flags) {
       hs, 0, mock_obj_find(e, MOCK_OBJ_EVENT) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE, &c, &s);
   if (rc == CUDA_SUCCESS && (flags & ~1u) != 0)
     rc = CUDA_ERROR_INVALID_VALUE;
-  if (rc == CUDA_SUCCESS && e->ctx != (s->kind == MOCK_STREAM_USER ? s->ctx : c))
+  if (rc == CUDA_SUCCESS && e->ctx != mock_stream_ctx(s, c))
     rc = CUDA_ERROR_INVALID_HANDLE;
   if (rc == CUDA_SUCCESS) {
     if (s->kind == MOCK_STREAM_LEGACY)
@@ -1022,7 +1029,6 @@ CUresult cuStreamWaitEvent(CUstream hs, CUevent e, unsigned int flags) {
   mock_trace("cuStreamWaitEvent(%p, %p, %u) = %d", (void *)hs, (void *)e, flags, rc);
   return rc;
 }
-CUresult cuEventRecord_ptsz(CUevent e, CUstream s) { return mock_event_record(e, s, 1); }
 
 /* Query or wait: refused during a capture as other unsafe calls are
  * (driver_facts.txt), then refused for an event recorded into a graph. */

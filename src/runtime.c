@@ -119,13 +119,9 @@ ca_pool *ca_runtime_pool_of(void *ctx) {
 ca_pool *ca_runtime_pool_in(int device, void *ctx) {
   if (device < 0 || device >= CUDALLOC_MAX_DEVICES || ctx == NULL)
     return NULL;
-  ca__slot *s =
-      ca__find(ctx, atomic_load_explicit(&ca__nslots, memory_order_acquire));
-  if (s != NULL)
-    return atomic_load_explicit(&s->pool, memory_order_acquire);
   pthread_once(&ca__fork_once, ca__register_fork_handler);
   pthread_mutex_lock(&ca__slots_lock);
-  s = ca__find(ctx, atomic_load(&ca__nslots));
+  ca__slot *s = ca__find(ctx, atomic_load(&ca__nslots));
   if (s == NULL)
     s = ca__claim(device, ctx);
   pthread_mutex_unlock(&ca__slots_lock);

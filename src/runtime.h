@@ -21,7 +21,8 @@
 /* The pool serving context `ctx` (a CUcontext) of `device`, created on
  * first use with the CUDA backend and the process's settings. NULL when
  * `device` is outside [0, CUDALLOC_MAX_DEVICES), every slot is taken, or
- * the host is out of memory. */
+ * the host is out of memory. It takes a lock: callers look with
+ * ca_runtime_pool_of first, and come here only when that found none. */
 ca_pool *ca_runtime_pool_in(int device, void *ctx);
 
 /* The pool already serving context `ctx`, or NULL: the hot path's look-up,

@@ -115,6 +115,16 @@ static void ca__put_json_string(ca__out *o, const char *s) {
   ca__put(o, "\"", 1);
 }
 
+/* Opens a JSON document with the fields every one of ours starts with, so
+ * that tools can tell them apart from other lines and from each other. */
+static void ca__json_begin(ca__out *o, const char *event) {
+  o->len = 0;
+  ca__printf(o,
+             "{\"tool\":\"cudalloc\",\"version\":\"" CA__VERSION
+             "\",\"pid\":%d,\"event\":\"%s\"",
+             (int)getpid(), event);
+}
+
 /* A problem found while reporting (a bad suppressions line, say): a line
  * of its own, as JSON when the report is JSON, so that a log file of JSON
  * documents stays one document per line. */
@@ -131,11 +141,8 @@ static void ca__warn(bool json, const char *fmt, ...) {
     return;
   }
   ca__out o;
-  o.len = 0;
-  ca__printf(&o,
-             "{\"tool\":\"cudalloc\",\"version\":\"" CA__VERSION
-             "\",\"pid\":%d,\"event\":\"warning\",\"message\":",
-             (int)getpid());
+  ca__json_begin(&o, "warning");
+  ca__put(&o, ",\"message\":", 11);
   ca__put_json_string(&o, message);
   ca__put(&o, "}\n", 2);
   ca__flush(&o);
@@ -759,11 +766,7 @@ static const char *ca__event_name(ca_report_event event) {
 static void ca__json(const ca__leaks *l) {
   const ca_report_input *in = l->in;
   ca__out o;
-  o.len = 0;
-  ca__printf(&o,
-             "{\"tool\":\"cudalloc\",\"version\":\"" CA__VERSION
-             "\",\"pid\":%d,\"event\":\"%s\"",
-             (int)getpid(), ca__event_name(in->event));
+  ca__json_begin(&o, ca__event_name(in->event));
   if (in->event == CA_EVENT_CONTEXT_RESET)
     ca__printf(&o, ",\"device\":%d", in->device);
   if (in->leaks) {

@@ -530,6 +530,21 @@ leak_record() {
   record "$1" "$2" "$pre" - - "$4" "$5"
 }
 
+# preload_run NAME LOG CONF LIMIT KILL COMMAND...: runs COMMAND with the
+# library preloaded and CUDALLOC_CONF=CONF ("-": without the library, "":
+# empty) under `timeout -k KILL LIMIT`, its output in LOG after a line
+# saying what ran. Returns COMMAND's exit status.
+preload_run() {
+  local name=$1 log=$2 conf=$3 limit=$4 kill=$5
+  shift 5
+  local env_add=(LD_PRELOAD="$LIB" CUDALLOC_CONF="$conf")
+  [[ $conf == - ]] && env_add=()
+  say "running $name (timeout ${limit}s) -> $log"
+  echo "# $name: ${env_add[*]:-(no library)} $*" >"$log"
+  timeout -k "$kill" "$limit" env -u LD_PRELOAD -u CUDALLOC_CONF \
+    ${env_add[@]+"${env_add[@]}"} "$@" >>"$log" 2>&1
+}
+
 # leak_run NAME RUNTIME CONF COMMAND...: runs COMMAND with the library
 # preloaded and CUDALLOC_CONF=CONF ("-": without the library, "": empty),
 # its output in LEAK_LOG ($LOGS/NAME.log), its exit status in LEAK_RC.
@@ -539,8 +554,7 @@ leak_run() {
   shift 3
   LEAK_LOG=$LOGS/$name.log LEAK_RC=-
   WHY=()
-  local env_add=(LD_PRELOAD="$LIB" CUDALLOC_CONF="$conf") skip="" limit
-  [[ $conf == - ]] && env_add=()
+  local skip="" limit
   limit=$(time_left)
   if [[ $conf != - && -z $LIB ]]; then skip="library not built"
   elif ! [[ -x $1 ]] && ! command -v "$1" >/dev/null; then skip="$1 not built"
@@ -551,10 +565,7 @@ leak_run() {
     leak_record "$name" "$runtime" "$conf" FAIL "not run: $skip"
     return 1
   fi
-  say "running $name (timeout ${limit}s) -> $LEAK_LOG"
-  echo "# $name: ${env_add[*]:-(no library)} $*" >"$LEAK_LOG"
-  timeout -k 10 "$limit" env -u LD_PRELOAD -u CUDALLOC_CONF \
-    ${env_add[@]+"${env_add[@]}"} "$@" >>"$LEAK_LOG" 2>&1
+  preload_run "$name" "$LEAK_LOG" "$conf" "$limit" 10 "$@"
   LEAK_RC=$?
 }
 
@@ -848,8 +859,7 @@ reuse_run() {
   shift 5
   REUSE_LOG=$LOGS/$name.log REUSE_POOLED=-/-
   WHY=()
-  local env_add=(LD_PRELOAD="$LIB" CUDALLOC_CONF="$conf") skip="" limit
-  [[ $conf == - ]] && env_add=()
+  local skip="" limit
   limit=$(time_left)
   ((limit > max_t)) && limit=$max_t
   if [[ $conf != - && -z $LIB ]]; then skip="library not built"
@@ -860,11 +870,8 @@ reuse_run() {
     reuse_record "$name" "$runtime" "$conf" FAIL "not run: $skip"
     return 1
   fi
-  say "running $name (timeout ${limit}s) -> $REUSE_LOG"
-  echo "# $name: ${env_add[*]:-(no library)} $*" >"$REUSE_LOG"
   local t0=$SECONDS rc
-  timeout -k 5 "$limit" env -u LD_PRELOAD -u CUDALLOC_CONF \
-    ${env_add[@]+"${env_add[@]}"} "$@" >>"$REUSE_LOG" 2>&1
+  preload_run "$name" "$REUSE_LOG" "$conf" "$limit" 5 "$@"
   rc=$?
   REUSE_SECS=$((SECONDS - t0))
   if ((rc == 124 || rc == 137)); then WHY+=("timed out after ${limit}s")

@@ -1,6 +1,7 @@
 /*
- * Shared by the GPU check programs (alloc_fill.cu, driver_api.c), which
- * scripts/gpu-check.sh builds and runs on the GPU machine with and without
+ * Shared by the GPU check programs (alloc_fill.cu, driver_api.c,
+ * graph_replay.cu, hazard.cu, oom_limit.cu), which scripts/gpu-check.sh
+ * builds and runs on the GPU machine with and without
  * LD_PRELOAD=libcudalloc.so.
  *
  * What lives here: the deterministic PRNG and the plan of the mixed-size
@@ -60,6 +61,10 @@ static void gc_fail(const char *fmt, ...) {
 
 /* ---- Start, timing, memory info ---------------------------------------- */
 
+/* The helpers a program may leave unused are static inline: those draw no
+ * unused-function warning, so no program has to silence the warning for
+ * its own functions too. */
+
 /* The programs' common arguments: <expectation> [iterations] [max_log2]. */
 typedef struct gc_args {
   int expect;
@@ -71,8 +76,9 @@ static int gc_parse_expect(const char *s);
 
 /* Names the program for its verdict, makes stdout line-buffered and reads
  * the arguments, with these defaults; ends with FAIL on bad ones. */
-static gc_args gc_start(const char *name, int argc, char **argv,
-                        long default_iterations, unsigned default_max_log2) {
+static inline gc_args gc_start(const char *name, int argc, char **argv,
+                               long default_iterations,
+                               unsigned default_max_log2) {
   gc_args a;
   gc_name = name;
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -87,7 +93,7 @@ static gc_args gc_start(const char *name, int argc, char **argv,
 }
 
 /* Seconds since `t0` (taken with clock_gettime(CLOCK_MONOTONIC)). */
-static double gc_elapsed(const struct timespec *t0) {
+static inline double gc_elapsed(const struct timespec *t0) {
   struct timespec t1;
   clock_gettime(CLOCK_MONOTONIC, &t1);
   return (double)(t1.tv_sec - t0->tv_sec) +
@@ -96,8 +102,8 @@ static double gc_elapsed(const struct timespec *t0) {
 
 /* Prints what a cudaMemGetInfo/cuMemGetInfo call (`what`) gave and ends with
  * FAIL unless it is sane: free and total non-zero, free not past total. */
-static void gc_check_mem_info(const char *what, size_t free_b,
-                              size_t total_b) {
+static inline void gc_check_mem_info(const char *what, size_t free_b,
+                                     size_t total_b) {
   printf("%s: free=%zu total=%zu\n", what, free_b, total_b);
   if (total_b == 0 || free_b == 0 || free_b > total_b)
     gc_fail("%s gave free=%zu total=%zu", what, free_b, total_b);

@@ -45,10 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* gpu_check.h's helpers that this program does not use. */
-#pragma GCC diagnostic ignored "-Wunused-function"
 #include "gpu_check.h"
-
 
 #define BLOCK_BYTES ((size_t)64 << 20)
 #define BLOCK_WORDS (BLOCK_BYTES / 4)

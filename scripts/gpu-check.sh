@@ -308,6 +308,27 @@ path_of() { # LOG ALLOCS
   fi
 }
 
+# judge_run LOG TAG RC LIMIT: adds to WHY what no run may show: a timeout
+# (RC 124 or 137, after LIMIT seconds) or another non-zero exit, and no
+# "TAG: PASS" line (the program's first "TAG: FAIL" line, when it has one).
+judge_run() {
+  local verdict
+  if (($3 == 124 || $3 == 137)); then WHY+=("timed out after ${4}s")
+  elif (($3 != 0)); then WHY+=("exit status $3"); fi
+  if ! grep -qx "$2: PASS" "$1"; then
+    verdict=$(grep -E "^$2: FAIL" "$1" | head -n1)
+    WHY+=("${verdict:-no \"$2: PASS\" line}")
+  fi
+}
+
+# judge_no_library LOG POOLED: adds to WHY what a run without the library
+# may not show: a "pooled:" line (POOLED, its last) other than "pooled:
+# none", or any line of the library's.
+judge_no_library() {
+  [[ $2 == "pooled: none"* ]] || WHY+=("expected no library, saw: ${2:-no pooled line}")
+  if grep -q '^cudalloc: ' "$1"; then WHY+=("library output in a run without it"); fi
+}
+
 # run_check NAME RUNTIME MODE POOLING TAG -- COMMAND...
 #   MODE     plain (no library), pool (preloaded, verbose:2), off (preloaded,
 #            enabled:0), sanitizer-plain / sanitizer-pool (under
@@ -359,33 +380,23 @@ run_check() {
   local secs=$((SECONDS - t0))
 
   # What the output shows.
-  local why=() pooled allocs=- backend=- hits=-
+  local WHY=() pooled allocs=- backend=- hits=-
   pooled=$(grep -E '^pooled: ' "$log" | tail -n1)
   if [[ $pooled =~ allocs=([0-9]+)\ backend_allocs=([0-9]+)\ cache_hits=([0-9]+) ]]; then
     allocs=${BASH_REMATCH[1]} backend=${BASH_REMATCH[2]} hits=${BASH_REMATCH[3]}
   fi
-  if ((rc == 124 || rc == 137)); then why+=("timed out after ${limit}s")
-  elif ((rc != 0)); then why+=("exit status $rc"); fi
-  if ! grep -qx "$tag: PASS" "$log"; then
-    local verdict
-    verdict=$(grep -E "^$tag: FAIL" "$log" | head -n1)
-    [[ -n $verdict ]] || verdict="no \"$tag: PASS\" line"
-    why+=("$verdict")
-  fi
+  judge_run "$log" "$tag" "$rc" "$limit"
   case $mode in
-  plain | sanitizer-plain)
-    [[ $pooled == "pooled: none"* ]] || why+=("expected no library, saw: ${pooled:-no pooled line}")
-    if grep -q '^cudalloc: ' "$log"; then why+=("library output in a run without it"); fi
-    ;;
+  plain | sanitizer-plain) judge_no_library "$log" "$pooled" ;;
   off)
-    [[ $allocs == 0 ]] || why+=("enabled:0 should pool nothing, saw: ${pooled:-no pooled line}")
+    [[ $allocs == 0 ]] || WHY+=("enabled:0 should pool nothing, saw: ${pooled:-no pooled line}")
     ;;
   pool | sanitizer-pool)
     if [[ $allocs == - ]]; then
-      why+=("no pool statistics: ${pooled:-no pooled line}")
+      WHY+=("no pool statistics: ${pooled:-no pooled line}")
     elif [[ $pooling == required ]]; then
-      ((allocs > ${MIN_ALLOCS:-100})) || why+=("only $allocs allocations pooled")
-      ((backend * 10 < allocs)) || why+=("backend_allocs $backend not below 10% of $allocs")
+      ((allocs > ${MIN_ALLOCS:-100})) || WHY+=("only $allocs allocations pooled")
+      ((backend * 10 < allocs)) || WHY+=("backend_allocs $backend not below 10% of $allocs")
     fi
     ;;
   esac
@@ -401,10 +412,10 @@ run_check() {
     summary=$(grep -E 'ERROR SUMMARY: [0-9]+ error' "$log" | tail -n1 | sed 's/^=* *//')
     note="$note, memcheck: ${summary:-no ERROR SUMMARY line (tool incompatible?)}"
   fi
-  ((${#why[@]})) && note="$note; $(printf '%s; ' "${why[@]}")"
+  ((${#WHY[@]})) && note="$note; $(printf '%s; ' "${WHY[@]}")"
   note=${note%; }
   local result=PASS
-  ((${#why[@]})) && result=$fail_word
+  ((${#WHY[@]})) && result=$fail_word
   record "$name" "$runtime" "$preloaded" "$path" "$allocs/$backend" "$result" "$note"
 }
 
@@ -874,13 +885,7 @@ reuse_run() {
   preload_run "$name" "$REUSE_LOG" "$conf" "$limit" 5 "$@"
   rc=$?
   REUSE_SECS=$((SECONDS - t0))
-  if ((rc == 124 || rc == 137)); then WHY+=("timed out after ${limit}s")
-  elif ((rc != 0)); then WHY+=("exit status $rc"); fi
-  if ! grep -qx "$tag: PASS" "$REUSE_LOG"; then
-    local verdict
-    verdict=$(grep -E "^$tag: FAIL" "$REUSE_LOG" | head -n1)
-    WHY+=("${verdict:-no \"$tag: PASS\" line}")
-  fi
+  judge_run "$REUSE_LOG" "$tag" "$rc" "$limit"
   reuse_check_library "$conf"
   return 0
 }
@@ -895,9 +900,7 @@ reuse_check_library() {
     REUSE_POOLED=$allocs/${BASH_REMATCH[2]}
   fi
   if [[ $1 == - ]]; then
-    [[ $pooled == "pooled: none"* ]] ||
-      WHY+=("expected no library, saw: ${pooled:-no pooled line}")
-    if grep -q '^cudalloc: ' "$REUSE_LOG"; then WHY+=("library output in a run without it"); fi
+    judge_no_library "$REUSE_LOG" "$pooled"
     return
   fi
   if [[ -z $allocs ]]; then

@@ -413,16 +413,13 @@ mixed_settings=("cudaMalloc" "cudaMallocAsync" "cudalloc safe" "cudalloc immedia
   "cudalloc device_sync")
 mixed_runtimes=(static shared)
 
-# mixed_cmd RUNTIME SETTING [--deep]: the command, in CMD.
+# mixed_cmd RUNTIME SETTING: the command, in CMD.
 mixed_cmd() {
-  local prog=$bin/bench_mixed_$1 setting=$2
-  shift 2
-  case $setting in
-  cudaMalloc) CMD=("$prog" "$@" sync) ;;
-  cudaMallocAsync) CMD=("$prog" "$@" async) ;;
-  "cudalloc "*)
-    preload "reuse_policy:${setting#cudalloc },leak_report:0" "$prog" "$@" sync
-    ;;
+  local prog=$bin/bench_mixed_$1
+  case $2 in
+  cudaMalloc) CMD=("$prog" sync) ;;
+  cudaMallocAsync) CMD=("$prog" async) ;;
+  "cudalloc "*) preload "reuse_policy:${2#cudalloc },leak_report:0" "$prog" sync ;;
   esac
 }
 

@@ -1760,11 +1760,13 @@ void ca_pool_get_stats(ca_pool *pool, cudalloc_device_stats *out) {
   out->device = pool->device;
   out->reserved_bytes.current = atomic_load(&pool->reserved);
   out->reserved_bytes.peak = atomic_load(&pool->reserved_peak);
-  out->fragmentation =
-      out->free_cached_bytes
-          ? 1.0 - (double)out->largest_free_block /
-                      (double)out->free_cached_bytes
-          : 0.0;
+  out->fragmentation = ca_pool_fragmentation(out);
+}
+
+double ca_pool_fragmentation(const cudalloc_device_stats *s) {
+  return s->free_cached_bytes ? 1.0 - (double)s->largest_free_block /
+                                          (double)s->free_cached_bytes
+                              : 0.0;
 }
 
 size_t ca_pool_foreach_live(ca_pool *pool,

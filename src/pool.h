@@ -147,6 +147,10 @@ void ca_pool_get_stats(ca_pool *pool, cudalloc_device_stats *out);
 void ca_pool_stats_add(cudalloc_device_stats *sum,
                        const cudalloc_device_stats *s);
 
+/* The share of the cached free bytes outside the largest free block (0
+ * when nothing is cached): a pool's, or a sum's once added up. */
+double ca_pool_fragmentation(const cudalloc_device_stats *s);
+
 /* Calls fn once per live block, under the lock of the block's arena: fn
  * must not call back into the pool. Returns the number of live blocks. */
 size_t ca_pool_foreach_live(ca_pool *pool,

@@ -156,11 +156,7 @@ bool ca_runtime_device_stats(int device, cudalloc_device_stats *out) {
     ca_pool_stats_add(out, &s);
   }
   out->device = device;
-  out->fragmentation =
-      out->free_cached_bytes
-          ? 1.0 - (double)out->largest_free_block /
-                      (double)out->free_cached_bytes
-          : 0.0;
+  out->fragmentation = ca_pool_fragmentation(out);
   return n > 0;
 }
 

@@ -122,10 +122,16 @@ static inline unsigned ca__hash_addr(uint64_t addr) {
  * quarter of them on a random mix of sizes (tests/bench/bench_pool), for
  * memory within 1%. */
 #define CA__FENCE_EVERY 16
+/* Off the hot path: a thread on its own arena, uncontended, never calls
+ * these, and the compiler lays out the hot path around them. */
+#define CA__COLD __attribute__((cold, noinline))
 /* Records allocated at once when a slab runs dry. */
 #define CA__SLAB_BATCH 128
 
-enum { CA__FREE = 1, CA__LIVE, CA__HELD, CA__QUICK };
+/* A block's state. GONE: freed, but its bytes are never handed out again
+ * while its segment lives (they were shared with another process, or the
+ * segment was freed behind the pool's back); it never merges. */
+enum { CA__FREE = 1, CA__LIVE, CA__HELD, CA__QUICK, CA__GONE };
 
 typedef struct ca__segment ca__segment;
 typedef struct ca__heap ca__heap;
@@ -141,6 +147,7 @@ typedef struct ca__block {
   struct ca__block *link_prev, *link_next; /* bin, oversize, held or quick */
   ca__segment *seg;
   int state;
+  bool shared;     /* handed to another process: GONE when freed */
   unsigned fl, sl; /* size class, while in the bins */
   uint32_t tag;    /* the caller's, while CA__LIVE */
   UT_hash_handle hh; /* in the live table while CA__LIVE */
@@ -155,6 +162,9 @@ struct ca__segment {
   ca__segment *lru_prev, *lru_next; /* fully free segments, oldest first */
   uint64_t last_free; /* free_tick of the latest free inside it */
   int in_lru;
+  bool has_gone; /* holds GONE blocks: "fully free" means FREE or GONE */
+  bool lost;     /* freed behind the pool's back: never used or released
+                    again; its records go when its last block does */
   UT_hash_handle hh; /* in the arena's segment table, keyed by base */
 };
 
@@ -203,6 +213,10 @@ typedef struct ca__arena {
   ca__heap small, large;
   ca__segment *segments;
   ca__segment *segment_table; /* the same segments, by base address */
+  /* The same segments sorted by address, for "which holds this address"
+   * (pointer queries); lost ones leave it. */
+  ca__segment **by_addr;
+  size_t nsegs, segs_cap;
   ca__segment *lru_head, *lru_tail;
   ca__block *held_head, *held_tail; /* the open batch: no marker yet */
   uint64_t open_bytes;
@@ -210,6 +224,7 @@ typedef struct ca__arena {
   uint64_t held_bytes; /* in the open batch and the closed ones */
   unsigned large_since_fence; /* large requests since the last fence */
   uint64_t quick_bytes;
+  uint64_t gone_bytes; /* in GONE blocks */
   uint64_t generation; /* bumped by drop_all: lets a waiter see it */
   uint64_t gc_budget;  /* bytes; 0 until known */
   uint64_t next_seq, seq_end; /* the allocation numbers the arena holds */
@@ -550,8 +565,15 @@ static void ca__pool_reserved_sub(ca__arena *p, uint64_t bytes) {
 
 /* ---- Segments ------------------------------------------------------------- */
 
+/* Whether no byte of the segment is in use: one free block, or, once it
+ * holds GONE blocks, nothing but FREE and GONE ones. */
 static int ca__segment_is_free(const ca__segment *s) {
-  return s->first->state == CA__FREE && !s->first->next;
+  if (!s->has_gone)
+    return s->first->state == CA__FREE && !s->first->next;
+  for (const ca__block *b = s->first; b; b = b->next)
+    if (b->state != CA__FREE && b->state != CA__GONE)
+      return 0;
+  return 1;
 }
 
 static void ca__lru_remove(ca__arena *p, ca__segment *s) {
@@ -590,8 +612,63 @@ static void ca__lru_push(ca__arena *p, ca__segment *s) {
   s->in_lru = 1;
 }
 
+/* ---- The address index ---------------------------------------------------- */
+
+/* The position in by_addr of the first segment based above `addr`. */
+static size_t ca__addr_upper(const ca__arena *p, uint64_t addr) {
+  size_t lo = 0, hi = p->nsegs;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (p->by_addr[mid]->addr <= addr)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* The segment of the arena that holds `addr`, or NULL. */
+static ca__segment *ca__segment_at(const ca__arena *p, uint64_t addr) {
+  size_t i = ca__addr_upper(p, addr);
+  if (i == 0)
+    return NULL;
+  ca__segment *s = p->by_addr[i - 1];
+  return addr - s->addr < s->size ? s : NULL;
+}
+
+/* Room for one more segment in the index (grown only when a segment is
+ * reserved, a driver call anyway). */
+static bool ca__addr_room(ca__arena *p) {
+  if (p->nsegs < p->segs_cap)
+    return true;
+  size_t cap = p->segs_cap ? 2 * p->segs_cap : 16;
+  ca__segment **v = realloc(p->by_addr, cap * sizeof(*v));
+  if (!v)
+    return false;
+  p->by_addr = v;
+  p->segs_cap = cap;
+  return true;
+}
+
+static void ca__addr_insert(ca__arena *p, ca__segment *s) {
+  size_t i = ca__addr_upper(p, s->addr);
+  memmove(&p->by_addr[i + 1], &p->by_addr[i],
+          (p->nsegs - i) * sizeof(*p->by_addr));
+  p->by_addr[i] = s;
+  p->nsegs++;
+}
+
+/* Bases in the index are distinct: s sits just below the upper bound. */
+static void ca__addr_remove(ca__arena *p, ca__segment *s) {
+  size_t i = ca__addr_upper(p, s->addr);
+  memmove(&p->by_addr[i - 1], &p->by_addr[i],
+          (p->nsegs - i) * sizeof(*p->by_addr));
+  p->nsegs--;
+}
+
 static void ca__segment_unlink(ca__arena *p, ca__segment *s) {
   HASH_DELETE(hh, p->segment_table, s);
+  ca__addr_remove(p, s);
   if (s->prev)
     s->prev->next = s->next;
   else
@@ -604,7 +681,6 @@ static void ca__segment_unlink(ca__arena *p, ca__segment *s) {
  * the pool forgets the segment: keeping a segment the driver may have freed
  * would be worse than leaking one it did not. */
 static void ca__segment_release(ca__arena *p, ca__segment *s) {
-  ca__index_remove(s->first);
   ca__lru_remove(p, s);
   ca__segment_unlink(p, s);
   p->backend->release(p->backend->ctx, p->device, s->addr, s->size);
@@ -612,7 +688,14 @@ static void ca__segment_release(ca__arena *p, ca__segment *s) {
   ca__pool_reserved_sub(p, s->size);
   ca__stat_sub(&p->stats.reserved_bytes, s->size);
   ca__stat_sub(&p->stats.segments, 1);
-  ca__slab_put(&p->block_slab, s->first);
+  for (ca__block *b = s->first, *next; b; b = next) {
+    next = b->next;
+    if (b->state == CA__FREE)
+      ca__index_remove(b);
+    else
+      p->gone_bytes -= b->size; /* a fully free segment holds no other */
+    ca__slab_put(&p->block_slab, b);
+  }
   ca__slab_put(&p->segment_slab, s);
 }
 
@@ -627,8 +710,117 @@ static uint64_t ca__release_lru(ca__arena *p, uint64_t reserved_target) {
   return released;
 }
 
+/* ---- Blocks that never come back ------------------------------------------ */
+
+/* Takes a freed block out of use for as long as its segment lives. */
+static void ca__bury(ca__arena *p, ca__block *b) {
+  b->state = CA__GONE;
+  b->seg->has_gone = true;
+  p->gone_bytes += b->size;
+}
+
+/* Forgets a lost segment once nothing in it is live or pending: its bytes
+ * are no longer the pool's, so nothing is given back. */
+static void ca__drop_if_dead(ca__arena *p, ca__segment *s) {
+  for (const ca__block *b = s->first; b; b = b->next)
+    if (b->state != CA__GONE)
+      return;
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    p->segments = s->next;
+  if (s->next)
+    s->next->prev = s->prev;
+  ca__pool_reserved_sub(p, s->size);
+  ca__stat_sub(&p->stats.reserved_bytes, s->size);
+  ca__stat_sub(&p->stats.segments, 1);
+  p->gone_bytes -= s->size;
+  for (ca__block *b = s->first, *next; b; b = next) {
+    next = b->next;
+    ca__slab_put(&p->block_slab, b);
+  }
+  ca__slab_put(&p->segment_slab, s);
+}
+
+static size_t ca__live_in(const ca__segment *s) {
+  size_t n = 0;
+  for (const ca__block *b = s->first; b; b = b->next)
+    n += b->state == CA__LIVE;
+  return n;
+}
+
+/* A live block whose memory the driver freed: no longer the program's
+ * (its address may already name another allocation). */
+static void ca__forget_live(ca__arena *p, ca__block *b) {
+  HASH_DELETE(hh, p->live, b);
+  ca__stat_sub(&p->stats.requested_bytes, b->requested);
+  ca__stat_sub(&p->stats.allocated_bytes, b->size);
+  ca__stat_sub(&p->stats.blocks, 1);
+  ca__bury(p, b);
+}
+
+/* A segment the driver freed behind the pool's back (it gave the bytes out
+ * again, or says they are no allocation): a library calling the driver's
+ * own cuMemFree on a pooled pointer, which no hook sees. None of its bytes
+ * is handed out again, nor given back (they may be someone else's now),
+ * and its live blocks are forgotten: their memory is gone. Its records stay,
+ * counted as reserved, until its pending frees have come back. */
+static void ca__segment_lose(ca__arena *p, ca__segment *s) {
+  ca__quick_flush(p); /* its parked blocks become FREE, then GONE */
+  ca__lru_remove(p, s);
+  HASH_DELETE(hh, p->segment_table, s);
+  ca__addr_remove(p, s);
+  s->lost = true;
+  size_t live = ca__live_in(s);
+  for (ca__block *b = s->first; b; b = b->next) {
+    if (b->state == CA__FREE) {
+      ca__index_remove(b);
+      ca__bury(p, b);
+    } else if (b->state == CA__LIVE) {
+      ca__forget_live(p, b);
+    }
+  }
+  if (p->opt.warn) {
+    char line[320];
+    snprintf(line, sizeof(line),
+             "device %d: pooled segment %#llx (%llu bytes) was freed behind "
+             "the pool's back (a library calling libcuda's cuMemFree "
+             "directly, e.g. one loaded with RTLD_DEEPBIND); its %zu live "
+             "block(s) are lost, and none of it is used again",
+             p->device, (unsigned long long)s->addr,
+             (unsigned long long)s->size, live);
+    p->opt.warn(line);
+  }
+  ca__drop_if_dead(p, s);
+}
+
+/* The driver just gave out [addr, addr + size): any segment of the arena it
+ * overlaps was freed behind the pool's back. */
+static void ca__lose_overlapped(ca__arena *p, uint64_t addr, uint64_t size) {
+  for (size_t i = ca__addr_upper(p, addr + size - 1); i > 0; i--) {
+    ca__segment *s = p->by_addr[i - 1];
+    if (s->addr + s->size <= addr)
+      break;
+    ca__segment_lose(p, s);
+  }
+}
+
+/* A freed block whose bytes must not be handed out again: shared with
+ * another process, or in a lost segment. */
+static CA__COLD void ca__retire_gone(ca__arena *p, ca__block *b) {
+  ca__segment *s = b->seg;
+  ca__bury(p, b);
+  if (s->lost)
+    ca__drop_if_dead(p, s);
+  else if (ca__segment_is_free(s))
+    ca__lru_push(p, s);
+}
+
 static ca__block *ca__segment_new(ca__arena *p, ca__heap *h, uint64_t addr,
                                   uint64_t size) {
+  if (!ca__addr_room(p))
+    return NULL;
+  ca__lose_overlapped(p, addr, size);
   ca__segment *s = ca__slab_get(&p->segment_slab);
   ca__block *b = s ? ca__slab_get(&p->block_slab) : NULL;
   if (!b) {
@@ -648,6 +840,7 @@ static ca__block *ca__segment_new(ca__arena *p, ca__heap *h, uint64_t addr,
     p->segments->prev = s;
   p->segments = s;
   HASH_ADD(hh, p->segment_table, addr, sizeof(uint64_t), s);
+  ca__addr_insert(p, s);
   b->addr = addr;
   b->size = size;
   b->seg = s;
@@ -710,6 +903,7 @@ static void ca__block_take(ca__arena *p, ca__block *b, uint64_t size) {
     r->size = rest;
     r->seg = b->seg;
     r->state = CA__FREE;
+    r->shared = false;
     r->prev = b;
     r->next = b->next;
     if (b->next)
@@ -724,7 +918,9 @@ static void ca__block_take(ca__arena *p, ca__block *b, uint64_t size) {
 /* A freed block that may be reused now: small ones park in the quick
  * lists, large ones merge with their free neighbours at once. */
 static void ca__cache(ca__arena *p, ca__block *b) {
-  if (b->seg->heap->large)
+  if (__builtin_expect(b->shared || b->seg->lost, 0))
+    ca__retire_gone(p, b);
+  else if (b->seg->heap->large)
     ca__block_make_free(p, b);
   else
     ca__quick_push(p, b);
@@ -1151,7 +1347,7 @@ static void ca__forget_all(ca__arena *p, int release) {
   while (p->segments) {
     ca__segment *s = p->segments;
     p->segments = s->next;
-    if (release)
+    if (release && !s->lost)
       p->backend->release(p->backend->ctx, p->device, s->addr, s->size);
     for (ca__block *b = s->first, *n; b; b = n) {
       n = b->next;
@@ -1173,12 +1369,15 @@ static void ca__forget_all(ca__arena *p, int release) {
   p->open_bytes = 0;
   p->held_bytes = 0;
   p->quick_bytes = 0;
+  p->gone_bytes = 0;
+  p->nsegs = 0;
   p->generation++;
 }
 
 /* Gives every segment of the arena back and frees it. */
 static void ca__arena_free(ca__arena *p) {
   ca__forget_all(p, 1);
+  free(p->by_addr);
   ca__slab_destroy(&p->block_slab);
   ca__slab_destroy(&p->segment_slab);
   ca__slab_destroy(&p->batch_slab);
@@ -1188,9 +1387,6 @@ static void ca__arena_free(ca__arena *p) {
 /* The library is preloaded, so its thread-locals sit in the static TLS
  * block and are reached without a call. */
 #define CA__TLS __attribute__((tls_model("initial-exec")))
-/* Off the hot path: a thread on its own arena, uncontended, never calls
- * these, and the compiler lays out the hot path around them. */
-#define CA__COLD __attribute__((cold, noinline))
 
 /* A thread moves to a less used arena after CA__MOVE_AFTER contended takes
  * of its arena's lock within CA__MOVE_WINDOW_NS. Threads that allocate in a
@@ -1681,6 +1877,92 @@ bool ca_pool_holds_segment(ca_pool *pool, uint64_t addr) {
   return false;
 }
 
+/* The block of segment s holding addr: by the live table when addr is a
+ * live block's start (what queries mostly ask about), else by walking. */
+static ca__block *ca__block_at(ca__arena *p, ca__segment *s, uint64_t addr) {
+  ca__block *b = ca__live_find(p, addr);
+  if (b && b->seg == s)
+    return b;
+  for (b = s->first; b && addr - b->addr >= b->size; b = b->next)
+    ;
+  return b;
+}
+
+static void ca__span(ca__arena *p, ca__segment *s, uint64_t addr,
+                     ca_pool_span *out) {
+  ca__block *b = ca__block_at(p, s, addr);
+  memset(out, 0, sizeof(*out));
+  out->segment = s->addr;
+  out->segment_size = s->size;
+  out->live = b && b->state == CA__LIVE && addr - b->addr < b->requested;
+  if (out->live) {
+    ca__describe(p, b, &out->block);
+    out->shared = b->shared;
+  }
+}
+
+/* Runs fn on the arena and segment holding addr, under that arena's lock;
+ * returns false when no segment of the pool holds it. */
+static bool ca__at_segment(ca_pool *pool, uint64_t addr,
+                           void (*fn)(ca__arena *, ca__segment *, uint64_t,
+                                      void *),
+                           void *arg) {
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n = ca__arenas(pool, all);
+  for (unsigned i = 0; i < n; i++) {
+    ca_lock_acquire(&all[i]->lock);
+    ca__segment *s = ca__segment_at(all[i], addr);
+    if (s)
+      fn(all[i], s, addr, arg);
+    ca_lock_release(&all[i]->lock);
+    if (s)
+      return true;
+  }
+  return false;
+}
+
+static void ca__find_in(ca__arena *p, ca__segment *s, uint64_t addr,
+                        void *out) {
+  ca__span(p, s, addr, out);
+}
+
+bool ca_pool_find(ca_pool *pool, uint64_t addr, ca_pool_span *out) {
+  return ca__at_segment(pool, addr, ca__find_in, out);
+}
+
+static void ca__lose_at(ca__arena *p, ca__segment *s, uint64_t addr,
+                        void *unused) {
+  (void)addr, (void)unused;
+  ca__segment_lose(p, s);
+}
+
+bool ca_pool_segment_lost(ca_pool *pool, uint64_t addr) {
+  return ca__at_segment(pool, addr, ca__lose_at, NULL);
+}
+
+bool ca_pool_share(ca_pool *pool, uint64_t addr) {
+  ca__arena *p = ca__owner(pool, NULL, addr);
+  if (!p)
+    return false;
+  ca__live_find(p, addr)->shared = true;
+  ca_lock_release(&p->lock);
+  return true;
+}
+
+uint64_t ca_pool_releasable(ca_pool *pool) {
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n = ca__arenas(pool, all);
+  uint64_t bytes = 0;
+  for (unsigned i = 0; i < n; i++) {
+    ca_lock_acquire(&all[i]->lock);
+    for (const ca__segment *s = all[i]->segments; s; s = s->next)
+      if (!s->lost && ca__live_in(s) == 0)
+        bytes += s->size;
+    ca_lock_release(&all[i]->lock);
+  }
+  return bytes;
+}
+
 uint64_t ca_pool_empty_cache(ca_pool *pool) {
   ca__arena *all[CA_POOL_ARENAS];
   unsigned n = ca__arenas(pool, all);
@@ -1739,7 +2021,8 @@ static void ca__arena_stats(ca__arena *p, cudalloc_device_stats *out) {
   *out = p->stats;
   out->pending_free_bytes = p->held_bytes;
   out->free_cached_bytes = p->stats.reserved_bytes.current -
-                           p->stats.allocated_bytes.current - p->held_bytes;
+                           p->stats.allocated_bytes.current - p->held_bytes -
+                           p->gone_bytes;
   out->largest_free_block = ca__largest_free(p);
   ca_lock_release(&p->lock);
 }
@@ -1831,7 +2114,8 @@ static size_t ca__count_index(const ca__heap *h) {
 
 static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
   uint64_t reserved = 0, live = 0, free_bytes = 0, held = 0, quick = 0;
-  size_t nfree = 0, nlive = 0, nseg = 0;
+  uint64_t gone = 0;
+  size_t nfree = 0, nlive = 0, nseg = 0, nlost = 0;
   for (ca__segment *s = p->segments; s; s = s->next, nseg++) {
     uint64_t at = s->addr;
     CA__CHECK(s->first && !s->first->prev, "segment %#llx: bad first block",
@@ -1857,18 +2141,35 @@ static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
         nlive++;
       } else if (b->state == CA__QUICK) {
         quick += b->size;
+      } else if (b->state == CA__GONE) {
+        CA__CHECK(s->has_gone, "segment %#llx hides a GONE block",
+                  (unsigned long long)s->addr);
+        gone += b->size;
       } else {
         held += b->size;
       }
+      CA__CHECK(!b->shared || b->state != CA__FREE,
+                "shared block %#llx went back to the cache",
+                (unsigned long long)b->addr);
       at += b->size;
     }
     CA__CHECK(at == s->addr + s->size, "segment %#llx not tiled",
               (unsigned long long)s->addr);
-    CA__CHECK(s->in_lru == ca__segment_is_free(s),
+    CA__CHECK(s->in_lru == (!s->lost && ca__segment_is_free(s)),
               "segment %#llx: LRU membership wrong",
               (unsigned long long)s->addr);
+    CA__CHECK(s->lost || ca__segment_at(p, s->addr) == s,
+              "segment %#llx missing from the address index",
+              (unsigned long long)s->addr);
+    nlost += s->lost;
     reserved += s->size;
   }
+  CA__CHECK(p->nsegs + nlost == nseg, "address index holds %zu of %zu",
+            p->nsegs, nseg - nlost);
+  for (size_t i = 1; i < p->nsegs; i++)
+    CA__CHECK(p->by_addr[i - 1]->addr + p->by_addr[i - 1]->size <=
+                  p->by_addr[i]->addr,
+              "address index out of order at %zu", i);
   CA__CHECK(nfree == ca__count_index(&p->small) + ca__count_index(&p->large),
             "index holds blocks that are not free");
   CA__CHECK(nlive + 1 == HASH_COUNT(p->live), "live table size %u != %zu",
@@ -1881,8 +2182,9 @@ static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
   CA__CHECK(live == p->stats.allocated_bytes.current,
             "allocated %llu != stats %llu", (unsigned long long)live,
             (unsigned long long)p->stats.allocated_bytes.current);
-  CA__CHECK(reserved == live + free_bytes + held + quick,
-            "reserved != live + cached + held");
+  CA__CHECK(gone == p->gone_bytes, "gone bytes disagree");
+  CA__CHECK(reserved == live + free_bytes + held + quick + gone,
+            "reserved != live + cached + held + gone");
   CA__CHECK(nlive == p->stats.blocks.current, "block count disagrees");
   CA__CHECK(nseg == p->stats.segments.current, "segment count disagrees");
   return true;

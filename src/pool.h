@@ -81,6 +81,10 @@ typedef struct ca_pool_options {
    * the driver), counted against memory_limit with the pool's reserved
    * bytes; NULL for none. Read without the pool's lock. */
   const _Atomic uint64_t *outside_bytes;
+  /* Says one line about something that went wrong outside the pool (a
+   * segment freed behind its back); NULL for silence. Called with an
+   * arena's lock held: it must not call into the pool. */
+  void (*warn)(const char *line);
 } ca_pool_options;
 
 /* A live block as the leak report and the tests see it. */
@@ -132,6 +136,39 @@ bool ca_pool_lookup(ca_pool *pool, uint64_t addr, ca_live_block *out);
  * driver would free whole, under the pool, if asked (a program freeing a
  * pooled pointer twice). */
 bool ca_pool_holds_segment(ca_pool *pool, uint64_t addr);
+
+/* Where an address lies in the pool: the segment holding it and, when it
+ * lies in a live block's requested bytes, that block. */
+typedef struct ca_pool_span {
+  uint64_t segment, segment_size;
+  bool live;
+  bool shared;         /* the block was marked with ca_pool_share */
+  ca_live_block block; /* when live */
+} ca_pool_span;
+
+/* Whether a segment of this pool holds `addr`; *out says where (a pointer
+ * past a block's requested end, or in a free block, is in no live block:
+ * the driver, asked about a block of its own, says the same). */
+bool ca_pool_find(ca_pool *pool, uint64_t addr, ca_pool_span *out);
+
+/* Marks the live block starting at `addr` as shared with another process
+ * (exported through CUDA IPC): once freed, its bytes are never handed out
+ * again while its segment lives, since the other process may still use
+ * them; the segment goes back to the backend, as any fully free one, when
+ * the rest of it is free. Returns false when no live block starts there. */
+bool ca_pool_share(ca_pool *pool, uint64_t addr);
+
+/* Bytes in segments that hold no live block: what the pool gives back to
+ * the backend, after waiting for its pending frees, when the backend runs
+ * out (free memory a request can get, beside the backend's own). */
+uint64_t ca_pool_releasable(ca_pool *pool);
+
+/* The segment holding `addr` was freed behind the pool's back (the backend
+ * answers that it is no allocation): it is never used or given back again,
+ * its live blocks are forgotten (their memory is gone), and options.warn
+ * says so. Returns false when no segment holds `addr`. The pool finds this
+ * itself when the backend hands out a segment that overlaps one it holds. */
+bool ca_pool_segment_lost(ca_pool *pool, uint64_t addr);
 
 /* Gives every fully free segment back. Returns the bytes given back. */
 uint64_t ca_pool_empty_cache(ca_pool *pool);

@@ -32,6 +32,9 @@ static int ca__fake_reserve(void *ctx, int device, uint64_t size,
       if (!mem)
         rc = CA_FAKE_OOM;
       *addr = (uint64_t)(uintptr_t)mem;
+    } else if (f->next_reserve_at) {
+      *addr = f->next_reserve_at;
+      f->next_reserve_at = 0;
     } else {
       *addr = f->next_addr[device];
       f->next_addr[device] += (size + 2 * CA__FAKE_ALIGN - 1) / CA__FAKE_ALIGN *
@@ -66,6 +69,20 @@ static int ca__fake_release(void *ctx, int device, uint64_t addr,
   f->released_addrs[f->releases++ % CA_FAKE_MAX_SEGMENTS] = addr;
   pthread_mutex_unlock(&f->lock);
   return 0;
+}
+
+uint64_t ca_fake_free_behind(ca_fake_backend *f, int device, uint64_t addr) {
+  uint64_t size = 0;
+  pthread_mutex_lock(&f->lock);
+  for (int i = 0; i < f->nsegments; i++)
+    if (f->segments[i].addr == addr && f->segments[i].device == device) {
+      size = f->segments[i].size;
+      f->used[device] -= size;
+      f->segments[i] = f->segments[--f->nsegments];
+      break;
+    }
+  pthread_mutex_unlock(&f->lock);
+  return size;
 }
 
 static int ca__fake_mem_info(void *ctx, int device, uint64_t *free_bytes,

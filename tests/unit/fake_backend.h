@@ -45,6 +45,9 @@ typedef struct ca_fake_backend {
   /* Injection: the next `fail_reserves` reserves return `fail_code`. */
   int fail_reserves;
   int fail_code;
+  /* When nonzero, the next non-host-backed reserve hands out this address
+   * (once), as a driver reusing a range does. */
+  uint64_t next_reserve_at;
   /* While true, synchronize, mark and wait refuse, as during a capture. */
   bool refuse_sync;
   /* The device's progress: markers up to `passed` have passed. */
@@ -67,6 +70,11 @@ int ca_fake_fence(void *ctx, int device);
 
 /* Frees host memory still held by a host-backed fake. */
 void ca_fake_fini(ca_fake_backend *f);
+
+/* Forgets the live segment based at `addr`, as if someone had freed it
+ * with the driver directly, behind the pool's back. Returns its size, or 0
+ * when none is based there. */
+uint64_t ca_fake_free_behind(ca_fake_backend *f, int device, uint64_t addr);
 
 /* Whether [addr, addr + size) lies inside one live segment of `device`. */
 bool ca_fake_owns(ca_fake_backend *f, int device, uint64_t addr,

@@ -2,67 +2,7 @@
  * The pool, driven through the fake backend: what a program sees of it
  * (addresses, errors) and what the statistics say.
  */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdlib.h>
-
-#include <cmocka.h>
-
-#include "fake_backend.h"
-#include "pool.h"
-
-#define KiB (1024ull)
-#define MiB (1024ull * 1024)
-
-typedef struct fixture {
-  ca_fake_backend fake;
-  ca_pool *pool;
-} fixture;
-
-static fixture *fixture_new(uint64_t capacity, ca_pool_options opt,
-                            bool with_sync) {
-  fixture *fx = calloc(1, sizeof(*fx));
-  assert_non_null(fx);
-  ca_fake_init(&fx->fake, capacity, with_sync, false);
-  fx->pool = ca_pool_create(&fx->fake.backend, 0, &opt);
-  assert_non_null(fx->pool);
-  return fx;
-}
-
-static ca_pool_options default_options(void) {
-  return (ca_pool_options){.max_split_size = UINT64_MAX};
-}
-
-static void fixture_free(fixture *fx) {
-  char why[256];
-  assert_true(ca_pool_check(fx->pool, why, sizeof(why)));
-  ca_pool_destroy(fx->pool);
-  assert_int_equal(fx->fake.nsegments, 0); /* everything given back */
-  assert_int_equal(fx->fake.bad_releases, 0);
-  ca_fake_fini(&fx->fake);
-  free(fx);
-}
-
-static uint64_t must_alloc(fixture *fx, uint64_t size) {
-  uint64_t addr = 0;
-  assert_int_equal(ca_pool_alloc(fx->pool, size, 0, &addr), 0);
-  assert_true(ca_fake_owns(&fx->fake, 0, addr, size ? size : 1));
-  return addr;
-}
-
-static cudalloc_device_stats stats_of(fixture *fx) {
-  cudalloc_device_stats s;
-  ca_pool_get_stats(fx->pool, &s);
-  return s;
-}
-
-static void assert_consistent(fixture *fx) {
-  char why[256] = "";
-  if (!ca_pool_check(fx->pool, why, sizeof(why)))
-    fail_msg("pool inconsistent: %s", why);
-}
+#include "pool_fixture.h"
 
 /* Requests are rounded to 512 B; the program's own size is kept too. */
 static void rounds_requests_to_the_granule(void **state) {

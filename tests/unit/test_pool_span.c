@@ -1,0 +1,232 @@
+/*
+ * Where an address lies in the pool, and blocks whose bytes must never come
+ * back: what the library needs to answer the driver's pointer queries about
+ * a pooled block as the driver would about an allocation of its own, to
+ * export a block through CUDA IPC, and to say how much free memory a
+ * request can really get.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "pool_fixture.h"
+
+static int warnings;
+static char last_warning[512];
+
+static void record_warning(const char *line) {
+  warnings++;
+  snprintf(last_warning, sizeof(last_warning), "%s", line);
+}
+
+static ca_pool_options warning_options(ca_reuse reuse) {
+  ca_pool_options o = default_options();
+  o.reuse = reuse;
+  o.warn = record_warning;
+  return o;
+}
+
+static ca_pool_span span_of(fixture *fx, uint64_t addr) {
+  ca_pool_span sp;
+  assert_true(ca_pool_find(fx->pool, addr, &sp));
+  return sp;
+}
+
+static void assert_in_block(fixture *fx, uint64_t addr, uint64_t block,
+                            uint64_t requested) {
+  ca_pool_span sp = span_of(fx, addr);
+  assert_true(sp.live);
+  assert_int_equal(sp.block.addr, block);
+  assert_int_equal(sp.block.requested, requested);
+  assert_true(sp.segment <= block &&
+              block + requested <= sp.segment + sp.segment_size);
+}
+
+static void assert_in_no_block(fixture *fx, uint64_t addr) {
+  assert_false(span_of(fx, addr).live);
+}
+
+/* A pointer anywhere in a block's requested bytes names the block; past
+ * them (the rounded tail), in free bytes, or in a freed block, none does,
+ * as the driver answers for an allocation of 1000 bytes; an address no
+ * segment holds is not the pool's at all. */
+static void finds_the_block_holding_an_address(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(1024 * MiB, default_options(), false);
+  uint64_t a = must_alloc(fx, 1000), b = must_alloc(fx, 64 * KiB);
+  uint64_t c = must_alloc(fx, 3 * MiB);
+  assert_in_block(fx, a, a, 1000);
+  assert_in_block(fx, a + 999, a, 1000);
+  assert_in_block(fx, b + 4096, b, 64 * KiB);
+  assert_in_block(fx, c + 2 * MiB, c, 3 * MiB);
+  assert_in_no_block(fx, a + 1000);
+  assert_in_no_block(fx, a + 1023);
+  assert_in_no_block(fx, c + 3 * MiB);
+  ca_pool_span sa = span_of(fx, a), sb = span_of(fx, b), sc = span_of(fx, c);
+  assert_int_equal(sa.segment, sb.segment); /* small blocks share 2 MiB */
+  assert_int_equal(sa.segment_size, 2 * MiB);
+  assert_int_equal(sc.segment_size, 20 * MiB);
+  assert_true(ca_pool_free(fx->pool, b));
+  assert_in_no_block(fx, b);
+  assert_in_no_block(fx, b + 100);
+  ca_pool_span outside;
+  assert_false(ca_pool_find(fx->pool, sa.segment + sa.segment_size, &outside));
+  assert_false(ca_pool_find(fx->pool, 0x1000, &outside));
+  fixture_free(fx);
+}
+
+/* Allocates `n` blocks of `size` and checks that none overlaps
+ * [gone, gone + gone_size); returns them through `out`. */
+static void alloc_around(fixture *fx, uint64_t size, int n, uint64_t gone,
+                         uint64_t gone_size, uint64_t *out) {
+  for (int i = 0; i < n; i++) {
+    out[i] = must_alloc(fx, size);
+    assert_true(out[i] + size <= gone || out[i] >= gone + gone_size);
+  }
+}
+
+/* A block exported to another process, once freed, is never handed out
+ * again, whichever way frees come back (at once, or behind a marker), and
+ * its free neighbours never merge over it; the segment still goes back to
+ * the backend once the rest of it is free. */
+static void shared_block_never_comes_back(void **state) {
+  (void)state;
+  for (int safe = 0; safe < 2; safe++) {
+    fixture *fx = fixture_new(
+        1024 * MiB, warning_options(safe ? CA_REUSE_SAFE : CA_REUSE_IMMEDIATE),
+        safe);
+    uint64_t a = must_alloc(fx, 64 * KiB), b = must_alloc(fx, 64 * KiB);
+    uint64_t seg = span_of(fx, b).segment, more[64];
+    assert_true(ca_pool_share(fx->pool, b));
+    assert_false(ca_pool_share(fx->pool, b + 512)); /* not a block's start */
+    assert_true(ca_pool_free(fx->pool, b));
+    assert_in_no_block(fx, b);
+    alloc_around(fx, 64 * KiB, 64, b, 64 * KiB, more);
+    assert_consistent(fx);
+    cudalloc_device_stats s = stats_of(fx);
+    assert_int_equal(s.reserved_bytes.current,
+                     s.allocated_bytes.current + s.free_cached_bytes +
+                         s.pending_free_bytes + 64 * KiB);
+    for (int i = 0; i < 64; i++)
+      assert_true(ca_pool_free(fx->pool, more[i]));
+    assert_true(ca_pool_free(fx->pool, a));
+    assert_true(ca_pool_empty_cache(fx->pool) >= 2 * MiB);
+    assert_false(ca_pool_holds_segment(fx->pool, seg));
+    assert_int_equal(warnings, 0);
+    fixture_free(fx);
+  }
+}
+
+/* In a 20 MiB segment: the blocks beside a freed shared block merge with
+ * everything but it, and a request as large as all of them together is
+ * not served across it. */
+static void free_neighbours_do_not_merge_over_a_shared_block(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(1024 * MiB, default_options(), false);
+  uint64_t x = must_alloc(fx, 3 * MiB), y = must_alloc(fx, 3 * MiB);
+  uint64_t z = must_alloc(fx, 3 * MiB);
+  assert_true(ca_pool_share(fx->pool, y));
+  assert_true(ca_pool_free(fx->pool, x));
+  assert_true(ca_pool_free(fx->pool, y));
+  assert_true(ca_pool_free(fx->pool, z));
+  uint64_t big[1];
+  alloc_around(fx, 9 * MiB, 1, y, 3 * MiB, big);
+  assert_consistent(fx);
+  assert_true(ca_pool_free(fx->pool, big[0]));
+  fixture_free(fx);
+}
+
+/* What a request can get beside the backend's free memory: the segments
+ * with no live block, pending frees included; holes in used segments are
+ * not (a request larger than the holes cannot use them). */
+static void counts_releasable_segments(void **state) {
+  (void)state;
+  for (int safe = 0; safe < 2; safe++) {
+    ca_pool_options opt = default_options();
+    opt.reuse = safe ? CA_REUSE_SAFE : CA_REUSE_IMMEDIATE;
+    fixture *fx = fixture_new(1024 * MiB, opt, safe);
+    fx->fake.auto_pass = false; /* frees stay pending under safe */
+    uint64_t blocks[400];
+    for (int i = 0; i < 400; i++)
+      blocks[i] = must_alloc(fx, 1 * MiB); /* two per 2 MiB segment */
+    assert_int_equal(ca_pool_releasable(fx->pool), 0);
+    for (int i = 0; i < 400; i += 2)
+      assert_true(ca_pool_free(fx->pool, blocks[i]));
+    assert_int_equal(ca_pool_releasable(fx->pool), 0);
+    for (int i = 1; i < 20; i += 2)
+      assert_true(ca_pool_free(fx->pool, blocks[i]));
+    uint64_t releasable = ca_pool_releasable(fx->pool);
+    assert_int_equal(releasable, 20 * MiB);
+    uint64_t free_bytes = fx->fake.capacity[0] - fx->fake.used[0];
+    must_alloc(fx, free_bytes + releasable - 2 * MiB);
+    assert_consistent(fx);
+    fixture_free(fx);
+  }
+}
+
+/* The backend hands out a range again that a segment of the pool holds:
+ * the segment was freed behind the pool's back (a library calling the
+ * driver's own cuMemFree). One line says so; none of its bytes is served
+ * or given back again, and its live block is forgotten. */
+static void segment_handed_out_again_is_lost(void **state) {
+  (void)state;
+  warnings = 0;
+  fixture *fx = fixture_new(1024 * MiB, warning_options(CA_REUSE_IMMEDIATE),
+                            false);
+  uint64_t a = must_alloc(fx, 4 * KiB), b = must_alloc(fx, 4 * KiB);
+  assert_true(ca_pool_free(fx->pool, b));
+  uint64_t seg = span_of(fx, a).segment, small[600];
+  assert_int_equal(ca_fake_free_behind(&fx->fake, 0, seg), 2 * MiB);
+  fx->fake.next_reserve_at = seg;
+  uint64_t big = must_alloc(fx, 30 * MiB);
+  assert_int_equal(big, seg);
+  fx->fake.next_addr[0] += 64 * MiB; /* fresh ranges beyond `big` */
+  assert_int_equal(warnings, 1);
+  assert_non_null(strstr(last_warning, "freed behind the pool's back"));
+  alloc_around(fx, 4 * KiB, 600, seg, 30 * MiB, small);
+  ca_pool_span sp = span_of(fx, a + 100); /* the new segment holds it */
+  assert_int_equal(sp.segment, big);
+  assert_int_equal(sp.segment_size, 30 * MiB);
+  assert_int_equal(sp.block.addr, big);
+  assert_int_equal(stats_of(fx).blocks.current, 601);
+  assert_consistent(fx);
+  fixture_free(fx); /* never gave the lost segment back */
+}
+
+/* The same, found by the caller (the driver says the address is no
+ * allocation): the segment leaves the pool at once. */
+static void segment_reported_lost_leaves_the_pool(void **state) {
+  (void)state;
+  warnings = 0;
+  fixture *fx = fixture_new(1024 * MiB, warning_options(CA_REUSE_IMMEDIATE),
+                            false);
+  uint64_t a = must_alloc(fx, 4 * KiB);
+  uint64_t seg = span_of(fx, a).segment;
+  ca_pool_span sp;
+  assert_false(ca_pool_segment_lost(fx->pool, 0x1000));
+  assert_true(ca_pool_segment_lost(fx->pool, a + 10));
+  assert_int_equal(warnings, 1);
+  assert_non_null(strstr(last_warning, "1 live block"));
+  assert_false(ca_pool_find(fx->pool, a, &sp));
+  assert_false(ca_pool_holds_segment(fx->pool, seg));
+  ca_fake_free_behind(&fx->fake, 0, seg);
+  uint64_t fresh[8];
+  alloc_around(fx, 4 * KiB, 8, seg, 2 * MiB, fresh);
+  assert_false(ca_pool_free(fx->pool, a));
+  cudalloc_device_stats st = stats_of(fx);
+  assert_int_equal(st.reserved_bytes.current, 2 * MiB); /* the fresh one */
+  assert_int_equal(st.blocks.current, 8);
+  assert_consistent(fx);
+  fixture_free(fx);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(finds_the_block_holding_an_address),
+      cmocka_unit_test(shared_block_never_comes_back),
+      cmocka_unit_test(free_neighbours_do_not_merge_over_a_shared_block),
+      cmocka_unit_test(counts_releasable_segments),
+      cmocka_unit_test(segment_handed_out_again_is_lost),
+      cmocka_unit_test(segment_reported_lost_leaves_the_pool),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -7,7 +7,7 @@
  * semantics are the measured driver's and not our guesses.
  *
  * Build on a GPU machine: cc -std=c11 -D_GNU_SOURCE -I<cuda>/include
- *   driver_probe.c -o driver_probe -lcuda -ldl -lpthread
+ *   driver_probe.c driver_probe_ipc.c -o driver_probe -lcuda -ldl -lpthread
  */
 #define __CUDA_API_VERSION_INTERNAL 1 /* declares the _ptsz / legacy names */
 #include <cuda.h>
@@ -15,9 +15,12 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-static const char *rc_name(CUresult r) {
+#include "driver_probe.h"
+
+const char *rc_name(CUresult r) {
   switch (r) {
 #define N(c) \
   case c:    \
@@ -36,6 +39,8 @@ static const char *rc_name(CUresult r) {
     N(CUDA_ERROR_ILLEGAL_STATE)
     N(CUDA_ERROR_NOT_SUPPORTED)
     N(CUDA_ERROR_NOT_PERMITTED)
+    N(CUDA_ERROR_ALREADY_MAPPED)
+    N(CUDA_ERROR_LAUNCH_FAILED)
     N(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
     N(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
     N(CUDA_ERROR_STREAM_CAPTURE_MERGE)
@@ -55,8 +60,6 @@ static const char *rc_name(CUresult r) {
   }
   }
 }
-
-#define Q(what, call) printf("%s: %s\n", what, rc_name(call))
 
 static const char *cap_name(CUstreamCaptureStatus s) {
   return s == CU_STREAM_CAPTURE_STATUS_NONE     ? "none"
@@ -105,8 +108,10 @@ static void *other_thread_alloc(void *ctx) {
   } while (0)
 #define IN(label_call, call) printf("capture %s: %s: %s\n", l_, label_call, rc_name(call))
 
-int main(void) {
+int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc == 4 && strcmp(argv[1], "ipc-import") == 0)
+    return probe_ipc_import(atoi(argv[2]), atoi(argv[3]));
   const cuuint64_t PT = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
   CUdeviceptr p = 0, q = 0, r = 0;
   size_t fr, tot;
@@ -353,6 +358,10 @@ int main(void) {
     CUstreamCaptureStatus x = CU_STREAM_CAPTURE_STATUS_NONE;
     IN("cuStreamIsCapturing(legacy)", cuStreamIsCapturing(CU_STREAM_LEGACY, &x));
   });
+
+  probe_pointers(ctx);
+  probe_ipc(argv[0]);
+  probe_free_memory();
 
   /* The primary context's last release frees its memory. */
   Q("cuMemAlloc before release", cuMemAlloc_v2(&p, 4096));

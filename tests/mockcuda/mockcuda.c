@@ -9,11 +9,6 @@
  * that way, and interposers map those addresses back to names with dladdr).
  */
 
-/* Declares every variant the driver exports (_v2, _ptsz, _ptds and the
- * legacy names), as the driver's own build does. */
-#define __CUDA_API_VERSION_INTERNAL 1
-#include <cuda.h>
-
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,34 +16,14 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "mockcuda.h"
+#include "mockcuda_internal.h"
 
-#define MOCK_MAX_DEVICES 16
-#define MOCK_SMALL_ALIGN 512ull
-#define MOCK_LARGE (2ull << 20) /* alignment and granularity from here up */
 #define MOCK_CTX_STACK 32
 #define MOCK_MAX_CAPTURES 64
 #define MOCK_DRIVER_VERSION 13000
 
 enum { MOCK_OBJ_CTX = 1, MOCK_OBJ_STREAM, MOCK_OBJ_EVENT };
 enum { MOCK_STREAM_USER, MOCK_STREAM_LEGACY, MOCK_STREAM_PER_THREAD };
-enum { MOCK_KIND_ALLOC, MOCK_KIND_PITCH, MOCK_KIND_MANAGED, MOCK_KIND_ASYNC,
-       MOCK_KIND_POOL_ASYNC };
-
-/* Handles the program sees are pointers to these: validity is checked by
- * looking the pointer up in g_objs, never by reading through it. */
-typedef struct mock_obj {
-  struct mock_obj *next;
-  int type;
-} mock_obj;
-
-struct CUctx_st {
-  mock_obj hdr;
-  int device;
-  int primary;
-  int alive; /* a primary context is alive while retained */
-  unsigned refcount;
-};
 
 struct CUstream_st {
   mock_obj hdr;
@@ -82,23 +57,6 @@ struct CUgraph_st {
   int unused;
 };
 
-typedef struct mock_alloc {
-  uint64_t addr;
-  uint64_t size;  /* as requested: copies and memsets must stay inside */
-  uint64_t span;  /* rounded: what capacity and address space are charged */
-  unsigned char *host;
-  CUcontext ctx;  /* freed with it */
-  int kind;
-} mock_alloc;
-
-typedef struct mock_device {
-  uint64_t va_base, va_end; /* reserved PROT_NONE range addresses come from */
-  uint64_t used;
-  mock_alloc *allocs; /* sorted by addr, never overlapping */
-  size_t n, cap;
-  struct CUctx_st primary;
-} mock_device;
-
 typedef struct mock_handle {
   struct mock_handle *next;
   CUmemGenericAllocationHandle id;
@@ -109,11 +67,11 @@ typedef struct mock_handle {
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_verbose;
 static int g_inited;
-static int g_ndev;
+MOCK_HIDDEN int g_ndev;
 static uint64_t g_capacity;
-static mock_device g_dev[MOCK_MAX_DEVICES];
+MOCK_HIDDEN mock_device g_dev[MOCK_MAX_DEVICES];
 static struct CUmemPoolHandle_st g_pools[MOCK_MAX_DEVICES];
-static mockcuda_counters g_cnt;
+MOCK_HIDDEN mockcuda_counters g_cnt;
 static mock_obj *g_objs;
 /* Streams and events of destroyed contexts: invalid handles from then on,
  * but kept allocated, so that no new object takes a dead one's address
@@ -146,7 +104,7 @@ __attribute__((constructor)) static void mock_ctor(void) {
   pthread_atfork(mock_fork_prepare, mock_fork_release, mock_fork_release);
 }
 
-__attribute__((format(printf, 1, 2))) static void mock_trace(const char *fmt, ...) {
+void mock_trace(const char *fmt, ...) {
   if (!g_verbose)
     return;
   va_list ap;
@@ -157,8 +115,8 @@ __attribute__((format(printf, 1, 2))) static void mock_trace(const char *fmt, ..
   va_end(ap);
 }
 
-static void mock_lock(void) { pthread_mutex_lock(&g_lock); }
-static void mock_unlock(void) { pthread_mutex_unlock(&g_lock); }
+void mock_lock(void) { pthread_mutex_lock(&g_lock); }
+void mock_unlock(void) { pthread_mutex_unlock(&g_lock); }
 
 /* The shape of the simple queries: under the lock, the precondition `check`
  * (a CUresult), then CUDA_ERROR_INVALID_VALUE when `bad`, else `action`. */
@@ -174,7 +132,7 @@ static void mock_unlock(void) { pthread_mutex_unlock(&g_lock); }
     return rc_;                                                                \
   } while (0)
 
-static uint64_t mock_round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+uint64_t mock_round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 static long mock_env_long(const char *name, long def, long lo, long hi) {
   const char *v = getenv(name);
@@ -212,7 +170,7 @@ static void mock_obj_unlink(mock_obj *o) {
 
 /* ---- preconditions ---------------------------------------------------- */
 
-static CUresult mock_need_init(void) {
+CUresult mock_need_init(void) {
   return g_inited ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
 }
 
@@ -231,7 +189,7 @@ static int mock_ctx_known(CUcontext c) {
 
 /* The calling thread's current context, usable for work. Like the driver,
  * memory calls without one fail with CUDA_ERROR_INVALID_CONTEXT. */
-static CUresult mock_need_ctx(CUcontext *out) {
+CUresult mock_need_ctx(CUcontext *out) {
   if (!g_inited)
     return CUDA_ERROR_NOT_INITIALIZED;
   CUcontext c = t_depth ? t_stack[t_depth - 1] : NULL;
@@ -311,8 +269,7 @@ static void mock_capture_forget(CUstream s) {
 
 /* ---- simulated device memory ------------------------------------------ */
 
-/* The allocation of any device holding [p, p+n) (n == 0: holding p). */
-static mock_alloc *mock_find(uint64_t p, uint64_t n, mock_device **dev_out) {
+mock_alloc *mock_find(uint64_t p, uint64_t n, mock_device **dev_out) {
   for (int d = 0; d < g_ndev; d++) {
     mock_device *dv = &g_dev[d];
     if (p < dv->va_base || p >= dv->va_end || dv->n == 0)
@@ -341,39 +298,34 @@ static mock_alloc *mock_find_base(uint64_t p, mock_device **dev_out) {
   return a && a->addr == p ? a : NULL;
 }
 
-static void mock_remove(mock_device *dv, mock_alloc *a) {
+/* Imports take no capacity: their memory is the exporter's. */
+void mock_remove(mock_device *dv, mock_alloc *a) {
   size_t i = (size_t)(a - dv->allocs);
-  dv->used -= a->span;
-  g_cnt.used_bytes -= a->span;
-  g_cnt.live_allocs--;
-  g_cnt.live_bytes -= a->size;
-  free(a->host);
+  if (a->kind == MOCK_KIND_IMPORTED) {
+    g_cnt.live_imports--;
+  } else {
+    dv->used -= a->span;
+    g_cnt.used_bytes -= a->span;
+    g_cnt.live_allocs--;
+    g_cnt.live_bytes -= a->size;
+  }
+  if (a->shared)
+    mock_shared_release(a);
+  else
+    free(a->host);
   memmove(a, a + 1, (dv->n - i - 1) * sizeof *a);
   dv->n--;
 }
 
 /* First fit in the device's range, so freed addresses come back soon, as
  * with the real driver: stale-address bugs in a pool show up here. */
-static CUresult mock_alloc_locked(int dev, CUcontext ctx, uint64_t size, int kind,
-                                  CUdeviceptr *out) {
-  if (!out || size == 0)
-    return CUDA_ERROR_INVALID_VALUE;
+mock_alloc *mock_place(int dev, uint64_t span, uint64_t align) {
   mock_device *dv = &g_dev[dev];
-  if (size > g_capacity) {
-    g_cnt.oom++;
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  uint64_t align = size >= MOCK_LARGE ? MOCK_LARGE : MOCK_SMALL_ALIGN;
-  uint64_t span = mock_round_up(size, align);
-  if (dv->used + span > g_capacity) {
-    g_cnt.oom++;
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
   if (dv->n == dv->cap) {
     size_t cap = dv->cap ? dv->cap * 2 : 64;
     mock_alloc *p = realloc(dv->allocs, cap * sizeof *p);
     if (!p)
-      return CUDA_ERROR_OUT_OF_MEMORY;
+      return NULL;
     dv->allocs = p;
     dv->cap = cap;
   }
@@ -384,23 +336,45 @@ static CUresult mock_alloc_locked(int dev, CUcontext ctx, uint64_t size, int kin
       break;
     at = mock_round_up(dv->allocs[i].addr + dv->allocs[i].span, align);
   }
-  if (at + span > dv->va_end) { /* address space, not capacity: fragmentation */
+  if (at + span > dv->va_end) /* address space, not capacity: fragmentation */
+    return NULL;
+  memmove(&dv->allocs[i + 1], &dv->allocs[i], (dv->n - i) * sizeof *dv->allocs);
+  dv->n++;
+  dv->allocs[i] = (mock_alloc){.addr = at, .span = span};
+  return &dv->allocs[i];
+}
+
+/* Every allocation from any API gets an id of its own, never reused
+ * (CU_POINTER_ATTRIBUTE_BUFFER_ID). */
+static uint64_t g_next_id = 0x300;
+
+static CUresult mock_alloc_locked(int dev, CUcontext ctx, uint64_t size, int kind,
+                                  CUdeviceptr *out) {
+  if (!out || size == 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  mock_device *dv = &g_dev[dev];
+  uint64_t align = size >= MOCK_LARGE ? MOCK_LARGE : MOCK_SMALL_ALIGN;
+  uint64_t span = mock_round_up(size, align);
+  unsigned char *host = NULL;
+  mock_alloc *a = NULL;
+  if (size > g_capacity || dv->used + span > g_capacity || !(host = malloc(size)) ||
+      !(a = mock_place(dev, span, align))) {
+    free(host);
     g_cnt.oom++;
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  unsigned char *host = malloc(size);
-  if (!host)
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  memmove(&dv->allocs[i + 1], &dv->allocs[i], (dv->n - i) * sizeof *dv->allocs);
-  dv->allocs[i] = (mock_alloc){at, size, span, host, ctx, kind};
-  dv->n++;
+  a->size = size;
+  a->host = host;
+  a->ctx = ctx;
+  a->kind = kind;
+  a->id = ++g_next_id;
   dv->used += span;
   g_cnt.used_bytes += span;
   if (g_cnt.used_bytes > g_cnt.peak_used_bytes)
     g_cnt.peak_used_bytes = g_cnt.used_bytes;
   g_cnt.live_allocs++;
   g_cnt.live_bytes += size;
-  *out = (CUdeviceptr)at;
+  *out = (CUdeviceptr)a->addr;
   return CUDA_SUCCESS;
 }
 
@@ -1111,9 +1085,10 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
   CUresult rc = mock_need_ctx(&c);
   if (rc == CUDA_SUCCESS)
     rc = mock_capture_guard("cuMemFree_v2", 0);
-  if (rc == CUDA_SUCCESS && dptr && !(a = mock_find_base(dptr, &dv))) {
+  if (rc == CUDA_SUCCESS && dptr &&
+      (!(a = mock_find_base(dptr, &dv)) || a->kind == MOCK_KIND_IMPORTED)) {
     g_cnt.mem_free_unknown++;
-    rc = CUDA_ERROR_INVALID_VALUE;
+    rc = CUDA_ERROR_INVALID_VALUE; /* an import closes with cuIpcCloseMemHandle */
   }
   if (rc == CUDA_SUCCESS && a)
     mock_remove(dv, a);
@@ -1310,24 +1285,6 @@ CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocatio
   MOCK_QUERY(mock_need_init(), !granularity || !prop, *granularity = (size_t)MOCK_LARGE);
 }
 
-CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr) {
-  mock_lock();
-  g_cnt.get_address_range++;
-  CUcontext c = NULL;
-  mock_alloc *a = NULL;
-  CUresult rc = mock_need_ctx(&c);
-  if (rc == CUDA_SUCCESS && !(a = mock_find(dptr, 0, NULL)))
-    rc = CUDA_ERROR_NOT_FOUND;
-  if (rc == CUDA_SUCCESS) {
-    if (pbase)
-      *pbase = (CUdeviceptr)a->addr;
-    if (psize)
-      *psize = (size_t)a->size;
-  }
-  mock_unlock();
-  return rc;
-}
-
 /* Copies and sets must stay inside one allocation, as on a GPU (where going
  * past it faults or corrupts a neighbour). */
 static CUresult mock_memset(CUdeviceptr dst, unsigned char v, size_t n, int ptds) {
@@ -1520,6 +1477,14 @@ static const struct mock_sym {
     S("cuMemRelease", cuMemRelease, 10020),
     S("cuMemGetAllocationGranularity", cuMemGetAllocationGranularity, 10020),
     S("cuMemGetAddressRange", cuMemGetAddressRange_v2, 3020),
+    S("cuMemGetHandleForAddressRange", cuMemGetHandleForAddressRange, 11070),
+    S("cuPointerGetAttribute", cuPointerGetAttribute, 4000),
+    S("cuPointerGetAttributes", cuPointerGetAttributes, 7000),
+    S("cuPointerSetAttribute", cuPointerSetAttribute, 6000),
+    S("cuIpcGetMemHandle", cuIpcGetMemHandle, 4010),
+    S("cuIpcOpenMemHandle", cuIpcOpenMemHandle, 4010),
+    S("cuIpcOpenMemHandle", cuIpcOpenMemHandle_v2, 11000),
+    S("cuIpcCloseMemHandle", cuIpcCloseMemHandle, 4010),
     S("cuMemsetD8", cuMemsetD8_v2, 3020),
     P("cuMemsetD8", cuMemsetD8_v2_ptds, 7000),
     S("cuMemcpyHtoD", cuMemcpyHtoD_v2, 3020),

@@ -5,7 +5,10 @@
  * with real semantics over simulated device memory: device addresses lie in a
  * reserved, inaccessible host address range (so a stray host dereference
  * faults, as on a GPU), each allocation is backed by a host buffer that
- * cuMemsetD8 / cuMemcpy* read and write, and capacity is enforced.
+ * cuMemsetD8 / cuMemcpy* read and write, and capacity is enforced. Pointer
+ * queries (attributes, address ranges) and CUDA IPC between processes answer
+ * as the measured driver (driver_facts.txt): an exported allocation's bytes
+ * move into a memfd that the importing process maps.
  *
  * Besides the driver's names it exports the mockcuda_ functions below, so a
  * test can see what the "driver" was asked (and make its events slow).
@@ -47,6 +50,13 @@ typedef struct mockcuda_counters {
   uint64_t mem_release;           /* cuMemRelease */
   uint64_t get_info;              /* cuMemGetInfo_v2 */
   uint64_t get_address_range;     /* cuMemGetAddressRange_v2 */
+  uint64_t pointer_attribute;     /* cuPointerGetAttribute(s) */
+  uint64_t ipc_get;               /* cuIpcGetMemHandle */
+  uint64_t ipc_open;              /* cuIpcOpenMemHandle(_v2) */
+  uint64_t ipc_close;             /* cuIpcCloseMemHandle */
+  uint64_t ipc_bad_range;         /* opens naming a range outside the
+                                     exported mapping (the real driver maps
+                                     garbage; the mock refuses) */
   uint64_t memset;                /* cuMemsetD8_v2(_ptds) */
   uint64_t memcpy;                /* cuMemcpy{HtoD,DtoH,DtoD}_v2(_ptds) */
   uint64_t ctx_synchronize;
@@ -81,6 +91,7 @@ typedef struct mockcuda_counters {
                                      cuMemGetInfo subtracts, rounded) */
   uint64_t peak_used_bytes;
   uint64_t live_handles;          /* cuMemCreate handles not released */
+  uint64_t live_imports;          /* IPC imports not closed */
   uint64_t capacity_bytes;        /* per device */
   int devices;
 } mockcuda_counters;

@@ -179,6 +179,12 @@ static void ca__api_init(void) {
   CA__RESOLVE(stream_create_with_priority, "cuStreamCreateWithPriority");
   CA__RESOLVE(stream_destroy_v1, "cuStreamDestroy");
   CA__RESOLVE(stream_destroy, "cuStreamDestroy_v2");
+  CA__RESOLVE(mem_get_address_range, "cuMemGetAddressRange_v2");
+  CA__RESOLVE(pointer_get_attribute, "cuPointerGetAttribute");
+  CA__RESOLVE(pointer_get_attributes, "cuPointerGetAttributes");
+  CA__RESOLVE(pointer_set_attribute, "cuPointerSetAttribute");
+  CA__RESOLVE(ipc_get_mem_handle, "cuIpcGetMemHandle");
+  CA__RESOLVE(mem_get_handle_for_address_range, "cuMemGetHandleForAddressRange");
   CA__RESOLVE(ctx_get_current, "cuCtxGetCurrent");
   CA__RESOLVE(ctx_get_device, "cuCtxGetDevice");
   CA__RESOLVE(ctx_synchronize, "cuCtxSynchronize");

@@ -79,6 +79,21 @@ typedef struct ca_driver_api {
                                           int priority);
   CUresult (*stream_destroy_v1)(CUstream stream);
   CUresult (*stream_destroy)(CUstream stream);
+  CUresult (*mem_get_address_range)(CUdeviceptr *base, size_t *size,
+                                    CUdeviceptr dptr);
+  CUresult (*pointer_get_attribute)(void *data, CUpointer_attribute attribute,
+                                    CUdeviceptr ptr);
+  CUresult (*pointer_get_attributes)(unsigned int n,
+                                     CUpointer_attribute *attributes,
+                                     void **data, CUdeviceptr ptr);
+  CUresult (*pointer_set_attribute)(const void *value,
+                                    CUpointer_attribute attribute,
+                                    CUdeviceptr ptr);
+  CUresult (*ipc_get_mem_handle)(CUipcMemHandle *handle, CUdeviceptr dptr);
+  CUresult (*mem_get_handle_for_address_range)(void *handle, CUdeviceptr dptr,
+                                               size_t size,
+                                               CUmemRangeHandleType type,
+                                               unsigned long long flags);
 
   /* What the backend and the policy need besides. */
   CUresult (*ctx_get_current)(CUcontext *ctx);
@@ -110,6 +125,19 @@ typedef struct ca_driver_api {
 /* The real driver functions, resolved on the first call (thread-safe, once).
  * Never NULL; see ca_driver_api for missing functions. */
 const ca_driver_api *ca_driver(void);
+
+/* What a call of a driver function the loaded driver lacks returns: only
+ * reachable through our exports, by a program that never loaded a driver,
+ * or one too old for the function. */
+static inline CUresult ca_driver_missing(void) {
+  return ca_driver()->handle == NULL ? CUDA_ERROR_NOT_INITIALIZED
+                                     : CUDA_ERROR_NOT_FOUND;
+}
+
+/* Calls the real driver function `field` with the given arguments. */
+#define CA_REAL(field, ...)                                                   \
+  (ca_driver()->field != NULL ? ca_driver()->field(__VA_ARGS__)               \
+                              : ca_driver_missing())
 
 /* The real address of libcuda's export `name` (looked up in libcuda itself,
  * never through our dlsym), or NULL. */

@@ -30,6 +30,7 @@
 #include "config.h"
 #include "intercept.h"
 #include "log.h"
+#include "pointer.h"
 
 /* The dlsym path runs before anything else in the process may be ready: a
  * sanitizer runtime, preloaded ahead of us, resolves its interceptors with
@@ -50,6 +51,9 @@
 /* And cuStreamDestroy, whose CUDA 2.0 original the driver still exports
  * (it destroys the same way). */
 #undef cuStreamDestroy
+/* And cuMemGetAddressRange, whose 32-bit original is left to the driver
+ * (its 32-bit pointers cannot name a pooled block). */
+#undef cuMemGetAddressRange
 
 /* ------------------------------------------------------------------------ */
 /* The hooks                                                                 */
@@ -176,6 +180,36 @@ static CUresult CUDAAPI ca__stream_destroy_v1(CUstream stream) {
 static CUresult CUDAAPI ca__stream_destroy(CUstream stream) {
   return ca_on_stream_destroy(stream, false);
 }
+static CUresult CUDAAPI ca__mem_get_address_range(CUdeviceptr *base,
+                                                  size_t *size,
+                                                  CUdeviceptr dptr) {
+  return ca_on_mem_get_address_range(base, size, dptr);
+}
+static CUresult CUDAAPI ca__pointer_get_attribute(void *data,
+                                                  CUpointer_attribute attribute,
+                                                  CUdeviceptr ptr) {
+  return ca_on_pointer_get_attribute(data, attribute, ptr);
+}
+static CUresult CUDAAPI ca__pointer_get_attributes(
+    unsigned int n, CUpointer_attribute *attributes, void **data,
+    CUdeviceptr ptr) {
+  return ca_on_pointer_get_attributes(n, attributes, data, ptr);
+}
+static CUresult CUDAAPI ca__pointer_set_attribute(const void *value,
+                                                  CUpointer_attribute attribute,
+                                                  CUdeviceptr ptr) {
+  return ca_on_pointer_set_attribute(value, attribute, ptr);
+}
+static CUresult CUDAAPI ca__ipc_get_mem_handle(CUipcMemHandle *handle,
+                                               CUdeviceptr dptr) {
+  return ca_on_ipc_get_mem_handle(handle, dptr);
+}
+static CUresult CUDAAPI ca__mem_get_handle_for_address_range(
+    void *handle, CUdeviceptr dptr, size_t size, CUmemRangeHandleType type,
+    unsigned long long flags) {
+  return ca_on_mem_get_handle_for_address_range(handle, dptr, size, type,
+                                                flags);
+}
 static CUresult CUDAAPI ca__get_proc_address(const char *symbol, void **pfn,
                                              int version, cuuint64_t flags);
 static CUresult CUDAAPI
@@ -224,6 +258,13 @@ static const ca__hook ca__hooks[] = {
     {"cuStreamCreateWithPriority", (void *)ca__stream_create_with_priority},
     {"cuStreamDestroy", (void *)ca__stream_destroy_v1},
     {"cuStreamDestroy_v2", (void *)ca__stream_destroy},
+    {"cuMemGetAddressRange_v2", (void *)ca__mem_get_address_range},
+    {"cuPointerGetAttribute", (void *)ca__pointer_get_attribute},
+    {"cuPointerGetAttributes", (void *)ca__pointer_get_attributes},
+    {"cuPointerSetAttribute", (void *)ca__pointer_set_attribute},
+    {"cuIpcGetMemHandle", (void *)ca__ipc_get_mem_handle},
+    {"cuMemGetHandleForAddressRange",
+     (void *)ca__mem_get_handle_for_address_range},
     {"cuGetProcAddress", (void *)ca__get_proc_address},
     {"cuGetProcAddress_v2", (void *)ca__get_proc_address_v2},
 };
@@ -232,12 +273,12 @@ static const ca__hook ca__hooks[] = {
 
 /* Our hook for the libcuda export `name`, or NULL. Called for every dlsym in
  * the process, so names that cannot be ours (ours are "cuMem...",
- * "cuGetProc...", "cuStream...", "cuDevice..." and "cuCtx...") leave after
- * three character compares. */
+ * "cuGetProc...", "cuStream...", "cuDevice...", "cuCtx...", "cuPointer..."
+ * and "cuIpc...") leave after three character compares. */
 CA__EARLY static void *ca__hook_for_name(const char *name) {
   if (name == NULL || name[0] != 'c' || name[1] != 'u' ||
       (name[2] != 'M' && name[2] != 'G' && name[2] != 'S' &&
-       name[2] != 'D' && name[2] != 'C'))
+       name[2] != 'D' && name[2] != 'C' && name[2] != 'P' && name[2] != 'I'))
     return NULL;
   for (size_t i = 0; i < CA__NHOOKS; i++) {
     if (strcmp(name, ca__hooks[i].name) == 0)
@@ -330,6 +371,19 @@ CA__EXPORT(cuStreamCreateWithPriority, ca__stream_create_with_priority,
            (CUstream *, unsigned int, int));
 CA__EXPORT(cuStreamDestroy, ca__stream_destroy_v1, (CUstream));
 CA__EXPORT(cuStreamDestroy_v2, ca__stream_destroy, (CUstream));
+CA__EXPORT(cuMemGetAddressRange_v2, ca__mem_get_address_range,
+           (CUdeviceptr *, size_t *, CUdeviceptr));
+CA__EXPORT(cuPointerGetAttribute, ca__pointer_get_attribute,
+           (void *, CUpointer_attribute, CUdeviceptr));
+CA__EXPORT(cuPointerGetAttributes, ca__pointer_get_attributes,
+           (unsigned int, CUpointer_attribute *, void **, CUdeviceptr));
+CA__EXPORT(cuPointerSetAttribute, ca__pointer_set_attribute,
+           (const void *, CUpointer_attribute, CUdeviceptr));
+CA__EXPORT(cuIpcGetMemHandle, ca__ipc_get_mem_handle,
+           (CUipcMemHandle *, CUdeviceptr));
+CA__EXPORT(cuMemGetHandleForAddressRange, ca__mem_get_handle_for_address_range,
+           (void *, CUdeviceptr, size_t, CUmemRangeHandleType,
+            unsigned long long));
 CA__EXPORT(cuGetProcAddress, ca__get_proc_address,
            (const char *, void **, int, cuuint64_t));
 CA__EXPORT(cuGetProcAddress_v2, ca__get_proc_address_v2,

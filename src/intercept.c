@@ -13,25 +13,13 @@
 #include "cudalloc.h"
 #include "lifecycle.h"
 #include "log.h"
+#include "pointer.h"
 #include "pool.h"
 #include "report.h"
 #include "runtime.h"
 #include "stacks.h"
 #include "track.h"
 #include "unwind.h"
-
-/* What a call to a driver function that the loaded driver lacks returns:
- * only reachable through our exports, by a program that never loaded a
- * driver, or one too old for the function. */
-static CUresult ca__missing(void) {
-  return ca_driver()->handle == NULL ? CUDA_ERROR_NOT_INITIALIZED
-                                     : CUDA_ERROR_NOT_FOUND;
-}
-
-/* Calls the real driver function `field` with the given arguments. */
-#define CA__REAL(field, ...)                                                  \
-  (ca_driver()->field != NULL ? ca_driver()->field(__VA_ARGS__)               \
-                              : ca__missing())
 
 static bool ca__enabled(void) { return ca_config_get()->enabled; }
 
@@ -57,9 +45,13 @@ static uint32_t ca__stack_here(void) {
   return ca_stacks_intern(pcs, n);
 }
 
-/* Records a passed-through allocation for the report. */
+/* Records a passed-through allocation for the report. The driver gave out
+ * its address just now, so if a pooled segment still held it, that segment
+ * was freed behind the library's back (the pool stops using it). */
 static void ca__track(ca_track_kind kind, uint64_t key, uint64_t size,
                       int device, CUcontext ctx) {
+  if (kind != CA_TRACK_VMM)
+    ca_runtime_lost(key);
   ca_track_add(kind, key, size, device, ctx, ca__stack_here());
   ca_lifecycle_device_used();
 }
@@ -88,25 +80,25 @@ static void ca__say_out_of_memory(ca_pool *pool, uint64_t size) {
 
 CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
   if (!ca__enabled())
-    return CA__REAL(mem_alloc, dptr, size);
+    return CA_REAL(mem_alloc, dptr, size);
   if (dptr == NULL)
     return CUDA_ERROR_INVALID_VALUE;
   /* The driver's own answer to a zero-byte request (an error) is the one
    * the program would have seen without us. */
   if (size == 0)
-    return CA__REAL(mem_alloc, dptr, size);
+    return CA_REAL(mem_alloc, dptr, size);
   /* Without a current context the driver knows the right error
    * (not initialized, invalid context); let it say so. The context alone
    * finds a pool already serving it; its device is asked only to make one. */
   int device = -1;
   CUcontext ctx = NULL;
   if (ca_driver_current_context(&ctx) != CUDA_SUCCESS)
-    return CA__REAL(mem_alloc, dptr, size);
+    return CA_REAL(mem_alloc, dptr, size);
   ca_pool *pool = ca_runtime_pool_of(ctx);
   if (pool == NULL && ca_driver_current(&device, &ctx) == CUDA_SUCCESS)
     pool = ca_runtime_pool_in(device, ctx);
   if (pool == NULL)
-    return CA__REAL(mem_alloc, dptr, size);
+    return CA_REAL(mem_alloc, dptr, size);
   uint64_t addr = 0;
   int status = ca_pool_alloc(pool, (uint64_t)size, ca__stack_here(), &addr);
   if (status == 0)
@@ -119,16 +111,18 @@ CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
 CUresult ca_on_mem_free(CUdeviceptr dptr) {
   /* cuMemFree(0) gets the driver's own answer, whatever it is. */
   if (!ca__enabled() || dptr == 0)
-    return CA__REAL(mem_free, dptr);
-  if (ca_runtime_free((uint64_t)dptr))
+    return CA_REAL(mem_free, dptr);
+  if (ca_runtime_free((uint64_t)dptr)) {
+    ca_pointer_freed((uint64_t)dptr);
     return CUDA_SUCCESS;
+  }
   /* A pooled block freed twice, at a segment's base: the driver would free
    * the whole segment under the pool. It answers a double free this way. */
   if (ca_runtime_holds_segment((uint64_t)dptr))
     return CUDA_ERROR_INVALID_VALUE;
   /* Not ours: pitched, managed or stream-ordered memory (cudaFree accepts
    * them all), or a bad pointer the driver will reject. */
-  CUresult r = CA__REAL(mem_free, dptr);
+  CUresult r = CA_REAL(mem_free, dptr);
   if (r == CUDA_SUCCESS)
     ca_track_forget_addr((uint64_t)dptr, NULL);
   return r;
@@ -137,23 +131,30 @@ CUresult ca_on_mem_free(CUdeviceptr dptr) {
 /* ------------------------------------------------------------------------ */
 /* Adjusted                                                                  */
 
-/* Free memory as the program should see it: what the driver has free plus
- * what the pool holds cached (this process's to use without the driver),
- * never above total. Under memory_limit the limit is the total, and free is
- * what the limit leaves beside the pool's in-use blocks; it never exceeds
- * what the device itself can still give, since a limit cannot create
- * memory. */
-static void ca__adjust_info(const cudalloc_device_stats *s, uint64_t limit,
-                            uint64_t *free_bytes, uint64_t *total_bytes) {
-  /* Blocks waiting for the device are the pool's to reuse too. */
-  uint64_t cached = s->free_cached_bytes + s->pending_free_bytes;
-  uint64_t free_now = *free_bytes + cached;
+/* Free memory as the program should see it: what one allocation can get.
+ * That is what the driver has free plus the pool's segments that hold no
+ * live block, which the pool gives back when the driver cannot serve a
+ * request; the holes in segments still in use are not counted, since a
+ * request larger than them cannot use them. Never above total. Under
+ * memory_limit the limit is the total, and free is what the limit leaves
+ * beside the memory held (the pool's segments in use, and what went to the
+ * driver directly); it never exceeds what the device itself can give,
+ * since a limit cannot create memory. */
+static void ca__adjust_info(int device, uint64_t *free_bytes,
+                            uint64_t *total_bytes) {
+  cudalloc_device_stats s;
+  ca_runtime_device_stats(device, &s);
+  uint64_t releasable = ca_runtime_releasable(device);
+  uint64_t free_now = *free_bytes + releasable;
   if (free_now > *total_bytes)
     free_now = *total_bytes;
+  uint64_t limit = ca_config_get()->memory_limit;
+  const _Atomic uint64_t *outside = ca_track_bytes_on(device);
   if (limit > 0) {
-    uint64_t reserved = s->reserved_bytes.current;
-    uint64_t in_use = reserved > cached ? reserved - cached : 0;
-    uint64_t left = limit > in_use ? limit - in_use : 0;
+    uint64_t reserved = s.reserved_bytes.current;
+    uint64_t held = (reserved > releasable ? reserved - releasable : 0) +
+                    (outside ? atomic_load(outside) : 0);
+    uint64_t left = limit > held ? limit - held : 0;
     if (free_now > left)
       free_now = left;
     *total_bytes = limit;
@@ -161,19 +162,22 @@ static void ca__adjust_info(const cudalloc_device_stats *s, uint64_t limit,
   *free_bytes = free_now;
 }
 
+/* Either pointer may be NULL, as the driver allows. */
 CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes) {
-  CUresult r = CA__REAL(mem_get_info, free_bytes, total_bytes);
-  if (r != CUDA_SUCCESS || !ca__enabled())
-    return r;
+  size_t f = 0, t = 0;
+  CUresult r = CA_REAL(mem_get_info, &f, &t);
   int device = -1;
-  if (ca_driver_current_device(&device) != CUDA_SUCCESS)
-    return r;
-  cudalloc_device_stats stats;
-  ca_runtime_device_stats(device, &stats);
-  uint64_t free_now = *free_bytes, total = *total_bytes;
-  ca__adjust_info(&stats, ca_config_get()->memory_limit, &free_now, &total);
-  *free_bytes = (size_t)free_now;
-  *total_bytes = (size_t)total;
+  if (r == CUDA_SUCCESS && ca__enabled() &&
+      ca_driver_current_device(&device) == CUDA_SUCCESS) {
+    uint64_t free_now = f, total = t;
+    ca__adjust_info(device, &free_now, &total);
+    f = (size_t)free_now;
+    t = (size_t)total;
+  }
+  if (r == CUDA_SUCCESS && free_bytes)
+    *free_bytes = f;
+  if (r == CUDA_SUCCESS && total_bytes)
+    *total_bytes = t;
   return r;
 }
 
@@ -235,12 +239,12 @@ static bool ca__limit_allows(int device, uint64_t size) {
 CUresult ca_on_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width,
                                size_t height, unsigned int element_size) {
   if (!ca__enabled())
-    return CA__REAL(mem_alloc_pitch, dptr, pitch, width, height, element_size);
+    return CA_REAL(mem_alloc_pitch, dptr, pitch, width, height, element_size);
   CUcontext ctx;
   int device = ca__where(&ctx);
   CUresult r = CA__PASS_THROUGH(
       device, (uint64_t)width * height,
-      CA__REAL(mem_alloc_pitch, dptr, pitch, width, height, element_size));
+      CA_REAL(mem_alloc_pitch, dptr, pitch, width, height, element_size));
   if (r == CUDA_SUCCESS)
     ca__track(CA_TRACK_PITCH, (uint64_t)*dptr, (uint64_t)*pitch * height,
               device, ctx);
@@ -250,11 +254,11 @@ CUresult ca_on_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width,
 CUresult ca_on_mem_alloc_managed(CUdeviceptr *dptr, size_t size,
                                  unsigned int flags) {
   if (!ca__enabled())
-    return CA__REAL(mem_alloc_managed, dptr, size, flags);
+    return CA_REAL(mem_alloc_managed, dptr, size, flags);
   CUcontext ctx;
   int device = ca__where(&ctx);
   CUresult r = CA__PASS_THROUGH(device, size,
-                                CA__REAL(mem_alloc_managed, dptr, size, flags));
+                                CA_REAL(mem_alloc_managed, dptr, size, flags));
   if (r == CUDA_SUCCESS)
     ca__track(CA_TRACK_MANAGED, (uint64_t)*dptr, size, device, ctx);
   return r;
@@ -263,14 +267,14 @@ CUresult ca_on_mem_alloc_managed(CUdeviceptr *dptr, size_t size,
 CUresult ca_on_mem_alloc_async(CUdeviceptr *dptr, size_t size,
                                CUstream stream, bool ptsz) {
   if (!ca__enabled())
-    return ptsz ? CA__REAL(mem_alloc_async_ptsz, dptr, size, stream)
-                : CA__REAL(mem_alloc_async, dptr, size, stream);
+    return ptsz ? CA_REAL(mem_alloc_async_ptsz, dptr, size, stream)
+                : CA_REAL(mem_alloc_async, dptr, size, stream);
   CUcontext ctx;
   int device = ca__where(&ctx);
   CUresult r = CA__PASS_THROUGH(
       device, size,
-      ptsz ? CA__REAL(mem_alloc_async_ptsz, dptr, size, stream)
-           : CA__REAL(mem_alloc_async, dptr, size, stream));
+      ptsz ? CA_REAL(mem_alloc_async_ptsz, dptr, size, stream)
+           : CA_REAL(mem_alloc_async, dptr, size, stream));
   if (r == CUDA_SUCCESS)
     ca__track(CA_TRACK_ASYNC, (uint64_t)*dptr, size, device, ctx);
   return r;
@@ -280,16 +284,16 @@ CUresult ca_on_mem_alloc_from_pool_async(CUdeviceptr *dptr, size_t size,
                                          CUmemoryPool pool, CUstream stream,
                                          bool ptsz) {
   if (!ca__enabled())
-    return ptsz ? CA__REAL(mem_alloc_from_pool_async_ptsz, dptr, size, pool,
+    return ptsz ? CA_REAL(mem_alloc_from_pool_async_ptsz, dptr, size, pool,
                            stream)
-                : CA__REAL(mem_alloc_from_pool_async, dptr, size, pool,
+                : CA_REAL(mem_alloc_from_pool_async, dptr, size, pool,
                            stream);
   CUcontext ctx;
   int device = ca__where(&ctx);
   CUresult r = CA__PASS_THROUGH(
       device, size,
-      ptsz ? CA__REAL(mem_alloc_from_pool_async_ptsz, dptr, size, pool, stream)
-           : CA__REAL(mem_alloc_from_pool_async, dptr, size, pool, stream));
+      ptsz ? CA_REAL(mem_alloc_from_pool_async_ptsz, dptr, size, pool, stream)
+           : CA_REAL(mem_alloc_from_pool_async, dptr, size, pool, stream));
   if (r == CUDA_SUCCESS)
     ca__track(CA_TRACK_POOL_ASYNC, (uint64_t)*dptr, size, device, ctx);
   return r;
@@ -301,13 +305,15 @@ CUresult ca_on_mem_free_async(CUdeviceptr dptr, CUstream stream, bool ptsz) {
    * queued on `stream` before the free, so it is taken back like
    * cuMemFree. (Under immediate, as documented, it is not.) */
   if (ca__enabled() && dptr != 0) {
-    if (ca_runtime_free((uint64_t)dptr))
+    if (ca_runtime_free((uint64_t)dptr)) {
+      ca_pointer_freed((uint64_t)dptr);
       return CUDA_SUCCESS;
+    }
     if (ca_runtime_holds_segment((uint64_t)dptr))
       return CUDA_ERROR_INVALID_VALUE; /* as in ca_on_mem_free */
   }
-  CUresult r = ptsz ? CA__REAL(mem_free_async_ptsz, dptr, stream)
-                    : CA__REAL(mem_free_async, dptr, stream);
+  CUresult r = ptsz ? CA_REAL(mem_free_async_ptsz, dptr, stream)
+                    : CA_REAL(mem_free_async, dptr, stream);
   if (r == CUDA_SUCCESS && ca__enabled())
     ca_track_forget_addr((uint64_t)dptr, NULL);
   return r;
@@ -317,19 +323,19 @@ CUresult ca_on_mem_create(CUmemGenericAllocationHandle *handle, size_t size,
                           const CUmemAllocationProp *prop,
                           unsigned long long flags) {
   if (!ca__enabled() || prop == NULL)
-    return CA__REAL(mem_create, handle, size, prop, flags);
+    return CA_REAL(mem_create, handle, size, prop, flags);
   int device = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE
                    ? prop->location.id
                    : -1;
   CUresult r = CA__PASS_THROUGH(device, size,
-                                CA__REAL(mem_create, handle, size, prop, flags));
+                                CA_REAL(mem_create, handle, size, prop, flags));
   if (r == CUDA_SUCCESS)
     ca__track(CA_TRACK_VMM, (uint64_t)*handle, size, device, NULL);
   return r;
 }
 
 CUresult ca_on_mem_release(CUmemGenericAllocationHandle handle) {
-  CUresult r = CA__REAL(mem_release, handle);
+  CUresult r = CA_REAL(mem_release, handle);
   if (r == CUDA_SUCCESS && ca__enabled())
     ca_track_forget_handle((uint64_t)handle, NULL);
   return r;
@@ -346,7 +352,7 @@ CUresult ca_on_mem_release(CUmemGenericAllocationHandle handle) {
 static CUresult ca__primary_call(CUdevice dev, CUresult (*call)(CUdevice),
                                  bool always_dies) {
   if (call == NULL)
-    return ca__missing();
+    return ca_driver_missing();
   if (!ca__enabled())
     return call(dev);
   CUcontext primary = ca_backend_cuda_primary_of((int)dev);
@@ -382,9 +388,9 @@ CUresult ca_on_device_primary_ctx_release(CUdevice dev, bool v1) {
 
 CUresult ca_on_ctx_destroy(CUcontext ctx) {
   if (!ca__enabled())
-    return CA__REAL(ctx_destroy, ctx);
+    return CA_REAL(ctx_destroy, ctx);
   ca_pool *pool = ca_runtime_dying(ctx);
-  CUresult r = CA__REAL(ctx_destroy, ctx);
+  CUresult r = CA_REAL(ctx_destroy, ctx);
   if (r != CUDA_SUCCESS) {
     ca_runtime_survived(pool);
     return r;
@@ -407,15 +413,15 @@ static CUresult ca__capture_begun(CUresult r, CUstream stream, bool ptsz) {
 }
 
 CUresult ca_on_stream_begin_capture_v1(CUstream stream, bool ptsz) {
-  CUresult r = ptsz ? CA__REAL(stream_begin_capture_v1_ptsz, stream)
-                    : CA__REAL(stream_begin_capture_v1, stream);
+  CUresult r = ptsz ? CA_REAL(stream_begin_capture_v1_ptsz, stream)
+                    : CA_REAL(stream_begin_capture_v1, stream);
   return ca__capture_begun(r, stream, ptsz);
 }
 
 CUresult ca_on_stream_begin_capture(CUstream stream, CUstreamCaptureMode mode,
                                     bool ptsz) {
-  CUresult r = ptsz ? CA__REAL(stream_begin_capture_ptsz, stream, mode)
-                    : CA__REAL(stream_begin_capture, stream, mode);
+  CUresult r = ptsz ? CA_REAL(stream_begin_capture_ptsz, stream, mode)
+                    : CA_REAL(stream_begin_capture, stream, mode);
   return ca__capture_begun(r, stream, ptsz);
 }
 
@@ -425,9 +431,9 @@ CUresult ca_on_stream_begin_capture_to_graph(CUstream stream, CUgraph graph,
                                              size_t ndeps,
                                              CUstreamCaptureMode mode,
                                              bool ptsz) {
-  CUresult r = ptsz ? CA__REAL(stream_begin_capture_to_graph_ptsz, stream,
+  CUresult r = ptsz ? CA_REAL(stream_begin_capture_to_graph_ptsz, stream,
                                graph, deps, edges, ndeps, mode)
-                    : CA__REAL(stream_begin_capture_to_graph, stream, graph,
+                    : CA_REAL(stream_begin_capture_to_graph, stream, graph,
                                deps, edges, ndeps, mode);
   return ca__capture_begun(r, stream, ptsz);
 }
@@ -436,8 +442,8 @@ CUresult ca_on_stream_begin_capture_to_graph(CUstream stream, CUgraph graph,
  * ends with an error; a call from the wrong thread ends nothing), so the
  * backend asks the driver afterwards. */
 CUresult ca_on_stream_end_capture(CUstream stream, CUgraph *graph, bool ptsz) {
-  CUresult r = ptsz ? CA__REAL(stream_end_capture_ptsz, stream, graph)
-                    : CA__REAL(stream_end_capture, stream, graph);
+  CUresult r = ptsz ? CA_REAL(stream_end_capture_ptsz, stream, graph)
+                    : CA_REAL(stream_end_capture, stream, graph);
   if (ca__enabled())
     ca_backend_cuda_capture_ended(stream, ptsz);
   return r;
@@ -458,14 +464,14 @@ static CUresult ca__stream_created(CUresult r, const CUstream *stream,
 }
 
 CUresult ca_on_stream_create(CUstream *stream, unsigned int flags) {
-  return ca__stream_created(CA__REAL(stream_create, stream, flags), stream,
+  return ca__stream_created(CA_REAL(stream_create, stream, flags), stream,
                             flags);
 }
 
 CUresult ca_on_stream_create_with_priority(CUstream *stream,
                                            unsigned int flags, int priority) {
   return ca__stream_created(
-      CA__REAL(stream_create_with_priority, stream, flags, priority), stream,
+      CA_REAL(stream_create_with_priority, stream, flags, priority), stream,
       flags);
 }
 
@@ -473,7 +479,7 @@ CUresult ca_on_stream_create_with_priority(CUstream *stream,
  * while it is being destroyed. */
 CUresult ca_on_stream_destroy(CUstream stream, bool v1) {
   if (!ca__enabled())
-    return v1 ? CA__REAL(stream_destroy_v1, stream)
-              : CA__REAL(stream_destroy, stream);
+    return v1 ? CA_REAL(stream_destroy_v1, stream)
+              : CA_REAL(stream_destroy, stream);
   return ca_backend_cuda_destroy_stream(stream, v1);
 }

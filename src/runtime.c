@@ -19,6 +19,7 @@
 
 #include "backend_cuda.h"
 #include "lifecycle.h"
+#include "log.h"
 #include "track.h"
 
 typedef struct ca__slot {
@@ -63,6 +64,8 @@ static ca_reuse ca__reuse(int setting) {
   }
 }
 
+static void ca__warn(const char *line) { ca_log("%s", line); }
+
 static ca_pool_options ca__pool_options(int device) {
   const ca_config *c = ca_config_get();
   return (ca_pool_options){
@@ -71,6 +74,7 @@ static ca_pool_options ca__pool_options(int device) {
       .memory_limit = c->memory_limit,
       .reuse = ca__reuse(c->reuse_policy),
       .outside_bytes = ca_track_bytes_on(device),
+      .warn = ca__warn,
   };
 }
 
@@ -217,6 +221,33 @@ bool ca_runtime_free(uint64_t addr) { return ca__any_pool(ca_pool_free, addr); }
 
 bool ca_runtime_holds_segment(uint64_t addr) {
   return ca__any_pool(ca_pool_holds_segment, addr);
+}
+
+bool ca_runtime_find(uint64_t addr, ca_runtime_span *out) {
+  int n = atomic_load_explicit(&ca__nslots, memory_order_acquire);
+  for (int i = 0; i < n; i++) {
+    ca_pool *pool = atomic_load_explicit(&ca__slots[i].pool,
+                                         memory_order_acquire);
+    if (pool && ca_pool_find(pool, addr, &out->span)) {
+      out->pool = pool;
+      out->slot = i;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool ca_runtime_lost(uint64_t addr) {
+  return ca__any_pool(ca_pool_segment_lost, addr);
+}
+
+uint64_t ca_runtime_releasable(int device) {
+  ca_pool *pools[CA_RUNTIME_MAX_POOLS];
+  size_t n = ca_runtime_pools(device, pools, CA_RUNTIME_MAX_POOLS);
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < n; i++)
+    bytes += ca_pool_releasable(pools[i]);
+  return bytes;
 }
 
 bool ca_runtime_in_use(void) { return atomic_load(&ca__nslots) > 0; }

@@ -58,6 +58,25 @@ bool ca_runtime_free(uint64_t addr);
 /* Whether any pool holds a segment based at `addr` (ca_pool_holds_segment). */
 bool ca_runtime_holds_segment(uint64_t addr);
 
+/* Where `addr` lies in the pools: the pool whose segment holds it, that
+ * pool's slot (its number in the process, never reused) and the span. */
+typedef struct ca_runtime_span {
+  ca_pool *pool;
+  int slot;
+  ca_pool_span span;
+} ca_runtime_span;
+
+/* Whether a segment of any pool holds `addr`; *out says where. */
+bool ca_runtime_find(uint64_t addr, ca_runtime_span *out);
+
+/* The segment of a pool that holds `addr` was freed behind the library's
+ * back (ca_pool_segment_lost). Returns false when no pool holds `addr`. */
+bool ca_runtime_lost(uint64_t addr);
+
+/* Bytes `device`'s pools would give back to the driver for a request that
+ * the driver cannot serve (ca_pool_releasable, added up). */
+uint64_t ca_runtime_releasable(int device);
+
 /* Whether this process (a forked child: since the fork) has made a pool. */
 bool ca_runtime_in_use(void);
 

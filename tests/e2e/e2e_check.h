@@ -1,7 +1,8 @@
 /*
  * The failure reporting of the small e2e programs (e2e_limits, e2e_fork,
- * e2e_contexts): each defines E2E_NAME and an int `failures` (an atomic_int
- * where threads fail) before including this. Failures print
+ * e2e_contexts, e2e_identity, ...), and their capture of stderr: each
+ * defines E2E_NAME and an int `failures` (an atomic_int where threads
+ * fail) before including this. Failures print
  * "FAIL <program>: <what>" on stderr, one whole line even when threads fail
  * at once, and are counted; the program ends with one PASS/FAIL line and
  * exit status 1 on any failure.
@@ -15,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cuda.h>
 
@@ -52,6 +55,35 @@ static inline bool e2e_preloaded(void) {
     exit(1);
   }
   return preloaded;
+}
+
+/* Capturing fd 2 into a memfd for the duration of a few calls, to read
+ * what the library said. */
+typedef struct capture {
+  int saved, mem;
+} capture;
+
+static inline void capture_begin(capture *c) {
+  fflush(stderr);
+  c->mem = memfd_create(E2E_NAME "_stderr", 0);
+  c->saved = dup(2);
+  if (c->mem < 0 || c->saved < 0 || dup2(c->mem, 2) < 0) {
+    perror(E2E_NAME ": capturing stderr");
+    exit(2);
+  }
+}
+
+/* Restores fd 2 and returns what was written (NUL-terminated, malloc'd). */
+static inline char *capture_end(capture *c) {
+  fflush(stderr);
+  dup2(c->saved, 2);
+  close(c->saved);
+  off_t n = lseek(c->mem, 0, SEEK_END);
+  char *text = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
+  if (text && n > 0 && pread(c->mem, text, (size_t)n, 0) != n)
+    text[0] = '\0';
+  close(c->mem);
+  return text;
 }
 
 #endif /* E2E_CHECK_H */

@@ -27,8 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 static int failures;
 static bool limited; /* preloaded: the limit of 64 MiB applies */
@@ -48,34 +46,6 @@ static bool limited; /* preloaded: the limit of 64 MiB applies */
       FAIL("%s = %d, expected %d (line %d)", #call, (int)rc_, (int)want_,      \
            __LINE__);                                                          \
   } while (0)
-
-/* Capturing fd 2 into a memfd for the duration of one call. */
-typedef struct capture {
-  int saved, mem;
-} capture;
-
-static void capture_begin(capture *c) {
-  fflush(stderr);
-  c->mem = memfd_create("e2e_limits_stderr", 0);
-  c->saved = dup(2);
-  if (c->mem < 0 || c->saved < 0 || dup2(c->mem, 2) < 0) {
-    perror("e2e_limits: capturing stderr");
-    exit(2);
-  }
-}
-
-/* Restores fd 2 and returns what was written (NUL-terminated, malloc'd). */
-static char *capture_end(capture *c) {
-  fflush(stderr);
-  dup2(c->saved, 2);
-  close(c->saved);
-  off_t n = lseek(c->mem, 0, SEEK_END);
-  char *text = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
-  if (text && n > 0 && pread(c->mem, text, (size_t)n, 0) != n)
-    text[0] = '\0';
-  close(c->mem);
-  return text;
-}
 
 static void pooled_past_the_limit(void) {
   CUdeviceptr p = 0;

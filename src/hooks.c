@@ -505,37 +505,79 @@ static void *ca__defined_in(struct link_map *map, const char *name) {
   return sym;
 }
 
-/* dlsym(RTLD_NEXT, name) as seen from `caller`: the first object after the
- * caller's, in load order, that defines `name`. Used only for the handled
- * names (every other RTLD_NEXT look-up reaches the real dlsym with the
- * caller intact; see the entry stub below), where the answer a program can
- * expect is our export, another interposer's, or libcuda's. A call of the
- * real dlsym from here would search after libcudalloc instead, and find
- * nothing when libcuda is not in the global scope. */
-static void *ca__next_after(const void *caller, const char *name) {
+/* The object that holds `addr`, or NULL. */
+static struct link_map *ca__object_of(const void *addr) {
   Dl_info info;
   struct link_map *map = NULL;
-  if (dladdr1(caller, &info, (void **)&map, RTLD_DL_LINKMAP) == 0 ||
-      map == NULL)
+  if (dladdr1(addr, &info, (void **)&map, RTLD_DL_LINKMAP) == 0)
+    return NULL;
+  return map;
+}
+
+/* dlsym(RTLD_NEXT, name) as seen from `caller`, this library left out: the
+ * first other object after the caller's, in load order, that defines
+ * `name`. Used only for the handled names (every other RTLD_NEXT look-up
+ * reaches the real dlsym with the caller intact; see the entry stub
+ * below), where the answer a program can expect is another interposer's
+ * or libcuda's, and NULL when the driver lacks the function: our own
+ * export must not make it seem to exist. A call of the real dlsym from
+ * here would search after libcudalloc instead, and find nothing when
+ * libcuda is not in the global scope (as the CUDA runtime loads it). */
+static void *ca__next_after(const void *caller, const char *name) {
+  struct link_map *map = ca__object_of(caller);
+  struct link_map *self = ca__object_of((const void *)ca__object_of);
+  if (map == NULL)
     return NULL;
   for (struct link_map *l = map->l_next; l != NULL; l = l->l_next) {
-    void *sym = ca__defined_in(l, name);
+    void *sym = l != self ? ca__defined_in(l, name) : NULL;
     if (sym != NULL)
       return sym;
   }
   return NULL;
 }
 
+/* RTLD_NEXT of a handled name no object after the caller defines: NULL,
+ * with dlerror() set, as without this library, by a look-up that fails the
+ * same way. Its message names the symbol; the object it names is the C
+ * library, not the caller (glibc offers no way to name that one). The
+ * handle is never closed: a dl call after the failed one would clear the
+ * error, and the C library is never unloaded anyway. */
+static void *ca__not_found(ca__dlsym_fn real, const char *name) {
+  static _Atomic(void *) libc;
+  void *h = atomic_load(&libc);
+  if (h == NULL) {
+    h = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+    atomic_store(&libc, h);
+  }
+  if (h != NULL)
+    real(h, name);
+  return NULL;
+}
+
 /* A handled name: the real answer, with libcuda's function replaced by our
  * hook. A program asking for a handled name never gets NULL from us when it
  * would have got libcuda's function, and never gets our hook when it would
- * have got NULL (no driver loaded: it must see that). */
+ * have got NULL (no driver loaded, or one without the function: feature
+ * probes must see that). A search that finds our own export (RTLD_DEFAULT,
+ * the global handle) goes on past it, to what it would have found without
+ * us. */
 static void *ca__dlsym_handled(ca__dlsym_fn real, void *handle,
                                const char *name, const void *caller,
                                void *hook) {
-  void *sym = handle == RTLD_NEXT ? ca__next_after(caller, name)
-                                  : real(handle, name);
-  if (sym == NULL || sym == hook || !ca__in_libcuda(sym))
+  void *sym;
+  if (handle == RTLD_NEXT) {
+    sym = ca__next_after(caller, name);
+    if (sym == NULL)
+      return ca__not_found(real, name);
+  } else {
+    sym = real(handle, name);
+    /* Past us, in the same scope: RTLD_NEXT from here searches the global
+     * scope after this library (a driver loaded RTLD_LOCAL stays unseen,
+     * as it would be), and sets dlerror() when nothing is found. */
+    if (sym == hook)
+      sym = real(RTLD_NEXT, name);
+  }
+  if (sym == NULL || !ca__in_libcuda(sym))
     return sym;
   ca__note_hooked(CA__VIA_DLSYM, name);
   return hook;

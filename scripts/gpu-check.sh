@@ -58,6 +58,14 @@
 # if any check failed. The compute-sanitizer rows and hazard under
 # reuse_policy:immediate are informative only.
 #
+# Parts: GPU_CHECK_PARTS="general leaks reuse identity" (the default: all)
+# runs only the parts named, after the machine facts and the builds:
+#   general   sections 4 (CUDA C, driver API, PyTorch, CuPy, JAX, sanitizer)
+#   leaks     section 5 (the leak report)
+#   reuse     section 6 (stream-safe reuse, graphs, out of memory)
+#   identity  section 7 (a pooled block looks like its own allocation:
+#             CUDA IPC, pointer queries, free memory; driver facts)
+#
 # Time: each check runs under `timeout` (120 s at most), and the whole script
 # keeps within GPU_CHECK_BUDGET_S seconds (default 400): a check that would
 # start past the budget is recorded as FAIL (not run) instead.
@@ -96,6 +104,10 @@ RESULTS=$OUT/results.tsv
 FAILED=0
 
 say() { printf '[gpu-check %3ds] %s\n' $((SECONDS - START)) "$*"; }
+
+# Whether part $1 is to run: every part (general leaks reuse identity)
+# unless GPU_CHECK_PARTS names some.
+want() { [[ -z ${GPU_CHECK_PARTS:-} || " $GPU_CHECK_PARTS " == *" $1 "* ]]; }
 
 # record NAME RUNTIME PRELOADED PATH POOLED RESULT NOTE
 # RESULT: PASS, FAIL (counts against the exit status) or INFO (does not).
@@ -421,6 +433,7 @@ run_check() {
 
 # ---------------------------------------------------------------------------
 # 4. Checks
+if want general; then
 
 # A preloaded process that never touches CUDA prints nothing and exits 0.
 if [[ -n $LIB ]]; then
@@ -511,6 +524,7 @@ else
   record sanitizer_alloc_fill static - - - INFO "compute-sanitizer not found"
 fi
 
+fi # general
 # ---------------------------------------------------------------------------
 # 5. The leak report
 #
@@ -795,6 +809,7 @@ check_reset_leak() { # NAME
   leak_verdict "$name" static "" "reported at the reset, correct after it"
 }
 
+if want leaks; then
 check_leak_plain leaky_loop_static_plain static "$LL_STATIC"
 check_leak_plain leaky_loop_shared_plain shared "$LL_SHARED"
 check_leak_stacks leak_static_stacks static "$LL_STATIC"
@@ -811,6 +826,7 @@ unset PYTORCH_NO_CUDA_MEMORY_CACHING
 check_leak_exitcode leak_exitcode_leaky static "$LL_STATIC" 23
 check_leak_exitcode leak_exitcode_fixed static "$LL_STATIC" 0 --fixed
 check_reset_leak leak_reset
+fi # leaks
 
 # ---------------------------------------------------------------------------
 # 6. Stream-safe reuse (issue 5)
@@ -842,7 +858,9 @@ check_reset_leak leak_reset
 
 HZ=$BIN/hazard GR=$BIN/graph_replay OOM=$BIN/oom_limit
 notes=()
+want reuse || notes=(skipped)
 for prog in hazard graph_replay oom_limit; do
+  want reuse || break
   if build_prog "$prog" "build-$prog" -arch=sm_90 -cudart=static "${NVCC_FLAGS[@]}" \
     -o "$BIN/$prog" "tests/gpu/$prog.cu" -ldl; then
     needs "$BIN/$prog" libcudart.so && notes+=("$prog links libcudart.so")
@@ -851,7 +869,9 @@ for prog in hazard graph_replay oom_limit; do
     rm -f "$BIN/$prog"
   fi
 done
-if ((${#notes[@]})); then
+if [[ ${notes[*]} == skipped ]]; then
+  :
+elif ((${#notes[@]})); then
   record build_reuse_programs - - - - FAIL "${notes[*]}; see logs/build-*.log"
 else
   record build_reuse_programs - - - - PASS "hazard, graph_replay, oom_limit (static runtime)"
@@ -972,6 +992,7 @@ check_oom() { # NAME CONF ARGS...
   reuse_verdict "$name" static "$conf" PASS "${line:-}"
 }
 
+if want reuse; then
 check_hazard hazard_plain - safe
 check_hazard hazard_default "" safe
 check_hazard hazard_safe reuse_policy:safe safe
@@ -1032,9 +1053,110 @@ if [[ $cmp_out == "PASS "* ]]; then
 else
   record torch_streams_match torch "no vs yes" - - FAIL "${cmp_out#FAIL }"
 fi
+fi # reuse
 
 # ---------------------------------------------------------------------------
-# 7. Summary
+# 7. A pooled block looks like its own allocation
+#
+# What a program asks the driver about its memory, instead of only using
+# it, must get the answer it would get without the pool:
+#   ipc_check.cu: CUDA IPC to a second process (blocks at and after a
+#     segment's start; the importer with and without the library; a block
+#     freed while an importer holds it must not be handed out again; a
+#     stream-ordered pool's exported pointer), pointer queries on a 1000 B
+#     block, and cudaMemGetInfo's free memory, less the margin the driver
+#     itself needs (searched for without the library, then used with it),
+#     allocated in one piece;
+#   driver_probe (tests/mockcuda): without the library its output must be
+#     driver_facts.txt, what the mock is diffed against in CI (the new
+#     output is kept as $OUT/driver_facts.txt); with it, its answers about
+#     allocations (attributes, ranges, SYNC_MEMOPS, IPC handles and an
+#     importing process, free memory) must be the same;
+#   torch_ipc.py (torch.multiprocessing, PyTorch's caching allocator on and
+#     off) and cupy_ipc.py (CuPy's pool on and off): each without and with
+#     the library, which must end as the run without it did.
+
+# The verdict line a run ended with ("TAG: PASS", "TAG: UNSUPPORTED: ...",
+# "TAG: FAIL: ..."), addresses blanked out; "none" when there is none.
+verdict_of() {
+  local v
+  v=$(grep -E "^$2: (PASS|UNSUPPORTED|FAIL)" "$1" | tail -n1 | sed -E 's/0x[0-9a-f]+/0x?/g')
+  echo "${v:-none}"
+}
+
+# pair_run NAME RUNTIME TAG [VAR=VALUE...] -- COMMAND...: COMMAND without
+# and with the library (the environment given to both); PASS when the run
+# with it ends with the verdict of the run without it, and that is no FAIL.
+pair_run() {
+  local name=$1 runtime=$2 tag=$3 envs=() limit t0=$SECONDS
+  shift 3
+  while [[ $1 != -- ]]; do envs+=("$1"); shift; done
+  shift
+  if [[ -z $LIB ]]; then
+    record "$name" "$runtime" "no vs yes" - - FAIL "not run: library not built"
+    return
+  fi
+  limit=$(time_left)
+  preload_run "${name}_plain" "$LOGS/${name}_plain.log" - "$limit" 5 env ${envs[@]+"${envs[@]}"} "$@"
+  limit=$(time_left)
+  preload_run "${name}_pool" "$LOGS/${name}_pool.log" "" "$limit" 5 env ${envs[@]+"${envs[@]}"} "$@"
+  local plain pool result=PASS
+  plain=$(verdict_of "$LOGS/${name}_plain.log" "$tag")
+  pool=$(verdict_of "$LOGS/${name}_pool.log" "$tag")
+  [[ $pool == "$plain" && $plain != none && $plain != *": FAIL"* ]] || result=FAIL
+  record "$name" "$runtime" "no vs yes" - - "$result" \
+    "$((SECONDS - t0))s; without: ${plain#"$tag: "}; with: ${pool#"$tag: "}"
+}
+
+# The driver_probe lines about what describes an allocation.
+identity_lines() {
+  grep -E '^(attribute|attributes|refused attributes|BUFFER_ID|SYNC_MEMOPS|set |P2P_TOKENS|address range, NULL|ipc:|import:|cuMemAlloc\(free - 4 MiB\))' "$1"
+}
+
+if want identity; then
+  IPC=$BIN/ipc_check PROBE=$BIN/driver_probe
+  build_prog ipc_check build-ipc_check -arch=sm_90 "${NVCC_FLAGS[@]}" -o "$IPC" \
+    tests/gpu/ipc_check.cu ${STUBS[@]+"${STUBS[@]}"} -lcuda -ldl || rm -f "$IPC"
+  say "building driver_probe -> $LOGS/build-driver_probe.log"
+  cc -std=c11 -D_GNU_SOURCE -I"$CUDA_HOME/include" -o "$PROBE" tests/mockcuda/driver_probe.c \
+    tests/mockcuda/driver_probe_ipc.c ${STUBS[@]+"${STUBS[@]}"} -lcuda -ldl -lpthread \
+    >"$LOGS/build-driver_probe.log" 2>&1 || rm -f "$PROBE"
+
+  run_check ipc_check_plain static plain recorded ipc_check -- "$IPC" plain 0
+  margin=$(sed -n 's/^ipc_check: free margin \([0-9]*\) MiB.*/\1/p' "$LOGS/ipc_check_plain.log" | tail -n1)
+  run_check ipc_check_pool static pool recorded ipc_check -- "$IPC" any "${margin:-4}"
+
+  if [[ -x $PROBE ]]; then
+    say "running driver_probe -> $OUT/driver_facts.txt"
+    timeout 120 "$PROBE" >"$OUT/driver_facts.txt" 2>"$LOGS/driver_probe.log"
+    if diff -u tests/mockcuda/driver_facts.txt "$OUT/driver_facts.txt" >>"$LOGS/driver_probe.log"; then
+      record driver_facts driver no - - PASS "the driver answers as tests/mockcuda/driver_facts.txt says"
+    else
+      record driver_facts driver no - - FAIL "answers differ from tests/mockcuda/driver_facts.txt: see logs/driver_probe.log; the new ones are in driver_facts.txt"
+    fi
+    if [[ -n $LIB ]]; then
+      timeout 120 env LD_PRELOAD="$LIB" CUDALLOC_CONF=leak_report:0 "$PROBE" \
+        >"$LOGS/driver_probe_pool.out" 2>"$LOGS/driver_probe_pool.log"
+      if diff <(identity_lines "$OUT/driver_facts.txt") <(identity_lines "$LOGS/driver_probe_pool.out") \
+        >>"$LOGS/driver_probe_pool.log"; then
+        record driver_probe_pool driver yes - - PASS "$(identity_lines "$OUT/driver_facts.txt" | wc -l) answers about allocations the same as without the library"
+      else
+        record driver_probe_pool driver yes - - FAIL "answers about allocations differ from the run without the library: see logs/driver_probe_pool.log"
+      fi
+    fi
+  else
+    record driver_facts driver no - - FAIL "driver_probe not built: see logs/build-driver_probe.log"
+  fi
+
+  pair_run torch_ipc_caching torch torch_ipc -- python3 tests/gpu/torch_ipc.py
+  pair_run torch_ipc_no_caching torch torch_ipc PYTORCH_NO_CUDA_MEMORY_CACHING=1 -- \
+    python3 tests/gpu/torch_ipc.py
+  pair_run cupy_ipc_pool_off cupy cupy_ipc -- python3 tests/gpu/cupy_ipc.py
+  pair_run cupy_ipc_pool_on cupy cupy_ipc -- python3 tests/gpu/cupy_ipc.py --pool
+fi # identity
+
+# ---------------------------------------------------------------------------
+# 8. Summary
 
 SUMMARY=$OUT/summary.md
 {

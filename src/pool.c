@@ -147,7 +147,9 @@ typedef struct ca__block {
   struct ca__block *link_prev, *link_next; /* bin, oversize, held or quick */
   ca__segment *seg;
   int state;
-  bool shared;     /* handed to another process: GONE when freed */
+  /* GONE when freed: shared with another process, or pending in a lost
+   * segment (one flag, so a free checks one byte it already has). */
+  bool keep_out;
   unsigned fl, sl; /* size class, while in the bins */
   uint32_t tag;    /* the caller's, while CA__LIVE */
   UT_hash_handle hh; /* in the live table while CA__LIVE */
@@ -666,6 +668,15 @@ static void ca__addr_remove(ca__arena *p, ca__segment *s) {
   p->nsegs--;
 }
 
+/* Gives a segment's records back to the slabs. */
+static void ca__segment_put(ca__arena *p, ca__segment *s) {
+  for (ca__block *b = s->first, *next; b; b = next) {
+    next = b->next;
+    ca__slab_put(&p->block_slab, b);
+  }
+  ca__slab_put(&p->segment_slab, s);
+}
+
 static void ca__segment_unlink(ca__arena *p, ca__segment *s) {
   HASH_DELETE(hh, p->segment_table, s);
   ca__addr_remove(p, s);
@@ -688,15 +699,13 @@ static void ca__segment_release(ca__arena *p, ca__segment *s) {
   ca__pool_reserved_sub(p, s->size);
   ca__stat_sub(&p->stats.reserved_bytes, s->size);
   ca__stat_sub(&p->stats.segments, 1);
-  for (ca__block *b = s->first, *next; b; b = next) {
-    next = b->next;
+  for (ca__block *b = s->first; b; b = b->next) {
     if (b->state == CA__FREE)
       ca__index_remove(b);
     else
       p->gone_bytes -= b->size; /* a fully free segment holds no other */
-    ca__slab_put(&p->block_slab, b);
   }
-  ca__slab_put(&p->segment_slab, s);
+  ca__segment_put(p, s);
 }
 
 /* Gives back fully free segments, oldest first, until the pool's reserved
@@ -735,11 +744,7 @@ static void ca__drop_if_dead(ca__arena *p, ca__segment *s) {
   ca__stat_sub(&p->stats.reserved_bytes, s->size);
   ca__stat_sub(&p->stats.segments, 1);
   p->gone_bytes -= s->size;
-  for (ca__block *b = s->first, *next; b; b = next) {
-    next = b->next;
-    ca__slab_put(&p->block_slab, b);
-  }
-  ca__slab_put(&p->segment_slab, s);
+  ca__segment_put(p, s);
 }
 
 static size_t ca__live_in(const ca__segment *s) {
@@ -778,6 +783,8 @@ static void ca__segment_lose(ca__arena *p, ca__segment *s) {
       ca__bury(p, b);
     } else if (b->state == CA__LIVE) {
       ca__forget_live(p, b);
+    } else {
+      b->keep_out = true; /* pending: GONE when it comes back */
     }
   }
   if (p->opt.warn) {
@@ -903,7 +910,7 @@ static void ca__block_take(ca__arena *p, ca__block *b, uint64_t size) {
     r->size = rest;
     r->seg = b->seg;
     r->state = CA__FREE;
-    r->shared = false;
+    r->keep_out = false; /* slab records come uninitialized */
     r->prev = b;
     r->next = b->next;
     if (b->next)
@@ -918,7 +925,7 @@ static void ca__block_take(ca__arena *p, ca__block *b, uint64_t size) {
 /* A freed block that may be reused now: small ones park in the quick
  * lists, large ones merge with their free neighbours at once. */
 static void ca__cache(ca__arena *p, ca__block *b) {
-  if (__builtin_expect(b->shared || b->seg->lost, 0))
+  if (__builtin_expect(b->keep_out, 0))
     ca__retire_gone(p, b);
   else if (b->seg->heap->large)
     ca__block_make_free(p, b);
@@ -1349,11 +1356,7 @@ static void ca__forget_all(ca__arena *p, int release) {
     p->segments = s->next;
     if (release && !s->lost)
       p->backend->release(p->backend->ctx, p->device, s->addr, s->size);
-    for (ca__block *b = s->first, *n; b; b = n) {
-      n = b->next;
-      ca__slab_put(&p->block_slab, b);
-    }
-    ca__slab_put(&p->segment_slab, s);
+    ca__segment_put(p, s);
   }
   HASH_CLEAR(hh, p->live);
   ca__heap_init(&p->small, 0, p->opt.max_split_size);
@@ -1895,10 +1898,8 @@ static void ca__span(ca__arena *p, ca__segment *s, uint64_t addr,
   out->segment = s->addr;
   out->segment_size = s->size;
   out->live = b && b->state == CA__LIVE && addr - b->addr < b->requested;
-  if (out->live) {
+  if (out->live)
     ca__describe(p, b, &out->block);
-    out->shared = b->shared;
-  }
 }
 
 /* Runs fn on the arena and segment holding addr, under that arena's lock;
@@ -1944,7 +1945,7 @@ bool ca_pool_share(ca_pool *pool, uint64_t addr) {
   ca__arena *p = ca__owner(pool, NULL, addr);
   if (!p)
     return false;
-  ca__live_find(p, addr)->shared = true;
+  ca__live_find(p, addr)->keep_out = true;
   ca_lock_release(&p->lock);
   return true;
 }
@@ -2148,8 +2149,8 @@ static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
       } else {
         held += b->size;
       }
-      CA__CHECK(!b->shared || b->state != CA__FREE,
-                "shared block %#llx went back to the cache",
+      CA__CHECK(!b->keep_out || b->state != CA__FREE,
+                "kept-out block %#llx went back to the cache",
                 (unsigned long long)b->addr);
       at += b->size;
     }

@@ -142,7 +142,6 @@ bool ca_pool_holds_segment(ca_pool *pool, uint64_t addr);
 typedef struct ca_pool_span {
   uint64_t segment, segment_size;
   bool live;
-  bool shared;         /* the block was marked with ca_pool_share */
   ca_live_block block; /* when live */
 } ca_pool_span;
 

@@ -677,15 +677,18 @@ static void ca__segment_put(ca__arena *p, ca__segment *s) {
   ca__slab_put(&p->segment_slab, s);
 }
 
-static void ca__segment_unlink(ca__arena *p, ca__segment *s) {
-  HASH_DELETE(hh, p->segment_table, s);
-  ca__addr_remove(p, s);
+/* Takes a segment out of the arena's list and its counts: it holds no
+ * memory of the pool's any more. */
+static void ca__segment_forget(ca__arena *p, ca__segment *s) {
   if (s->prev)
     s->prev->next = s->next;
   else
     p->segments = s->next;
   if (s->next)
     s->next->prev = s->prev;
+  ca__pool_reserved_sub(p, s->size);
+  ca__stat_sub(&p->stats.reserved_bytes, s->size);
+  ca__stat_sub(&p->stats.segments, 1);
 }
 
 /* Gives a fully free segment back to the backend. Whatever the backend says,
@@ -693,12 +696,11 @@ static void ca__segment_unlink(ca__arena *p, ca__segment *s) {
  * would be worse than leaking one it did not. */
 static void ca__segment_release(ca__arena *p, ca__segment *s) {
   ca__lru_remove(p, s);
-  ca__segment_unlink(p, s);
+  HASH_DELETE(hh, p->segment_table, s);
+  ca__addr_remove(p, s);
   p->backend->release(p->backend->ctx, p->device, s->addr, s->size);
   p->stats.backend_frees++;
-  ca__pool_reserved_sub(p, s->size);
-  ca__stat_sub(&p->stats.reserved_bytes, s->size);
-  ca__stat_sub(&p->stats.segments, 1);
+  ca__segment_forget(p, s);
   for (ca__block *b = s->first; b; b = b->next) {
     if (b->state == CA__FREE)
       ca__index_remove(b);
@@ -734,15 +736,7 @@ static void ca__drop_if_dead(ca__arena *p, ca__segment *s) {
   for (const ca__block *b = s->first; b; b = b->next)
     if (b->state != CA__GONE)
       return;
-  if (s->prev)
-    s->prev->next = s->next;
-  else
-    p->segments = s->next;
-  if (s->next)
-    s->next->prev = s->prev;
-  ca__pool_reserved_sub(p, s->size);
-  ca__stat_sub(&p->stats.reserved_bytes, s->size);
-  ca__stat_sub(&p->stats.segments, 1);
+  ca__segment_forget(p, s);
   p->gone_bytes -= s->size;
   ca__segment_put(p, s);
 }

@@ -1,6 +1,7 @@
 """Reads libcudalloc's pool statistics from inside a Python process.
 
-Shared by the Python GPU checks (torch_cnn.py, cupy_check.py, jax_check.py).
+Shared by the Python GPU checks (torch_cnn.py, cupy_check.py, jax_check.py,
+torch_ipc.py, cupy_ipc.py).
 Why: when the library is only preloaded, the Python program itself is the one
 place that can ask the pool what it served, the way any user program would:
 dlsym(RTLD_DEFAULT, "cudalloc_get_stats") through ctypes.CDLL(None). The
@@ -138,6 +139,22 @@ def expect_parser(doc):
     ap.add_argument("--expect", default="any",
                     choices=["plain", "pooled", "any"])
     return ap
+
+
+def child_answer(proc, outbox, timeout, fail):
+    """The value a child process put in `outbox` as ("sums", value), within
+    `timeout` seconds; a hang or an ("error", why) kills the child and
+    fails the check (the IPC checks: torch_ipc.py, cupy_ipc.py)."""
+    import queue
+    try:
+        kind, value = outbox.get(timeout=timeout)
+    except queue.Empty:
+        proc.kill()
+        fail("no answer from the child within %d s (a hang)" % timeout)
+    if kind != "sums":
+        proc.kill()
+        fail("the child failed: %s" % value)
+    return value
 
 
 def run_guarded(name, fn, what="exception"):

@@ -23,7 +23,6 @@ Usage: cupy_ipc.py [--pool] [--timeout SECONDS]
 import faulthandler
 import multiprocessing as mp
 import os
-import queue
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -75,14 +74,7 @@ def run(pool, timeout):
     proc = ctx.Process(target=child, args=(inbox, outbox, timeout))
     proc.start()
     inbox.put((handles, pool))
-    try:
-        kind, value = outbox.get(timeout=timeout)
-    except queue.Empty:
-        proc.kill()
-        fail("no answer from the child within %d s (a hang)" % timeout)
-    if kind != "sums":
-        proc.kill()
-        fail("the child failed: %s" % value)
+    value = cudalloc_stats.child_answer(proc, outbox, timeout, fail)
     firsts = [float(a[0].get()) for a in arrays]
     inbox.put("done")
     proc.join(timeout)

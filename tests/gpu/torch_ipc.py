@@ -28,7 +28,6 @@ Usage: torch_ipc.py [--timeout SECONDS]
 
 import faulthandler
 import os
-import queue
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -91,14 +90,7 @@ def run(timeout):
     proc = ctx.Process(target=child, args=(inbox, outbox, timeout))
     proc.start()
     inbox.put(list(shared))
-    try:
-        kind, value = outbox.get(timeout=timeout)
-    except queue.Empty:
-        proc.kill()
-        fail("no answer from the child within %d s (a hang)" % timeout)
-    if kind != "sums":
-        proc.kill()
-        fail("the child failed: %s" % value)
+    value = cudalloc_stats.child_answer(proc, outbox, timeout, fail)
     torch.cuda.synchronize()
     firsts = [float(t[0]) for t in shared]
     inbox.put("done")

@@ -162,22 +162,28 @@ static void ca__adjust_info(int device, uint64_t *free_bytes,
   *free_bytes = free_now;
 }
 
-/* Either pointer may be NULL, as the driver allows. */
+/* The driver answers first, with the program's own arguments (either may
+ * be NULL); the adjustment needs both figures, so they are asked again
+ * when the program wanted only one. */
 CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes) {
-  size_t f = 0, t = 0;
-  CUresult r = CA_REAL(mem_get_info, &f, &t);
+  CUresult r = CA_REAL(mem_get_info, free_bytes, total_bytes);
   int device = -1;
-  if (r == CUDA_SUCCESS && ca__enabled() &&
-      ca_driver_current_device(&device) == CUDA_SUCCESS) {
-    uint64_t free_now = f, total = t;
-    ca__adjust_info(device, &free_now, &total);
-    f = (size_t)free_now;
-    t = (size_t)total;
+  if (r != CUDA_SUCCESS || !ca__enabled() ||
+      ca_driver_current_device(&device) != CUDA_SUCCESS)
+    return r;
+  size_t f = 0, t = 0;
+  if (free_bytes && total_bytes) {
+    f = *free_bytes;
+    t = *total_bytes;
+  } else if (CA_REAL(mem_get_info, &f, &t) != CUDA_SUCCESS) {
+    return r;
   }
-  if (r == CUDA_SUCCESS && free_bytes)
-    *free_bytes = f;
-  if (r == CUDA_SUCCESS && total_bytes)
-    *total_bytes = t;
+  uint64_t free_now = f, total = t;
+  ca__adjust_info(device, &free_now, &total);
+  if (free_bytes)
+    *free_bytes = (size_t)free_now;
+  if (total_bytes)
+    *total_bytes = (size_t)total;
   return r;
 }
 

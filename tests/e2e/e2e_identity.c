@@ -11,7 +11,8 @@
  *     address does not inherit, its own SYNC_MEMOPS, and the plural query's
  *     "no allocation" answers once freed.
  *  2. Free memory: with 400 x 1 MiB allocated and every other one freed,
- *     what cuMemGetInfo calls free, less 2 MiB, can be allocated.
+ *     what cuMemGetInfo calls free, less 2 MiB, can be allocated; asked
+ *     with one of its two pointers NULL, it says the same.
  *  3. CUDA IPC: two 64 KiB allocations A and B (one segment under the pool)
  *     and a 3 MiB one, filled with 0xAA, 0xBB, 0xCC and exported; a second
  *     process opens each handle and finds exactly its bytes and its range,
@@ -128,8 +129,13 @@ static void check_free_memory(void) {
     CHECK(cuMemAlloc_v2(&blocks[i], MiB));
   for (int i = 0; i < 400; i += 2)
     CHECK(cuMemFree_v2(blocks[i]));
-  size_t free_bytes = 0, total = 0;
+  size_t free_bytes = 0, total = 0, only_free = 0, only_total = 0;
   CHECK(cuMemGetInfo_v2(&free_bytes, &total));
+  CHECK(cuMemGetInfo_v2(&only_free, NULL)); /* either may be NULL */
+  CHECK(cuMemGetInfo_v2(NULL, &only_total));
+  if (only_free != free_bytes || only_total != total)
+    FAIL("cuMemGetInfo with one NULL argument says %zu / %zu, with both %zu / %zu",
+         only_free, only_total, free_bytes, total);
   CUdeviceptr big = 0;
   CUresult rc = cuMemAlloc_v2(&big, free_bytes - 2 * MiB);
   if (rc != CUDA_SUCCESS)

@@ -13,9 +13,14 @@
 
 #include "cudalloc.h"
 #include "hooks.h"
+#include "lazy.h"
 
-static ca_driver_api ca__api;
-static pthread_once_t ca__api_once = PTHREAD_ONCE_INIT;
+/* The driver's functions, resolved without a lock (lazy.h: a plugin's
+ * constructor may make the first driver call while another thread, making
+ * its own, waits for the loader's lock). */
+static ca_lazy ca__api = CA_LAZY_INIT;
+static ca_driver_api ca__api_fallback;
+static atomic_bool ca__atfork_registered;
 
 /* The primary context of each device, retained once by us the first time a
  * segment of that device had to be released or synchronized from a thread
@@ -135,17 +140,20 @@ static void *ca__open_libcuda(void) {
 /* Stores the export `name` into the function pointer at `slot`. Function and
  * object pointers have the same representation on every platform CUDA runs
  * on (POSIX requires it for dlsym); memcpy says so without a cast warning. */
-static void ca__resolve(void *slot, size_t slot_size, const char *name) {
-  void *sym = ca_real_dlsym(ca__api.handle, name);
+static void ca__resolve(void *handle, void *slot, size_t slot_size,
+                        const char *name) {
+  void *sym = ca_real_dlsym(handle, name);
   if (slot_size == sizeof(sym))
     memcpy(slot, &sym, sizeof(sym));
 }
 
-#define CA__RESOLVE(field, name) ca__resolve(&ca__api.field, sizeof(ca__api.field), name)
+#define CA__RESOLVE(field, name)                                              \
+  ca__resolve(api->handle, &api->field, sizeof(api->field), name)
 
-static void ca__api_init(void) {
-  ca__api.handle = ca__open_libcuda();
-  if (ca__api.handle == NULL)
+static void ca__api_init(ca_driver_api *api) {
+  memset(api, 0, sizeof(*api));
+  api->handle = ca__open_libcuda();
+  if (api->handle == NULL)
     return;
   CA__RESOLVE(get_proc_address, "cuGetProcAddress");
   CA__RESOLVE(get_proc_address_v2, "cuGetProcAddress_v2");
@@ -250,14 +258,15 @@ static void ca__fork_child(void) {
   ca__forget_contexts_in_child();
 }
 
-static void ca__init_once(void) {
-  ca__api_init();
-  pthread_atfork(ca__fork_prepare, ca__fork_parent, ca__fork_child);
-}
-
 const ca_driver_api *ca_driver(void) {
-  pthread_once(&ca__api_once, ca__init_once);
-  return &ca__api;
+  const ca_driver_api *d = ca_lazy_get(&ca__api);
+  if (d != NULL)
+    return d;
+  ca_driver_api mine;
+  ca__api_init(&mine);
+  if (!atomic_exchange(&ca__atfork_registered, true))
+    pthread_atfork(ca__fork_prepare, ca__fork_parent, ca__fork_child);
+  return ca_lazy_publish(&ca__api, &mine, sizeof(mine), &ca__api_fallback);
 }
 
 void *ca_driver_symbol(const char *name) {

@@ -122,8 +122,9 @@ typedef struct ca_driver_api {
                                 unsigned int flags);
 } ca_driver_api;
 
-/* The real driver functions, resolved on the first call (thread-safe, once).
- * Never NULL; see ca_driver_api for missing functions. */
+/* The real driver functions, resolved on the first call (thread-safe, and
+ * with no lock held across the loader calls: see lazy.h). Never NULL; see
+ * ca_driver_api for missing functions. */
 const ca_driver_api *ca_driver(void);
 
 /* What a call of a driver function the loaded driver lacks returns: only

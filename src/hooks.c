@@ -18,7 +18,6 @@
 
 #include <dlfcn.h>
 #include <link.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -29,6 +28,7 @@
 #include "backend_cuda.h"
 #include "config.h"
 #include "intercept.h"
+#include "lazy.h"
 #include "log.h"
 #include "pointer.h"
 
@@ -736,9 +736,16 @@ typedef struct ca__route {
   const char *name; /* the export, for the verbose log */
 } ca__route;
 
-static ca__route ca__routes[CA__NHOOKS];
-static size_t ca__nroutes;
-static pthread_once_t ca__routes_once = PTHREAD_ONCE_INIT;
+typedef struct ca__route_table {
+  size_t n;
+  ca__route route[CA__NHOOKS];
+} ca__route_table;
+
+/* Built on the first reroute with no lock held (lazy.h): building it asks
+ * the loader for every handled export, and the first cuGetProcAddress may
+ * come from a constructor that dlopen runs with the loader's lock held. */
+static ca_lazy ca__routes = CA_LAZY_INIT;
+static ca__route_table ca__routes_fallback;
 
 static int ca__route_cmp(const void *a, const void *b) {
   uintptr_t x = ((const ca__route *)a)->real;
@@ -746,25 +753,35 @@ static int ca__route_cmp(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static void ca__routes_build(void) {
+static void ca__routes_build(ca__route_table *t) {
+  t->n = 0;
   for (size_t i = 0; i < CA__NHOOKS; i++) {
     void *real = ca_driver_symbol(ca__hooks[i].name);
     if (real == NULL)
       continue;
-    ca__routes[ca__nroutes].real = (uintptr_t)real;
-    ca__routes[ca__nroutes].hook = ca__hooks[i].hook;
-    ca__routes[ca__nroutes].name = ca__hooks[i].name;
-    ca__nroutes++;
+    t->route[t->n].real = (uintptr_t)real;
+    t->route[t->n].hook = ca__hooks[i].hook;
+    t->route[t->n].name = ca__hooks[i].name;
+    t->n++;
   }
-  qsort(ca__routes, ca__nroutes, sizeof(ca__routes[0]), ca__route_cmp);
+  qsort(t->route, t->n, sizeof(t->route[0]), ca__route_cmp);
+}
+
+static const ca__route_table *ca__routes_get(void) {
+  const ca__route_table *t = ca_lazy_get(&ca__routes);
+  if (t != NULL)
+    return t;
+  ca__route_table mine;
+  ca__routes_build(&mine);
+  return ca_lazy_publish(&ca__routes, &mine, sizeof(mine),
+                         &ca__routes_fallback);
 }
 
 /* The route for the libcuda function at `real`, or NULL. */
 static const ca__route *ca__route_for_address(void *real) {
-  pthread_once(&ca__routes_once, ca__routes_build);
+  const ca__route_table *t = ca__routes_get();
   ca__route key = {.real = (uintptr_t)real};
-  return bsearch(&key, ca__routes, ca__nroutes, sizeof(ca__routes[0]),
-                 ca__route_cmp);
+  return bsearch(&key, t->route, t->n, sizeof(t->route[0]), ca__route_cmp);
 }
 
 /* After a successful real look-up: hands back our hook in place of the

@@ -99,25 +99,26 @@ static size_t ca__gather_stats(cudalloc_device_stats *out, uint64_t *allocs) {
   return n;
 }
 
-/* One report at a time: the statistics buffer is shared, and two reports'
- * lines would interleave. A forked child starts with it free (the watcher
- * thread that may have held it is not in the child). */
+/* One report's gathering and printing at a time: two reports' lines would
+ * interleave. The slow middle (ca_report_prepare: symbol tables, which ask
+ * the dynamic loader) runs with the lock free, since a thread inside
+ * dlopen may need it (a constructor that destroys a context). The thread
+ * counts itself as holding a library lock for the whole report, so that an
+ * exit() from a signal handler that interrupts it skips its own report. A
+ * forked child starts with the lock free (the watcher thread that may have
+ * held it is not in the child). */
 static pthread_mutex_t ca__report_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void ca__report_begin(void) {
-  ca_locks_note(1);
-  pthread_mutex_lock(&ca__report_lock);
-}
-
-static void ca__report_end(void) {
+static void ca__report_lock_take(void) { pthread_mutex_lock(&ca__report_lock); }
+static void ca__report_lock_give(void) {
   pthread_mutex_unlock(&ca__report_lock);
-  ca_locks_note(-1);
 }
 
 static ca_leak_totals ca__report_all(ca_report_event event, bool leaks,
                                      bool stats) {
-  static cudalloc_device_stats all[CUDALLOC_MAX_DEVICES];
-  ca__report_begin();
+  cudalloc_device_stats all[CUDALLOC_MAX_DEVICES];
+  ca_locks_note(1);
+  ca__report_lock_take();
   uint64_t allocs = ca_track_total();
   size_t nstats = ca__gather_stats(all, &allocs);
   ca__gather g = {0};
@@ -125,6 +126,7 @@ static ca_leak_totals ca__report_all(ca_report_event event, bool leaks,
     ca__gather_pools(&g);
     ca_track_foreach(ca__gather_tracked, &g);
   }
+  ca__report_lock_give();
   ca_report_input in = {.event = event,
                         .device = -1,
                         .leaks = leaks,
@@ -133,9 +135,12 @@ static ca_leak_totals ca__report_all(ca_report_event event, bool leaks,
                         .allocations = allocs,
                         .stats = all,
                         .nstats = stats ? nstats : 0};
-  ca_leak_totals totals = ca_report(&in);
+  ca_report_job *job = ca_report_prepare(&in);
+  ca__report_lock_take();
+  ca_leak_totals totals = ca_report_print(job);
+  ca__report_lock_give();
   ca__gather_free(&g);
-  ca__report_end();
+  ca_locks_note(-1);
   return totals;
 }
 
@@ -145,26 +150,33 @@ void ca_lifecycle_report(ca_report_event event, bool leaks, bool stats) {
 
 /* ---- Context deaths -------------------------------------------------------- */
 
+/* The pool is out of service already (ca_runtime_dying), so its blocks
+ * stay as gathered while the report is prepared with the lock free. */
 void ca_lifecycle_context_gone(void *ctx, ca_pool *pool, int device) {
   ca__gather g = {0};
-  ca__report_begin();
+  ca_locks_note(1);
+  ca__report_lock_take();
   if (pool)
     ca_pool_foreach_live(pool, ca__gather_pooled, &g);
   ca_track_drop_context(ctx, ca__gather_tracked, &g);
-  if (ca_config_get()->leak_report && g.n > 0) {
-    ca_report_input in = {.event = CA_EVENT_CONTEXT_RESET,
-                          .device = pool ? ca_pool_device(pool) : device,
-                          .leaks = true,
-                          .blocks = g.blocks,
-                          .nblocks = g.n};
-    ca_report(&in);
-  }
-  ca__gather_free(&g);
+  ca__report_lock_give();
+  ca_report_input in = {.event = CA_EVENT_CONTEXT_RESET,
+                        .device = pool ? ca_pool_device(pool) : device,
+                        .leaks = true,
+                        .blocks = g.blocks,
+                        .nblocks = g.n};
+  bool report = ca_config_get()->leak_report && g.n > 0;
+  ca_report_job *job = report ? ca_report_prepare(&in) : NULL;
+  ca__report_lock_take();
+  if (report)
+    ca_report_print(job);
   if (pool) {
     ca_pool_drop_all(pool);
     ca_runtime_retired(pool);
   }
-  ca__report_end();
+  ca__report_lock_give();
+  ca__gather_free(&g);
+  ca_locks_note(-1);
 }
 
 /* ---- Exit -------------------------------------------------------------------- */

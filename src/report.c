@@ -845,28 +845,56 @@ static bool ca__prepare(ca__leaks *l, const ca_config *cfg,
   return true;
 }
 
-ca_leak_totals ca_report(const ca_report_input *in) {
-  const ca_config *cfg = in->config ? in->config : ca_config_get();
-  ca__leaks l = {.in = in, .max_groups = SIZE_MAX};
-  if (cfg->max_leaks > 0)
-    l.max_groups = (size_t)cfg->max_leaks;
-  ca_report_block *sorted = NULL;
-  size_t sorted_bytes = 0, groups_bytes = 0;
-  bool ok = !in->leaks ||
-            ca__prepare(&l, cfg, &sorted, &sorted_bytes, &groups_bytes);
-  if (!ok)
-    ca__warn(cfg->report_format == CA_REPORT_JSON,
-             "leak report: out of memory for %zu live blocks", in->nblocks);
-  if (ok && cfg->report_format == CA_REPORT_JSON) {
-    ca__json(&l);
-  } else if (ok) {
+/* A report made ready to print (see ca_report_prepare). */
+struct ca_report_job {
+  ca__leaks l;
+  const ca_config *cfg;
+  ca_report_block *sorted;
+  size_t sorted_bytes, groups_bytes;
+  bool ok;
+};
+
+ca_report_job *ca_report_prepare(const ca_report_input *in) {
+  ca_report_job *job = ca__scratch(sizeof(*job));
+  if (job == NULL)
+    return NULL;
+  memset(job, 0, sizeof(*job));
+  job->cfg = in->config ? in->config : ca_config_get();
+  job->l = (ca__leaks){.in = in, .max_groups = SIZE_MAX};
+  if (job->cfg->max_leaks > 0)
+    job->l.max_groups = (size_t)job->cfg->max_leaks;
+  job->ok = !in->leaks || ca__prepare(&job->l, job->cfg, &job->sorted,
+                                      &job->sorted_bytes, &job->groups_bytes);
+  return job;
+}
+
+ca_leak_totals ca_report_print(ca_report_job *job) {
+  ca_leak_totals none = {0, 0, 0, 0};
+  if (job == NULL) {
+    ca__warn(false, "report: out of memory");
+    return none;
+  }
+  const ca_report_input *in = job->l.in;
+  bool json = job->cfg->report_format == CA_REPORT_JSON;
+  if (!job->ok)
+    ca__warn(json, "leak report: out of memory for %zu live blocks",
+             in->nblocks);
+  if (job->ok && json) {
+    ca__json(&job->l);
+  } else if (job->ok) {
     for (size_t i = 0; i < in->nstats; i++)
       ca__stats_text(&in->stats[i]);
     if (in->leaks)
-      ca__leaks_text(&l);
+      ca__leaks_text(&job->l);
   }
-  ca__symbols_free(&l.symbols);
-  ca__unscratch(sorted, sorted_bytes);
-  ca__unscratch(l.groups, groups_bytes);
-  return l.totals;
+  ca_leak_totals totals = job->l.totals;
+  ca__symbols_free(&job->l.symbols);
+  ca__unscratch(job->sorted, job->sorted_bytes);
+  ca__unscratch(job->l.groups, job->groups_bytes);
+  ca__unscratch(job, sizeof(*job));
+  return totals;
+}
+
+ca_leak_totals ca_report(const ca_report_input *in) {
+  return ca_report_print(ca_report_prepare(in));
 }

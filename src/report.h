@@ -71,4 +71,14 @@ typedef struct ca_report_input {
  * max_leaks and suppressions. Returns what the leak part found. */
 ca_leak_totals ca_report(const ca_report_input *in);
 
+/* The same in two steps, for a caller that serializes reports with a lock:
+ * ca_report_prepare does everything slow (sorting, grouping, and reading
+ * symbol tables, which asks the dynamic loader where objects are: hold no
+ * lock of the library's across it, since a thread inside dlopen may need
+ * that lock), ca_report_print prints and frees. `in` must outlive both.
+ * A NULL job (out of memory) prints one line saying so. */
+typedef struct ca_report_job ca_report_job;
+ca_report_job *ca_report_prepare(const ca_report_input *in);
+ca_leak_totals ca_report_print(ca_report_job *job);
+
 #endif /* CA_REPORT_H */

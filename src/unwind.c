@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "bytes.h"
+#include "lazy.h"
 
 /* Stack reads are checked against the thread's stack bounds by hand; a
  * sanitizer has nothing to add there, and a fake-stack or redzone check on a
@@ -61,8 +62,11 @@ typedef struct ca__libgcc {
   ca__get_ip_fn get_ip;
 } ca__libgcc;
 
-static ca__libgcc ca__gcc;
-static pthread_once_t ca__gcc_once = PTHREAD_ONCE_INIT;
+/* Both found with loader calls, and published without a lock (lazy.h):
+ * the first capture may run in a constructor that dlopen runs with the
+ * loader's lock held. */
+static ca_lazy ca__gcc = CA_LAZY_INIT;
+static ca__libgcc ca__gcc_fallback;
 
 /* POSIX makes a function pointer from dlsym valid; memcpy says so without a
  * cast warning. */
@@ -74,20 +78,25 @@ static void ca__resolve(void *handle, const char *name, void *fn_out) {
 /* The library links only libc, so libgcc_s is the program's: almost every
  * C++ or threaded program has it loaded already (RTLD_NOLOAD finds that
  * copy without a second search); otherwise it is loaded once, here. */
-static void ca__gcc_load(void) {
+static void ca__gcc_load(ca__libgcc *gcc) {
+  memset(gcc, 0, sizeof(*gcc));
   void *handle = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_NOLOAD);
   if (handle == NULL)
     handle = dlopen("libgcc_s.so.1", RTLD_NOW);
   if (handle == NULL)
     return;
-  ca__resolve(handle, "_Unwind_Find_FDE", &ca__gcc.find_fde);
-  ca__resolve(handle, "_Unwind_Backtrace", &ca__gcc.backtrace);
-  ca__resolve(handle, "_Unwind_GetIP", &ca__gcc.get_ip);
+  ca__resolve(handle, "_Unwind_Find_FDE", &gcc->find_fde);
+  ca__resolve(handle, "_Unwind_Backtrace", &gcc->backtrace);
+  ca__resolve(handle, "_Unwind_GetIP", &gcc->get_ip);
 }
 
 static const ca__libgcc *ca__libgcc_get(void) {
-  pthread_once(&ca__gcc_once, ca__gcc_load);
-  return &ca__gcc;
+  const ca__libgcc *gcc = ca_lazy_get(&ca__gcc);
+  if (gcc != NULL)
+    return gcc;
+  ca__libgcc mine;
+  ca__gcc_load(&mine);
+  return ca_lazy_publish(&ca__gcc, &mine, sizeof(mine), &ca__gcc_fallback);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -97,8 +106,8 @@ typedef struct ca__range {
   uintptr_t lo, hi;
 } ca__range;
 
-static ca__range ca__self;
-static pthread_once_t ca__self_once = PTHREAD_ONCE_INIT;
+static ca_lazy ca__self = CA_LAZY_INIT;
+static ca__range ca__self_fallback;
 
 static bool ca__object_holds(const struct dl_phdr_info *info, uintptr_t addr) {
   for (ElfW(Half) i = 0; i < info->dlpi_phnum; i++) {
@@ -128,12 +137,20 @@ static int ca__find_self(struct dl_phdr_info *info, size_t size, void *arg) {
   return 1;
 }
 
-static void ca__self_load(void) { dl_iterate_phdr(ca__find_self, &ca__self); }
+static const ca__range *ca__self_range(void) {
+  const ca__range *r = ca_lazy_get(&ca__self);
+  if (r != NULL)
+    return r;
+  ca__range mine = {0, 0};
+  dl_iterate_phdr(ca__find_self, &mine);
+  return ca_lazy_publish(&ca__self, &mine, sizeof(mine), &ca__self_fallback);
+}
 
 /* A return address belongs to the code of its call instruction, one byte
  * back: a call that ends the object's text returns just past it. */
 static bool ca__in_self(uintptr_t pc) {
-  return pc - 1 >= ca__self.lo && pc - 1 < ca__self.hi;
+  const ca__range *r = ca__self_range();
+  return pc - 1 >= r->lo && pc - 1 < r->hi;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -185,7 +202,7 @@ static int ca__sink_put(ca__sink *s, uintptr_t pc) {
 
 static int ca__libgcc_frame(void *context, void *arg) {
   ca__sink *s = arg;
-  uintptr_t pc = ca__gcc.get_ip(context);
+  uintptr_t pc = ca__libgcc_get()->get_ip(context);
   /* libgcc reports the end of the stack as one last frame of pc 0. */
   if (pc == 0 || ca__sink_put(s, pc) != CA__PUT_MORE)
     return CA__URC_END_OF_STACK;
@@ -674,7 +691,7 @@ static bool ca__fde_body(ca__cfi *c, ca_rd *rd) {
  * minus one, or the exact pc of the capture's first frame). */
 static uint64_t ca__compute_rule(uintptr_t addr) {
   ca__eh_bases bases;
-  const uint8_t *fde = ca__gcc.find_fde((void *)addr, &bases);
+  const uint8_t *fde = ca__libgcc_get()->find_fde((void *)addr, &bases);
   static const ca__cfi zero;
   ca__cfi c = zero;
   ca_rd rd, instr;
@@ -900,6 +917,6 @@ __attribute__((noinline)) size_t ca_unwind_libgcc(uintptr_t *pcs, size_t max,
 
 __attribute__((noinline)) size_t ca_unwind_outside_self(uintptr_t *pcs,
                                                         size_t max) {
-  pthread_once(&ca__self_once, ca__self_load);
+  ca__self_range(); /* found before the first frame: outside the capture */
   CA__ENTRY(pcs, max, 0, true, CA__ANY);
 }

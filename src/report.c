@@ -9,6 +9,7 @@
  */
 #include "report.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -101,16 +102,22 @@ static void ca__put_json_string(ca__out *o, const char *s) {
     return;
   }
   ca__put(o, "\"", 1);
-  for (; *s; s++) {
+  for (size_t left = strlen(s); left > 0;) {
     unsigned char ch = (unsigned char)*s;
+    size_t k = ca_log_printable(s, left);
     if (ch == '"' || ch == '\\') {
       char esc[2] = {'\\', (char)ch};
       ca__put(o, esc, 2);
-    } else if (ch < 0x20) {
-      ca__printf(o, "\\u%04x", ch);
+    } else if (k > 0) {
+      ca__put(o, s, k);
     } else {
-      ca__put(o, s, 1);
+      /* A control, or a byte of no UTF-8 character: as the code point of
+       * the same number, so that the document stays valid JSON. */
+      ca__printf(o, "\\u%04x", ch);
     }
+    k = k ? k : 1;
+    s += k;
+    left -= k;
   }
   ca__put(o, "\"", 1);
 }
@@ -423,8 +430,11 @@ static char *ca__trim(char *s) {
   return s;
 }
 
+/* Bad lines of a suppressions file named one by one; the rest counted. */
+#define CA__MAX_RULE_WARNINGS 5
+
 static void ca__parse_rules(ca__rules *r, const char *path, bool json) {
-  size_t line_no = 0, dropped = 0;
+  size_t line_no = 0, dropped = 0, bad = 0;
   for (char *line = r->text; line != NULL;) {
     char *next = strchr(line, '\n');
     if (next != NULL)
@@ -433,35 +443,44 @@ static void ca__parse_rules(ca__rules *r, const char *path, bool json) {
     char *t = ca__trim(line);
     if (t[0] != '\0' && t[0] != '#') {
       char *pattern = ca__starts(t, "leak:") ? ca__trim(t + 5) : NULL;
-      if (pattern == NULL || pattern[0] == '\0')
+      if (pattern != NULL && pattern[0] != '\0' && r->n < CA__MAX_RULES)
+        r->pattern[r->n++] = pattern;
+      else if (pattern != NULL && pattern[0] != '\0')
+        dropped++;
+      else if (++bad <= CA__MAX_RULE_WARNINGS)
         ca__warn(json,
                  "suppressions: %s:%zu: '%.60s' ignored (expected "
                  "leak:<pattern>)",
                  path, line_no, t);
-      else if (r->n < CA__MAX_RULES)
-        r->pattern[r->n++] = pattern;
-      else
-        dropped++;
     }
     line = next;
   }
+  if (bad > CA__MAX_RULE_WARNINGS)
+    ca__warn(json, "suppressions: %s: ... and %zu more bad lines ignored",
+             path, bad - CA__MAX_RULE_WARNINGS);
   if (dropped > 0)
     ca__warn(json, "suppressions: %s: only the first %d rules are used; %zu "
                    "more ignored",
              path, CA__MAX_RULES, dropped);
 }
 
-/* Reads the suppressions file, if one is configured. */
+/* Reads the suppressions file, if one is configured. Opening never blocks
+ * (a FIFO with no writer) and only a regular file is read. */
 static void ca__load_rules(ca__rules *r, const char *path, bool json) {
   *r = (ca__rules){0};
   if (path[0] == '\0')
     return;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   struct stat st;
-  if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ca__warn(json, "suppressions: cannot read '%s' (%s): no leak is "
+  const char *why = fd < 0 || fstat(fd, &st) != 0 ? strerror(errno)
+                    : !S_ISREG(st.st_mode)
+                        ? "not a regular file (a FIFO, a device, a socket "
+                          "or a directory)"
+                        : NULL;
+  if (why != NULL) {
+    ca__warn(json, "suppressions: cannot read '%s': %s; no leak is "
                    "suppressed",
-             path, fd < 0 ? "cannot open it" : "not a regular file");
+             path, why);
     if (fd >= 0)
       close(fd);
     return;

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -63,14 +64,21 @@ typedef struct capture {
   int saved, mem;
 } capture;
 
+/* fd 2 becomes a write-only, appending description of the memfd: a log
+ * the program redirects its stderr to, which the library writes to (not a
+ * data file of the program's, which it would leave alone: log.h). */
 static inline void capture_begin(capture *c) {
+  char path[64];
   fflush(stderr);
   c->mem = memfd_create(E2E_NAME "_stderr", 0);
+  snprintf(path, sizeof path, "/proc/self/fd/%d", c->mem);
+  int w = c->mem >= 0 ? open(path, O_WRONLY | O_APPEND) : -1;
   c->saved = dup(2);
-  if (c->mem < 0 || c->saved < 0 || dup2(c->mem, 2) < 0) {
+  if (w < 0 || c->saved < 0 || dup2(w, 2) < 0) {
     perror(E2E_NAME ": capturing stderr");
     exit(2);
   }
+  close(w);
 }
 
 /* Restores fd 2 and returns what was written (NUL-terminated, malloc'd). */

@@ -19,17 +19,32 @@
  *                      by the pid, when given; else the full 2 s), frees
  *                      it, exits
  *   e2e_leaks none     never touches CUDA
+ *   e2e_leaks daemon DATA
+ *                      leaks 1 MiB, asks for 64 GiB (refused: with verbose:1
+ *                      the library logs it, so its log file is open), then
+ *                      closes every descriptor above 2, as daemons do, and
+ *                      opens DATA (O_WRONLY|O_CREAT|O_TRUNC), which gets the
+ *                      log's old number, writes "program data" to it, exits
+ *   e2e_leaks stderrfile DATA
+ *                      leaks 1 MiB, closes stderr and opens DATA (O_RDWR|
+ *                      O_CREAT|O_TRUNC) as descriptor 2, writes "program
+ *                      data" to it, exits
+ *   e2e_leaks stderrlog LOG
+ *                      leaks 1 MiB, points stderr at LOG opened to append
+ *                      (a log of the program's own), exits
  *
  * stdout: "key=value" lines the checker reads: preloaded=0|1 (whether
  * cudalloc is loaded), big_line=/small_line= (the source lines of the two
  * leaking cuMemAlloc calls), leak=0x... (each leaked address),
- * allocations=N (device allocations made), child_pid=N, done=MODE.
+ * allocations=N (device allocations made), child_pid=N, log_fd=N (the
+ * descriptor the library's log was at), data_fd=N, done=MODE.
  * Failures: "FAIL e2e_leaks: ..." on stderr and exit status 1 (the library
  * writes nothing else to stderr with log_path, so the checker can tell).
  */
 #include <cuda.h>
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -223,6 +238,70 @@ static int mode_signal(const char *log_template) {
   return 0;
 }
 
+static const char program_data[] = "program data\n";
+
+/* The lowest descriptor above 2 that is open, or -1. */
+static int lowest_open_above_2(void) {
+  for (int fd = 3; fd < 1024; fd++)
+    if (fcntl(fd, F_GETFD) >= 0)
+      return fd;
+  return -1;
+}
+
+static int write_data(int fd) {
+  if (write(fd, program_data, sizeof program_data - 1) !=
+      (ssize_t)(sizeof program_data - 1)) {
+    perror("FAIL e2e_leaks: writing the data file");
+    return 1;
+  }
+  return 0;
+}
+
+static int mode_daemon(const char *data) {
+  setup();
+  leak_one(1u << 20);
+  int before = lowest_open_above_2();
+  CUdeviceptr huge = 0;
+  if (cuMemAlloc(&huge, (size_t)64 << 30) == CUDA_SUCCESS)
+    fail("cuMemAlloc(64 GiB) on the mock's 1 GiB", 0);
+  int log_fd = lowest_open_above_2();
+  if (before != -1 || log_fd < 0) {
+    fprintf(stderr, "FAIL e2e_leaks: descriptors above 2: %d before the "
+                    "refused call, %d after (want none, then the log)\n",
+            before, log_fd);
+    return 1;
+  }
+  printf("log_fd=%d\n", log_fd);
+  fflush(stdout);
+  for (int fd = 3; fd < 1024; fd++)
+    close(fd);
+  int fd = open(data, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  printf("data_fd=%d\n", fd);
+  return fd < 0 ? 1 : write_data(fd);
+}
+
+static int mode_stderr_file(const char *data) {
+  setup();
+  leak_one(1u << 20);
+  fflush(stderr);
+  close(2);
+  int fd = open(data, O_RDWR | O_CREAT | O_TRUNC, 0644);
+  printf("data_fd=%d\n", fd);
+  return fd != 2 ? 1 : write_data(fd);
+}
+
+static int mode_stderr_log(const char *log) {
+  setup();
+  leak_one(1u << 20);
+  int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0 || dup2(fd, 2) != 2) {
+    perror("FAIL e2e_leaks: pointing stderr at the log");
+    return 1;
+  }
+  close(fd);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   /* The same test as the library sees it: is it in this process? */
@@ -240,8 +319,15 @@ int main(int argc, char **argv) {
     rc = mode_signal(argc > 2 ? argv[2] : NULL);
   else if (!strcmp(mode, "none"))
     rc = 0;
+  else if (!strcmp(mode, "daemon") && argc > 2)
+    rc = mode_daemon(argv[2]);
+  else if (!strcmp(mode, "stderrfile") && argc > 2)
+    rc = mode_stderr_file(argv[2]);
+  else if (!strcmp(mode, "stderrlog") && argc > 2)
+    rc = mode_stderr_log(argv[2]);
   else {
-    fprintf(stderr, "usage: e2e_leaks leaks|clean|fork|reset|signal [LOG]|none\n");
+    fprintf(stderr, "usage: e2e_leaks leaks|clean|fork|reset|signal [LOG]|"
+                    "none|daemon DATA|stderrfile DATA|stderrlog LOG\n");
     return 2;
   }
   if (rc == 0)

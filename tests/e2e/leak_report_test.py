@@ -82,8 +82,9 @@ MOCK_DIR = env_path("E2E_MOCK_DIR")
 PRELOAD = env_path("E2E_PRELOAD")
 
 
-def run(mode, conf, *args, expect_rc=0, preloaded=True):
-    """Runs e2e_leaks MODE ARGS with cudalloc preloaded and CUDALLOC_CONF=conf."""
+def run(mode, conf, *args, expect_rc=0, preloaded=True, stderr=subprocess.PIPE, timeout=60):
+    """Runs e2e_leaks MODE ARGS with cudalloc preloaded and CUDALLOC_CONF=conf;
+    its stderr is read unless `stderr` says where it goes instead."""
     env = dict(os.environ)
     for key in ("E2E_LEAKS_PROG", "E2E_MOCK_DIR", "E2E_PRELOAD", "MOCKCUDA_VERBOSE"):
         env.pop(key, None)
@@ -93,15 +94,16 @@ def run(mode, conf, *args, expect_rc=0, preloaded=True):
     env["MOCKCUDA_DEVICES"] = "2"
     env["ASAN_OPTIONS"] = "detect_leaks=0" + (":" + env["ASAN_OPTIONS"] if env.get("ASAN_OPTIONS") else "")
     proc = subprocess.Popen([PROG, mode, *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=stderr, text=True)
     try:
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
-        raise CheckFailed("the program ran for over 60 s",
+        err = err or ""
+        raise CheckFailed(f"the program ran for over {timeout} s (hung?)",
                           [Run(mode, args, conf, "timeout", out, err, proc.pid, {})])
-    r = Run(mode, args, conf, proc.returncode, out, err, proc.pid, {})
+    r = Run(mode, args, conf, proc.returncode, out, err or "", proc.pid, {})
     if r.rc != expect_rc:
         raise CheckFailed(f"exit status {r.rc}, want {expect_rc}", [r])
     if r.kv.get("preloaded") != ["1" if preloaded else "0"]:
@@ -556,26 +558,26 @@ CHECKS = {
 }
 
 
-def main(argv):
-    names = argv[1:] or list(CHECKS)
-    unknown = [n for n in names if n not in CHECKS]
+def main(argv, checks=CHECKS, label="leak_report"):
+    names = argv[1:] or list(checks)
+    unknown = [n for n in names if n not in checks]
     if unknown:
-        print(f"unknown check(s) {unknown}; known: {' '.join(CHECKS)}")
+        print(f"unknown check(s) {unknown}; known: {' '.join(checks)}")
         return 2
     failed = 0
     for name in names:
-        tmp = tempfile.mkdtemp(prefix=f"leak_report_{name}.")
+        tmp = tempfile.mkdtemp(prefix=f"{label}_{name}.")
         try:
-            what = CHECKS[name](tmp)
-            print(f"PASS leak_report {name}: {what}")
+            what = checks[name](tmp)
+            print(f"PASS {label} {name}: {what}")
         except CheckFailed as e:
             failed += 1
-            print(f"FAIL leak_report {name}: {e.reason}")
+            print(f"FAIL {label} {name}: {e.reason}")
             for r in e.runs:
                 print(r.describe())
         except Exception as e:  # a crash of the checker is a failure too
             failed += 1
-            print(f"FAIL leak_report {name}: checker error {type(e).__name__}: {e}")
+            print(f"FAIL {label} {name}: checker error {type(e).__name__}: {e}")
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         sys.stdout.flush()

@@ -45,15 +45,56 @@ static uint32_t ca__stack_here(void) {
   return ca_stacks_intern(pcs, n);
 }
 
-/* Records a passed-through allocation for the report. The driver gave out
- * its address just now, so if a pooled segment still held it, that segment
- * was freed behind the library's back (the pool stops using it). */
+/* Every pool of `device` (one per context) gives back what it caches,
+ * waiting for its pending frees first, so that an allocation the driver or
+ * the limit refused can be tried once more. Returns whether anything was
+ * given back; an unknown device (-1) has no pool of its own to empty. */
+static bool ca__make_room(int device) {
+  if (device < 0)
+    return false;
+  ca_pool *pools[CA_RUNTIME_MAX_POOLS];
+  size_t n = ca_runtime_pools(device, pools, CA_RUNTIME_MAX_POOLS);
+  uint64_t given_back = 0;
+  for (size_t i = 0; i < n; i++)
+    given_back += ca_pool_empty_cache(pools[i]);
+  return given_back > 0;
+}
+
+/* Books `size` bytes of passed-through memory in `device`'s budget before
+ * the driver is asked for them, giving back the pools' cache there if that
+ * makes the room. An unknown device (-1) has no budget to book in. */
+static bool ca__book(int device, uint64_t size) {
+  ca_budget *b = ca_runtime_budget(device);
+  return b == NULL || ca_budget_book(b, size) ||
+         (ca__make_room(device) && ca_budget_book(b, size));
+}
+
+static void ca__unbook(int device, uint64_t size) {
+  ca_budget *b = ca_runtime_budget(device);
+  if (b != NULL)
+    ca_budget_unbook(b, size);
+}
+
+/* Records a passed-through allocation, booked already, for the report. The
+ * driver gave out its address just now, so if a pooled segment still held
+ * it, that segment was freed behind the library's back (the pool stops
+ * using it); an entry still live at the key was freed by a path we do not
+ * see, and its booking ends. */
 static void ca__track(ca_track_kind kind, uint64_t key, uint64_t size,
                       int device, CUcontext ctx) {
+  ca_tracked gone;
   if (kind != CA_TRACK_VMM)
     ca_runtime_lost(key);
-  ca_track_add(kind, key, size, device, ctx, ca__stack_here());
+  if (ca_track_add(kind, key, size, device, ctx, ca__stack_here(), &gone))
+    ca__unbook(gone.device, gone.size);
   ca_lifecycle_device_used();
+}
+
+/* A passed-through allocation was freed: its booking ends. */
+static void ca__untrack(bool vmm, uint64_t key) {
+  ca_tracked t;
+  if (vmm ? ca_track_forget_handle(key, &t) : ca_track_forget_addr(key, &t))
+    ca__unbook(t.device, t.size);
 }
 
 /* With verbose, the one line that says why an allocation failed. */
@@ -100,7 +141,13 @@ CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
   if (pool == NULL)
     return CA_REAL(mem_alloc, dptr, size);
   uint64_t addr = 0;
-  int status = ca_pool_alloc(pool, (uint64_t)size, ca__stack_here(), &addr);
+  uint32_t stack = ca__stack_here();
+  int status = ca_pool_alloc(pool, (uint64_t)size, stack, &addr);
+  /* The pool gave back its own cache before failing; under a limit, the
+   * device's other pools may hold the room. */
+  if (status == CUDA_ERROR_OUT_OF_MEMORY && ca_config_get()->memory_limit &&
+      ca__make_room(ca_pool_device(pool)))
+    status = ca_pool_alloc(pool, (uint64_t)size, stack, &addr);
   if (status == 0)
     *dptr = (CUdeviceptr)addr;
   else if (status == CUDA_ERROR_OUT_OF_MEMORY)
@@ -124,7 +171,7 @@ CUresult ca_on_mem_free(CUdeviceptr dptr) {
    * them all), or a bad pointer the driver will reject. */
   CUresult r = CA_REAL(mem_free, dptr);
   if (r == CUDA_SUCCESS)
-    ca_track_forget_addr((uint64_t)dptr, NULL);
+    ca__untrack(false, (uint64_t)dptr);
   return r;
 }
 
@@ -148,12 +195,11 @@ static void ca__adjust_info(int device, uint64_t *free_bytes,
   uint64_t free_now = *free_bytes + releasable;
   if (free_now > *total_bytes)
     free_now = *total_bytes;
-  uint64_t limit = ca_config_get()->memory_limit;
-  const _Atomic uint64_t *outside = ca_track_bytes_on(device);
+  const ca_budget *b = ca_runtime_budget(device);
+  uint64_t limit = b ? b->limit : 0;
   if (limit > 0) {
-    uint64_t reserved = s.reserved_bytes.current;
-    uint64_t held = (reserved > releasable ? reserved - releasable : 0) +
-                    (outside ? atomic_load(outside) : 0);
+    uint64_t booked = ca_budget_booked(b);
+    uint64_t held = booked > releasable ? booked - releasable : 0;
     uint64_t left = limit > held ? limit - held : 0;
     if (free_now > left)
       free_now = left;
@@ -190,54 +236,20 @@ CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes) {
 /* ------------------------------------------------------------------------ */
 /* Passed through, tracked                                                   */
 
-/* The pool gives back what it holds on `device` (waiting for its pending
- * frees first), so that a passed-through allocation the driver or the limit
- * refused can be tried once more. Returns whether anything was given back;
- * an unknown device (-1) has no pool of its own to empty. */
-static bool ca__make_room(int device) {
-  if (device < 0)
-    return false;
-  ca_pool *pools[CA_RUNTIME_MAX_POOLS];
-  size_t n = ca_runtime_pools(device, pools, CA_RUNTIME_MAX_POOLS);
-  uint64_t given_back = 0;
-  for (size_t i = 0; i < n; i++)
-    given_back += ca_pool_empty_cache(pools[i]);
-  return given_back > 0;
-}
-
-/* Whether `size` more bytes fit under `limit` beside the pools' reserved
- * memory on `device` and the `outside` bytes passed through there. */
-static bool ca__fits(int device, uint64_t size, uint64_t limit,
-                     const _Atomic uint64_t *outside) {
-  cudalloc_device_stats s;
-  ca_runtime_device_stats(device, &s);
-  uint64_t used = s.reserved_bytes.current + atomic_load(outside);
-  return used <= limit && size <= limit - used;
-}
-
-/* Whether memory_limit_mb leaves room for `size` more bytes on `device`
- * beside the pool's reserved memory and the other passed-through memory;
- * the pool's cache is given back first if that makes the room. */
-static bool ca__limit_allows(int device, uint64_t size) {
-  uint64_t limit = ca_config_get()->memory_limit;
-  const _Atomic uint64_t *outside = ca_track_bytes_on(device);
-  if (limit == 0 || outside == NULL)
-    return true;
-  return ca__fits(device, size, limit, outside) ||
-         (ca__make_room(device) && ca__fits(device, size, limit, outside));
-}
-
 /* Runs one passed-through allocation under the policy shared by all of
- * them: refused past the memory limit; retried once after the pool has
- * given back what it holds, when the driver runs out of memory. `call`
- * makes the real call. */
+ * them: booked in the device's budget first (refused past the memory
+ * limit), and the booking ended if the call fails; retried once after the
+ * pool has given back what it holds, when the driver runs out of memory.
+ * `call` makes the real call. */
 #define CA__PASS_THROUGH(device, size, call)                                   \
   ({                                                                           \
     CUresult r_ = CUDA_ERROR_OUT_OF_MEMORY;                                    \
-    if (ca__limit_allows((device), (size))) {                                  \
+    if (ca__book((device), (size))) {                                          \
       r_ = (call);                                                             \
       if (r_ == CUDA_ERROR_OUT_OF_MEMORY && ca__make_room(device))             \
         r_ = (call);                                                           \
+      if (r_ != CUDA_SUCCESS)                                                  \
+        ca__unbook((device), (size));                                          \
     }                                                                          \
     r_;                                                                        \
   })
@@ -248,12 +260,24 @@ CUresult ca_on_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width,
     return CA_REAL(mem_alloc_pitch, dptr, pitch, width, height, element_size);
   CUcontext ctx;
   int device = ca__where(&ctx);
+  uint64_t asked = (uint64_t)width * height;
+  if (height != 0 && asked / height != width) /* past 2^64 bytes */
+    return CA_REAL(mem_alloc_pitch, dptr, pitch, width, height, element_size);
   CUresult r = CA__PASS_THROUGH(
-      device, (uint64_t)width * height,
+      device, asked,
       CA_REAL(mem_alloc_pitch, dptr, pitch, width, height, element_size));
-  if (r == CUDA_SUCCESS)
-    ca__track(CA_TRACK_PITCH, (uint64_t)*dptr, (uint64_t)*pitch * height,
-              device, ctx);
+  if (r != CUDA_SUCCESS)
+    return r;
+  /* The rows' padding is known only now; it is booked as well, or the
+   * allocation given back. */
+  uint64_t got = (uint64_t)*pitch * height;
+  if (got > asked && !ca__book(device, got - asked)) {
+    CA_REAL(mem_free, *dptr);
+    ca__unbook(device, asked);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  ca__track(CA_TRACK_PITCH, (uint64_t)*dptr, got > asked ? got : asked,
+            device, ctx);
   return r;
 }
 
@@ -321,7 +345,7 @@ CUresult ca_on_mem_free_async(CUdeviceptr dptr, CUstream stream, bool ptsz) {
   CUresult r = ptsz ? CA_REAL(mem_free_async_ptsz, dptr, stream)
                     : CA_REAL(mem_free_async, dptr, stream);
   if (r == CUDA_SUCCESS && ca__enabled())
-    ca_track_forget_addr((uint64_t)dptr, NULL);
+    ca__untrack(false, (uint64_t)dptr);
   return r;
 }
 
@@ -343,7 +367,7 @@ CUresult ca_on_mem_create(CUmemGenericAllocationHandle *handle, size_t size,
 CUresult ca_on_mem_release(CUmemGenericAllocationHandle handle) {
   CUresult r = CA_REAL(mem_release, handle);
   if (r == CUDA_SUCCESS && ca__enabled())
-    ca_track_forget_handle((uint64_t)handle, NULL);
+    ca__untrack(true, (uint64_t)handle);
   return r;
 }
 

@@ -251,9 +251,10 @@ struct ca_pool {
   _Alignas(CA__LINE) _Atomic uint64_t reserved;
   _Atomic uint64_t reserved_peak;
   /* reserved, plus the segments being asked of the backend right now: what
-   * the memory limit and the collection threshold weigh, so that arenas
-   * growing at once cannot together pass the limit. */
+   * the collection threshold weighs; booked in the device's budget too. */
   _Atomic uint64_t committed;
+  ca_budget *budget; /* the device's (options), or `unlimited` */
+  ca_budget unlimited;
   _Atomic uint64_t seq; /* allocation numbers handed to the arenas so far */
 };
 
@@ -538,7 +539,7 @@ static void ca__quick_flush(ca__arena *p) {
 /* ---- Reserved memory, pool-wide ------------------------------------------ */
 
 /* What the pool holds or is reserving now, all arenas together: the figure
- * the memory limit and the collection threshold weigh. */
+ * the collection threshold weighs. */
 static uint64_t ca__pool_reserved(const ca__arena *p) {
   return atomic_load_explicit(&p->pool->committed, memory_order_relaxed);
 }
@@ -563,6 +564,7 @@ static void ca__pool_reserved_add(ca__arena *p, uint64_t seg) {
 static void ca__pool_reserved_sub(ca__arena *p, uint64_t bytes) {
   atomic_fetch_sub_explicit(&p->pool->reserved, bytes, memory_order_relaxed);
   atomic_fetch_sub_explicit(&p->pool->committed, bytes, memory_order_relaxed);
+  ca_budget_unbook(p->pool->budget, bytes);
 }
 
 /* ---- Segments ------------------------------------------------------------- */
@@ -1088,8 +1090,8 @@ static uint64_t ca__segment_size(uint64_t size) {
 static uint64_t ca__gc_budget(ca__arena *p) {
   if (!p->gc_budget) {
     uint64_t free_bytes = 0, total = 0;
-    if (p->opt.memory_limit)
-      p->gc_budget = p->opt.memory_limit;
+    if (p->pool->budget->limit)
+      p->gc_budget = p->pool->budget->limit;
     else if (p->backend->mem_info(p->backend->ctx, p->device, &free_bytes,
                                   &total) == 0)
       p->gc_budget = total;
@@ -1152,13 +1154,15 @@ static void ca__collect_garbage(ca__arena *p, uint64_t seg) {
 }
 
 /* What the memory limit leaves the pool: the limit less the device memory
- * used beside it. UINT64_MAX when there is no limit. */
+ * booked beside it (other pools of the device, allocations passed through
+ * to the driver). UINT64_MAX when there is no limit. */
 static uint64_t ca__limit_room(const ca__arena *p) {
-  if (!p->opt.memory_limit)
+  const ca_budget *b = p->pool->budget;
+  if (!b->limit)
     return UINT64_MAX;
-  uint64_t outside =
-      p->opt.outside_bytes ? atomic_load(p->opt.outside_bytes) : 0;
-  return p->opt.memory_limit > outside ? p->opt.memory_limit - outside : 0;
+  uint64_t booked = ca_budget_booked(b), own = ca__pool_reserved(p);
+  uint64_t outside = booked > own ? booked - own : 0;
+  return b->limit > outside ? b->limit - outside : 0;
 }
 
 static int ca__fits_limit(const ca__arena *p, uint64_t seg) {
@@ -1182,24 +1186,20 @@ static uint64_t ca__segment_within_limit(ca__arena *p, uint64_t size,
   return ca__fits_limit(p, min) ? min : 0;
 }
 
-/* Books `seg` bytes against the memory limit before the backend is asked
- * for them, in one atomic step, so that two arenas growing at once cannot
- * both take the last room. Returns false, booking nothing, when the pool
- * would pass the limit. */
+/* Books `seg` bytes in the device's budget before the backend is asked for
+ * them, in one atomic step, so that two arenas (or pools, or a pass-through
+ * allocation) growing at once cannot both take the last room. Returns
+ * false, booking nothing, when the device would pass the limit. */
 static bool ca__book(ca__arena *p, uint64_t seg) {
-  _Atomic uint64_t *committed = &p->pool->committed;
-  uint64_t room = ca__limit_room(p);
-  uint64_t now = atomic_load_explicit(committed, memory_order_relaxed);
-  do {
-    if (now + seg > room)
-      return false;
-  } while (!atomic_compare_exchange_weak_explicit(
-      committed, &now, now + seg, memory_order_relaxed, memory_order_relaxed));
+  if (!ca_budget_book(p->pool->budget, seg))
+    return false;
+  atomic_fetch_add_explicit(&p->pool->committed, seg, memory_order_relaxed);
   return true;
 }
 
 static void ca__unbook(ca__arena *p, uint64_t seg) {
   atomic_fetch_sub_explicit(&p->pool->committed, seg, memory_order_relaxed);
+  ca_budget_unbook(p->pool->budget, seg);
 }
 
 /* A refused booking reads as the backend running out: the caller's
@@ -1587,6 +1587,7 @@ ca_pool *ca_pool_create(const ca_backend *backend, int device,
   pool->backend = backend;
   pool->device = device;
   pool->opt = *options;
+  pool->budget = options->budget ? options->budget : &pool->unlimited;
   /* Without markers a pool cannot order reuse after device work: it falls
    * back to synchronizing at each free, or to reusing at once. */
   if (pool->opt.reuse == CA_REUSE_SAFE && !backend->mark)
@@ -1608,8 +1609,10 @@ void ca_pool_destroy(ca_pool *pool) {
     return;
   ca__arena *all[CA_POOL_ARENAS];
   unsigned n = ca__arenas(pool, all);
-  for (unsigned i = 0; i < n; i++)
+  for (unsigned i = 0; i < n; i++) {
+    ca__pool_reserved_sub(all[i], all[i]->stats.reserved_bytes.current);
     ca__arena_free(all[i]);
+  }
   free(pool);
 }
 

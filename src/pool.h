@@ -16,8 +16,8 @@
  * arenas with a lock each: a thread uses one arena until it keeps finding
  * that arena's lock held, then moves to a less used one, so threads
  * allocating at once do not queue on one lock while a single thread sees
- * one pool as before. The memory limit, the collection threshold and
- * reserved memory are the whole pool's.
+ * one pool as before. The collection threshold and reserved memory are the
+ * whole pool's; the memory limit is the device's (budget.h).
  */
 #ifndef CA_POOL_H
 #define CA_POOL_H
@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "budget.h"
 #include "cudalloc.h"
 
 /* Requests are rounded up to this many bytes. */
@@ -75,12 +76,12 @@ typedef enum ca_reuse {
 typedef struct ca_pool_options {
   uint64_t max_split_size; /* UINT64_MAX: every block may be split */
   double gc_threshold;     /* 0: off; else a fraction in (0,1) of budget */
-  uint64_t memory_limit;   /* 0: none; else the cap on the device's memory */
   ca_reuse reuse;          /* SAFE needs the backend's markers */
-  /* Device memory in use beside the pool (allocations passed through to
-   * the driver), counted against memory_limit with the pool's reserved
-   * bytes; NULL for none. Read without the pool's lock. */
-  const _Atomic uint64_t *outside_bytes;
+  /* The device's memory budget (memory_limit_mb), which the pool books
+   * every segment against before asking the backend for it, shared with
+   * the device's other pools and the allocations passed through to the
+   * driver; NULL: no limit. It must outlive the pool. */
+  ca_budget *budget;
   /* Says one line about something that went wrong outside the pool (a
    * segment freed behind its back); NULL for silence. Called with an
    * arena's lock held: it must not call into the pool. */

@@ -20,7 +20,6 @@
 #include "backend_cuda.h"
 #include "lifecycle.h"
 #include "log.h"
-#include "track.h"
 
 typedef struct ca__slot {
   _Atomic(void *) ctx;     /* the context served; NULL once retired */
@@ -36,6 +35,24 @@ static atomic_int ca__nslots;
 static pthread_mutex_t ca__slots_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t ca__fork_once = PTHREAD_ONCE_INIT;
 
+/* Each device's memory budget: its pools and what is passed through to the
+ * driver book against the same one. */
+static ca_budget ca__budgets[CUDALLOC_MAX_DEVICES];
+static pthread_once_t ca__budgets_once = PTHREAD_ONCE_INIT;
+
+static void ca__budgets_init(void) {
+  uint64_t limit = ca_config_get()->memory_limit;
+  for (int d = 0; d < CUDALLOC_MAX_DEVICES; d++)
+    ca__budgets[d].limit = limit;
+}
+
+ca_budget *ca_runtime_budget(int device) {
+  if (device < 0 || device >= CUDALLOC_MAX_DEVICES)
+    return NULL;
+  pthread_once(&ca__budgets_once, ca__budgets_init);
+  return &ca__budgets[device];
+}
+
 /* A forked child cannot use its parent's CUDA contexts, and another thread
  * may have held a pool's lock at the fork: the child forgets the parent's
  * pools without touching them and starts afresh. */
@@ -47,6 +64,9 @@ static void ca__forget_pools_in_child(void) {
     atomic_store(&ca__slots[i].pool, NULL);
   }
   atomic_store(&ca__nslots, 0);
+  /* Nor is the memory it booked: the child holds none yet. */
+  for (int d = 0; d < CUDALLOC_MAX_DEVICES; d++)
+    atomic_store(&ca__budgets[d].booked, 0);
 }
 
 static void ca__register_fork_handler(void) {
@@ -71,9 +91,8 @@ static ca_pool_options ca__pool_options(int device) {
   return (ca_pool_options){
       .max_split_size = c->max_split_size,
       .gc_threshold = c->gc_threshold,
-      .memory_limit = c->memory_limit,
       .reuse = ca__reuse(c->reuse_policy),
-      .outside_bytes = ca_track_bytes_on(device),
+      .budget = ca_runtime_budget(device),
       .warn = ca__warn,
   };
 }

@@ -29,6 +29,11 @@ ca_pool *ca_runtime_pool_in(int device, void *ctx);
  * which needs no device number. */
 ca_pool *ca_runtime_pool_of(void *ctx);
 
+/* The memory budget of `device` (memory_limit_mb, budget.h), which its
+ * pools and the allocations passed through to the driver there book
+ * against; NULL for a device outside [0, CUDALLOC_MAX_DEVICES). */
+ca_budget *ca_runtime_budget(int device);
+
 /* The pools of `device` (every device for -1), at most `max` into out;
  * returns how many there are. */
 size_t ca_runtime_pools(int device, ca_pool **out, size_t max);

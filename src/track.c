@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "cudalloc.h"
 #include "lock.h"
 #include "uthash.h"
 
@@ -27,21 +26,6 @@ static ca__entry *ca__by_addr;   /* uthash head: device addresses */
 static ca__entry *ca__by_handle; /* uthash head: cuMemCreate handles */
 static ca__entry *ca__free_list;
 static uint64_t ca__seq;
-static _Atomic uint64_t ca__bytes_on[CUDALLOC_MAX_DEVICES];
-
-static bool ca__known_device(int device) {
-  return device >= 0 && device < CUDALLOC_MAX_DEVICES;
-}
-
-/* Under the lock: an entry comes (sign 1) or goes (-1). */
-static void ca__count(const ca_tracked *t, int sign) {
-  if (!ca__known_device(t->device))
-    return;
-  if (sign > 0)
-    atomic_fetch_add(&ca__bytes_on[t->device], t->size);
-  else
-    atomic_fetch_sub(&ca__bytes_on[t->device], t->size);
-}
 
 static void ca__give_entry(ca__entry *e);
 
@@ -64,8 +48,6 @@ static void ca__fork_child(void) {
   ca__clear(&ca__by_addr);
   ca__clear(&ca__by_handle);
   ca__seq = 0;
-  for (int d = 0; d < CUDALLOC_MAX_DEVICES; d++)
-    atomic_store(&ca__bytes_on[d], 0);
   pthread_mutex_unlock(&ca__lock);
 }
 static void ca__register_fork(void) {
@@ -127,21 +109,22 @@ const char *ca_track_kind_call(ca_track_kind kind) {
   return "?";
 }
 
-void ca_track_add(ca_track_kind kind, uint64_t key, uint64_t size, int device,
-                  void *ctx, uint32_t stack) {
+bool ca_track_add(ca_track_kind kind, uint64_t key, uint64_t size, int device,
+                  void *ctx, uint32_t stack, ca_tracked *replaced) {
   uint64_t now = ca__now_ns();
   ca__lock_table();
   ca__entry **head = kind == CA_TRACK_VMM ? &ca__by_handle : &ca__by_addr;
   ca__entry *e = NULL;
   HASH_FIND(hh, *head, &key, sizeof(key), e);
-  if (e == NULL) {
+  bool was_live = e != NULL;
+  if (was_live) {
+    *replaced = e->t;
+  } else {
     e = ca__take_entry();
     if (e != NULL) {
       e->t.key = key;
       HASH_ADD(hh, *head, t.key, sizeof(e->t.key), e);
     }
-  } else {
-    ca__count(&e->t, -1);
   }
   if (e != NULL) {
     e->t.size = size;
@@ -151,9 +134,9 @@ void ca_track_add(ca_track_kind kind, uint64_t key, uint64_t size, int device,
     e->t.ctx = ctx;
     e->t.stack = stack;
     e->t.kind = kind;
-    ca__count(&e->t, 1);
   }
   ca__unlock_table();
+  return was_live;
 }
 
 static bool ca__forget(ca__entry **head, uint64_t key, ca_tracked *out) {
@@ -163,7 +146,6 @@ static bool ca__forget(ca__entry **head, uint64_t key, ca_tracked *out) {
   if (e != NULL) {
     if (out != NULL)
       *out = e->t;
-    ca__count(&e->t, -1);
     HASH_DEL(*head, e);
     ca__give_entry(e);
   }
@@ -192,10 +174,6 @@ size_t ca_track_foreach(void (*fn)(const ca_tracked *t, void *arg),
   return n;
 }
 
-const _Atomic uint64_t *ca_track_bytes_on(int device) {
-  return ca__known_device(device) ? &ca__bytes_on[device] : NULL;
-}
-
 uint64_t ca_track_total(void) {
   ca__lock_table();
   uint64_t n = ca__seq;
@@ -214,7 +192,6 @@ size_t ca_track_drop_context(void *ctx,
       continue;
     if (fn != NULL)
       fn(&e->t, arg);
-    ca__count(&e->t, -1);
     HASH_DEL(ca__by_addr, e);
     ca__give_entry(e);
     n++;

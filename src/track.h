@@ -12,7 +12,6 @@
 #ifndef CA_TRACK_H
 #define CA_TRACK_H
 
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -40,10 +39,11 @@ typedef struct ca_tracked {
 const char *ca_track_kind_call(ca_track_kind kind);
 
 /* Records a live allocation. A key already live in the same namespace is
- * replaced (its free went by a path we do not see). Host out of memory:
- * the allocation goes unrecorded, which only costs the report a line. */
-void ca_track_add(ca_track_kind kind, uint64_t key, uint64_t size, int device,
-                  void *ctx, uint32_t stack);
+ * replaced (its free went by a path we do not see): then returns true with
+ * the entry replaced in *replaced. Host out of memory: the allocation goes
+ * unrecorded, which only costs the report a line. */
+bool ca_track_add(ca_track_kind kind, uint64_t key, uint64_t size, int device,
+                  void *ctx, uint32_t stack, ca_tracked *replaced);
 
 /* Forgets the live allocation at a device address (any kind but VMM), or
  * the cuMemCreate handle. Returns whether one was live; fills *out if so and
@@ -54,11 +54,6 @@ bool ca_track_forget_handle(uint64_t handle, ca_tracked *out);
 /* Calls fn once per live entry, in no particular order, under the
  * table's lock: fn must not call back into the table. Returns the count. */
 size_t ca_track_foreach(void (*fn)(const ca_tracked *t, void *arg), void *arg);
-
-/* The bytes live on `device` in the table, kept current as entries come and
- * go (the memory limit counts them beside the pool's); NULL for a device
- * outside [0, CUDALLOC_MAX_DEVICES). */
-const _Atomic uint64_t *ca_track_bytes_on(int device);
 
 /* The number of allocations recorded since the process (or, in a forked
  * child, the child) started. */

@@ -12,7 +12,13 @@
  *     freed it succeeds;
  *  3. and the other way round: managed 40 MiB while the pool holds 32 MiB
  *     live fails; once those 32 MiB are freed it succeeds (the pool gives
- *     its cache back to make room).
+ *     its cache back to make room);
+ *  4. the limit is the device's: 8 threads in two contexts of device 0 (two
+ *     pools) allocate and free pooled and managed memory at random, far
+ *     past the limit together; the mock never holds more than 64 MiB at
+ *     once (its own peak), refusals are out of memory, both contexts are
+ *     served, and once all is freed and the second context destroyed,
+ *     cuMemGetInfo reports the whole 64 MiB free again.
  * Run plainly, every one of these calls succeeds: no limit, so a refusal
  * above is the library's. The mode comes from whether cudalloc_version is
  * loaded; E2E_EXPECT (plain|pooled, set by CTest) makes sure the preload
@@ -23,6 +29,7 @@
 #endif
 #include <cuda.h>
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +42,7 @@ static bool limited; /* preloaded: the limit of 64 MiB applies */
 
 #define E2E_NAME "e2e_limits"
 #include "e2e_check.h"
+#include "mockcuda.h"
 
 /* The call must succeed plainly and fail with CUDA_ERROR_OUT_OF_MEMORY
  * under the limit. */
@@ -119,6 +127,100 @@ static void passed_through_counts_toward_the_limit(void) {
   CHECK(cuMemFree(other));
 }
 
+#define RACERS 8
+#define RACER_SLOTS 4
+#define RACER_STEPS 400
+
+typedef struct racer {
+  CUcontext ctx;
+  unsigned rng;
+  int served, refused, failed;
+} racer;
+
+/* Allocates and frees at random in its context: pooled and managed blocks
+ * of 2 to 12 MiB (managed in whole 2 MiB, so that the mock takes exactly
+ * what is asked), up to RACER_SLOTS at once. */
+static void *race(void *arg) {
+  racer *r = arg;
+  CUdeviceptr held[RACER_SLOTS] = {0};
+  bool managed[RACER_SLOTS] = {false};
+  if (cuCtxSetCurrent(r->ctx) != CUDA_SUCCESS) {
+    r->failed++;
+    return NULL;
+  }
+  for (int step = 0; step < RACER_STEPS; step++) {
+    int i = rand_r(&r->rng) % RACER_SLOTS;
+    if (held[i]) {
+      if (cuMemFree(held[i]) != CUDA_SUCCESS)
+        r->failed++;
+      held[i] = 0;
+      continue;
+    }
+    size_t size = (size_t)(1 + rand_r(&r->rng) % 6) * 2 * MiB;
+    managed[i] = rand_r(&r->rng) % 4 == 0;
+    CUresult rc = managed[i]
+                      ? cuMemAllocManaged(&held[i], size, CU_MEM_ATTACH_GLOBAL)
+                      : cuMemAlloc(&held[i], size);
+    if (rc == CUDA_SUCCESS)
+      r->served++;
+    else if (rc == CUDA_ERROR_OUT_OF_MEMORY)
+      r->refused++;
+    else
+      r->failed++;
+    if (rc != CUDA_SUCCESS)
+      held[i] = 0;
+  }
+  for (int i = 0; i < RACER_SLOTS; i++)
+    if (held[i] && cuMemFree(held[i]) != CUDA_SUCCESS)
+      r->failed++;
+  return NULL;
+}
+
+static void two_contexts_share_the_limit(CUcontext primary, CUdevice dev) {
+  CUcontext second = NULL;
+  CHECK(cuCtxCreate(&second, NULL, 0, dev));
+  CHECK(cuCtxSetCurrent(primary));
+  racer racers[RACERS];
+  pthread_t threads[RACERS];
+  capture c; /* each refused pooled request says so (verbose:1) */
+  capture_begin(&c);
+  for (int t = 0; t < RACERS; t++) {
+    racers[t] = (racer){.ctx = t % 2 ? second : primary, .rng = 77u + t};
+    pthread_create(&threads[t], NULL, race, &racers[t]);
+  }
+  int served[2] = {0, 0}, refused = 0, failed = 0;
+  for (int t = 0; t < RACERS; t++) {
+    pthread_join(threads[t], NULL);
+    served[t % 2] += racers[t].served;
+    refused += racers[t].refused;
+    failed += racers[t].failed;
+  }
+  free(capture_end(&c));
+  mockcuda_counters n;
+  mockcuda_get_counters(&n);
+  printf("e2e_limits: two contexts, %d threads: %d + %d served, %d refused, "
+         "device peak %llu MiB\n",
+         RACERS, served[0], served[1], refused,
+         (unsigned long long)(n.peak_used_bytes / MiB));
+  if (failed)
+    FAIL("%d calls failed other than out of memory", failed);
+  if (!served[0] || !served[1])
+    FAIL("a context was never served (%d, %d)", served[0], served[1]);
+  if (limited && n.peak_used_bytes > 64 * MiB)
+    FAIL("the device held %llu MiB at once under a 64 MiB limit",
+         (unsigned long long)(n.peak_used_bytes / MiB));
+  if (limited && refused == 0)
+    FAIL("nothing was refused: the threads never reached the limit");
+  CHECK(cuCtxDestroy(second));
+  CHECK(cuCtxSetCurrent(primary));
+  size_t free_bytes = 0, total = 0;
+  CHECK(cuMemGetInfo(&free_bytes, &total));
+  if (limited && (free_bytes != 64 * MiB || total != 64 * MiB))
+    FAIL("with nothing held, cuMemGetInfo = %zu free of %zu, expected 64 MiB "
+         "of 64 MiB",
+         free_bytes, total);
+}
+
 int main(void) {
   limited = e2e_preloaded();
 
@@ -131,6 +233,7 @@ int main(void) {
 
   pooled_past_the_limit();
   passed_through_counts_toward_the_limit();
+  two_contexts_share_the_limit(ctx, dev);
 
   CHECK(cuDevicePrimaryCtxRelease(dev));
   printf("%s e2e_limits (%s, %d failure(s))\n", failures ? "FAIL" : "PASS",

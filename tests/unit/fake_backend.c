@@ -42,6 +42,8 @@ static int ca__fake_reserve(void *ctx, int device, uint64_t size,
     }
     if (rc == 0) {
       f->used[device] += size;
+      if (f->used[device] > f->peak_used[device])
+        f->peak_used[device] = f->used[device];
       f->segments[f->nsegments++] = (ca_fake_segment){*addr, size, device};
     }
   }

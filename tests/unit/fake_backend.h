@@ -35,6 +35,7 @@ typedef struct ca_fake_backend {
   bool host_backed;
   uint64_t capacity[CA_FAKE_DEVICES];
   uint64_t used[CA_FAKE_DEVICES];
+  uint64_t peak_used[CA_FAKE_DEVICES]; /* the most ever reserved at once */
   uint64_t next_addr[CA_FAKE_DEVICES];
   ca_fake_segment segments[CA_FAKE_MAX_SEGMENTS];
   int nsegments;

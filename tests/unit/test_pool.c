@@ -199,8 +199,10 @@ static void garbage_collects_oldest_segments_first(void **state) {
 static void garbage_collection_budget_is_the_limit_when_set(void **state) {
   (void)state;
   ca_pool_options opt = default_options();
+  static ca_budget budget;
+  budget = (ca_budget){.limit = 200 * MiB};
   opt.gc_threshold = 0.5;
-  opt.memory_limit = 200 * MiB;
+  opt.budget = &budget;
   fixture *fx = fixture_new(1000 * MiB, opt, false);
   uint64_t a = must_alloc(fx, 80 * MiB);
   assert_true(ca_pool_free(fx->pool, a));
@@ -214,8 +216,10 @@ static void garbage_collection_budget_is_the_limit_when_set(void **state) {
  * past that the request fails with the backend's out-of-memory code. */
 static void enforces_the_memory_limit(void **state) {
   (void)state;
+  static ca_budget budget;
+  budget = (ca_budget){.limit = 100 * MiB};
   ca_pool_options opt = default_options();
-  opt.memory_limit = 100 * MiB;
+  opt.budget = &budget;
   fixture *fx = fixture_new(1000 * MiB, opt, false);
   uint64_t big = must_alloc(fx, 90 * MiB);
   assert_true(ca_pool_free(fx->pool, big));
@@ -237,27 +241,55 @@ static void enforces_the_memory_limit(void **state) {
   fixture_free(fx);
 }
 
-/* The limit covers the device memory used beside the pool too (managed,
- * stream-ordered, cuMemCreate allocations passed to the driver): the pool
- * gives its cache back to make room for them, and refuses what would pass
- * the limit with them counted. */
+/* The limit is the device's: memory booked beside the pool in its budget
+ * (other pools of the device, allocations passed through to the driver)
+ * counts. The pool gives its own cache back to make room, refuses what
+ * would pass the limit with the rest counted, and its bookings end with
+ * its segments. */
 static void limit_counts_memory_outside_the_pool(void **state) {
   (void)state;
-  static _Atomic uint64_t outside;
-  atomic_store(&outside, 0);
+  static ca_budget budget;
+  budget = (ca_budget){.limit = 100 * MiB};
   ca_pool_options opt = default_options();
-  opt.memory_limit = 100 * MiB;
-  opt.outside_bytes = &outside;
+  opt.budget = &budget;
   fixture *fx = fixture_new(1000 * MiB, opt, false);
   uint64_t a = must_alloc(fx, 30 * MiB), addr = 0;
   assert_true(ca_pool_free(fx->pool, a));
-  atomic_store(&outside, 50 * MiB);
+  assert_true(ca_budget_book(&budget, 50 * MiB)); /* passed through */
   assert_int_equal(ca_pool_alloc(fx->pool, 40 * MiB, 0, &addr), 0);
   assert_int_equal(fx->fake.releases, 1); /* the cached 30 MiB made room */
   assert_int_equal(ca_pool_alloc(fx->pool, 20 * MiB, 0, &addr), CA_FAKE_OOM);
-  atomic_store(&outside, 0);
+  ca_budget_unbook(&budget, 50 * MiB);
   assert_int_equal(ca_pool_alloc(fx->pool, 20 * MiB, 0, &addr), 0);
+  assert_int_equal(ca_budget_booked(&budget),
+                   stats_of(fx).reserved_bytes.current);
   fixture_free(fx);
+  assert_int_equal(ca_budget_booked(&budget), 0);
+}
+
+/* Two pools of one device (two contexts) share its limit: what one holds,
+ * cached or in use, the other cannot have until it is given back. */
+static void pools_of_one_device_share_its_limit(void **state) {
+  (void)state;
+  static ca_budget budget;
+  budget = (ca_budget){.limit = 64 * MiB};
+  ca_pool_options opt = default_options();
+  opt.budget = &budget;
+  fixture *a = fixture_new(1000 * MiB, opt, false);
+  fixture *b = fixture_new(1000 * MiB, opt, false);
+  uint64_t in_a = must_alloc(a, 40 * MiB), addr = 0;
+  assert_int_equal(ca_pool_alloc(b->pool, 40 * MiB, 0, &addr), CA_FAKE_OOM);
+  must_alloc(b, 20 * MiB);
+  assert_true(ca_pool_free(a->pool, in_a)); /* cached by a: still booked */
+  assert_int_equal(ca_pool_alloc(b->pool, 40 * MiB, 0, &addr), CA_FAKE_OOM);
+  assert_int_equal(ca_pool_empty_cache(a->pool), 40 * MiB);
+  must_alloc(b, 40 * MiB);
+  assert_int_equal(ca_budget_booked(&budget), 60 * MiB);
+  assert_true(stats_of(a).reserved_bytes.peak + stats_of(b).reserved_bytes.peak
+              > 64 * MiB); /* over time, not at once */
+  fixture_free(a);
+  fixture_free(b);
+  assert_int_equal(ca_budget_booked(&budget), 0);
 }
 
 /* When the backend runs out, every cached segment is given back and the
@@ -709,8 +741,10 @@ static void capture_keeps_frees_pending(void **state) {
  * or grow past the limit. */
 static void limit_waits_for_pending_frees(void **state) {
   (void)state;
+  static ca_budget budget;
+  budget = (ca_budget){.limit = 2 * MiB};
   ca_pool_options opt = default_options();
-  opt.memory_limit = 2 * MiB;
+  opt.budget = &budget;
   fixture *fx = safe_fixture(1024 * MiB, opt);
   uint64_t a[4];
   fill_small_segment(fx, a);
@@ -984,8 +1018,10 @@ static void lists_live_blocks_of_every_arena(void **state) {
  * segment to stay under it. */
 static void memory_limit_covers_every_arena(void **state) {
   (void)state;
+  static ca_budget budget;
+  budget = (ca_budget){.limit = 100 * MiB};
   ca_pool_options opt = default_options();
-  opt.memory_limit = 100 * MiB;
+  opt.budget = &budget;
   fixture *fx = fixture_new(1000 * MiB, opt, false);
   uint64_t a = must_alloc(fx, 60 * MiB), addr = 0;
   ca_pool_set_thread_arena(1);
@@ -1114,6 +1150,7 @@ int main(void) {
       cmocka_unit_test(garbage_collection_budget_is_the_limit_when_set),
       cmocka_unit_test(enforces_the_memory_limit),
       cmocka_unit_test(limit_counts_memory_outside_the_pool),
+      cmocka_unit_test(pools_of_one_device_share_its_limit),
       cmocka_unit_test(retries_once_after_out_of_memory),
       cmocka_unit_test(retries_with_the_smallest_segment),
       cmocka_unit_test(empty_cache_gives_back_free_segments_only),

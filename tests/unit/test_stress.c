@@ -12,7 +12,9 @@
  * fake's progress clock on its own, so markers pass while threads allocate,
  * poll and wait, as on a GPU. One run has room enough; one a memory limit
  * far below what the threads ask for, so that arenas keep taking memory
- * back from each other. The last tests let contention alone spread threads,
+ * back from each other; one splits the threads over two pools (two
+ * contexts of one device) that share the device's limit, which the device
+ * must never see passed. The last tests let contention alone spread threads,
  * and check that threads stop counting on their arena when they exit.
  */
 #include <setjmp.h>
@@ -118,14 +120,14 @@ static int by_addr(const void *a, const void *b) {
 }
 
 /* With every thread parked: live blocks are distinct and disjoint, and the
- * pool agrees with what the threads hold. */
+ * pool agrees with what its threads hold. */
 static void check_quiescent(ca_pool *pool) {
   static slot live[THREADS * SLOTS];
   size_t n = 0;
   uint64_t bytes = 0;
   for (int t = 0; t < THREADS; t++)
     for (int i = 0; i < SLOTS; i++)
-      if (workers[t].slots[i].addr) {
+      if (workers[t].pool == pool && workers[t].slots[i].addr) {
         live[n++] = workers[t].slots[i];
         bytes += workers[t].slots[i].size;
       }
@@ -144,14 +146,17 @@ static void check_quiescent(ca_pool *pool) {
                        s.pending_free_bytes);
 }
 
-/* With every thread parked: each thread's blocks go to the next thread,
- * whose arena did not serve them. */
-static void pass_blocks_on(void) {
-  slot first[SLOTS];
-  memcpy(first, workers[0].slots, sizeof(first));
-  for (int t = 0; t + 1 < THREADS; t++)
-    memcpy(workers[t].slots, workers[t + 1].slots, sizeof(first));
-  memcpy(workers[THREADS - 1].slots, first, sizeof(first));
+/* With every thread parked: each thread's blocks go to the next thread of
+ * the same pool (threads take the `npools` pools in turn), whose arena did
+ * not serve them. */
+static void pass_blocks_on(int npools) {
+  slot first[2][SLOTS];
+  for (int k = 0; k < npools; k++)
+    memcpy(first[k], workers[k].slots, sizeof(first[k]));
+  for (int t = 0; t + npools < THREADS; t++)
+    memcpy(workers[t].slots, workers[t + npools].slots, sizeof(first[0]));
+  for (int k = 0; k < npools; k++)
+    memcpy(workers[THREADS - npools + k].slots, first[k], sizeof(first[k]));
 }
 
 static atomic_bool device_stop;
@@ -169,13 +174,15 @@ static void *run_device(void *arg) {
   return NULL;
 }
 
-/* Runs THREADS workers over a pool made with `opt` against a fake device
- * of 8 GiB. */
-static void run_threads(ca_pool_options opt, bool may_refuse) {
+/* Runs THREADS workers over `npools` pools (1 or 2) of one fake device of
+ * 8 GiB, made with `opt`, the threads taking the pools in turn. */
+static void run_threads(ca_pool_options opt, bool may_refuse, int npools) {
   static ca_fake_backend fake;
   ca_fake_init(&fake, 8ull << 30, true, true);
   fake.auto_pass = false;
-  ca_pool *pool = ca_pool_create(&fake.backend, 0, &opt);
+  ca_pool *pools[2];
+  for (int k = 0; k < npools; k++)
+    pools[k] = ca_pool_create(&fake.backend, 0, &opt);
   atomic_store(&device_stop, false);
   pthread_t device;
   pthread_create(&device, NULL, run_device, &fake);
@@ -183,15 +190,17 @@ static void run_threads(ca_pool_options opt, bool may_refuse) {
   pthread_barrier_init(&round_start, NULL, THREADS + 1);
   pthread_barrier_init(&round_end, NULL, THREADS + 1);
   for (int t = 0; t < THREADS; t++) {
-    workers[t] = (worker){.id = t, .pool = pool, .rng = 1234u + (uint64_t)t,
+    workers[t] = (worker){.id = t, .pool = pools[t % npools],
+                          .rng = 1234u + (uint64_t)t,
                           .may_refuse = may_refuse};
     pthread_create(&threads[t], NULL, run_worker, &workers[t]);
   }
   for (int r = 0; r < ROUNDS; r++) {
     pthread_barrier_wait(&round_start);
     pthread_barrier_wait(&round_end);
-    check_quiescent(pool);
-    pass_blocks_on();
+    for (int k = 0; k < npools; k++)
+      check_quiescent(pools[k]);
+    pass_blocks_on(npools);
   }
   for (int t = 0; t < THREADS; t++) {
     pthread_join(threads[t], NULL);
@@ -199,15 +208,18 @@ static void run_threads(ca_pool_options opt, bool may_refuse) {
   }
   atomic_store(&device_stop, true);
   pthread_join(device, NULL);
-  check_quiescent(pool);
   /* Frees came back through markers, polled under contention. */
   assert_true(fake.marks > 0);
   assert_true(fake.polls > 0);
-  cudalloc_device_stats s;
-  ca_pool_get_stats(pool, &s);
-  if (opt.memory_limit)
-    assert_true(s.reserved_bytes.peak <= opt.memory_limit);
-  ca_pool_destroy(pool);
+  /* What the device ever held at once, all pools together. */
+  if (opt.budget && opt.budget->limit)
+    assert_true(fake.peak_used[0] <= opt.budget->limit);
+  for (int k = 0; k < npools; k++) {
+    check_quiescent(pools[k]);
+    ca_pool_destroy(pools[k]);
+  }
+  if (opt.budget)
+    assert_int_equal(ca_budget_booked(opt.budget), 0);
   assert_int_equal(fake.nsegments, 0);
   assert_int_equal(fake.bad_releases, 0);
   ca_fake_fini(&fake);
@@ -219,7 +231,7 @@ static void eight_threads_keep_the_pool_consistent(void **state) {
   (void)state;
   ca_pool_options opt = {.max_split_size = 32u << 20, .gc_threshold = 0.5,
                          .reuse = CA_REUSE_SAFE};
-  run_threads(opt, false);
+  run_threads(opt, false, 1);
 }
 
 /* 96 MiB for threads that ask for more, in eight arenas that each want
@@ -227,9 +239,23 @@ static void eight_threads_keep_the_pool_consistent(void **state) {
  * the limit holds for the pool whatever the arenas do at once. */
 static void eight_threads_share_a_tight_limit(void **state) {
   (void)state;
+  static ca_budget budget;
+  budget = (ca_budget){.limit = 96u << 20};
   ca_pool_options opt = {.max_split_size = 32u << 20, .gc_threshold = 0.5,
-                         .memory_limit = 96u << 20, .reuse = CA_REUSE_SAFE};
-  run_threads(opt, true);
+                         .budget = &budget, .reuse = CA_REUSE_SAFE};
+  run_threads(opt, true, 1);
+}
+
+/* The same limit over two pools of one device, four threads each: the
+ * device's budget is booked before each segment is asked for, so the two
+ * pools together never hold more than the limit. */
+static void two_pools_of_a_device_share_its_limit(void **state) {
+  (void)state;
+  static ca_budget budget;
+  budget = (ca_budget){.limit = 96u << 20};
+  ca_pool_options opt = {.max_split_size = 32u << 20, .gc_threshold = 0.5,
+                         .budget = &budget, .reuse = CA_REUSE_SAFE};
+  run_threads(opt, true, 2);
 }
 
 #define SPREAD_SECONDS 10
@@ -411,6 +437,7 @@ int main(void) {
       cmocka_unit_test(out_of_keys_leaves_other_keys_alone),
       cmocka_unit_test(eight_threads_keep_the_pool_consistent),
       cmocka_unit_test(eight_threads_share_a_tight_limit),
+      cmocka_unit_test(two_pools_of_a_device_share_its_limit),
       cmocka_unit_test(contending_threads_spread_over_arenas),
       cmocka_unit_test(leaving_threads_stop_counting),
   };

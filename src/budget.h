@@ -1,0 +1,45 @@
+/*
+ * A device's memory budget: memory_limit_mb as one counter that everything
+ * holding device memory on the device books against before it asks the
+ * driver, every pool (one per context) and every allocation passed through
+ * to the driver. Booking is one compare-and-swap, so allocations racing in
+ * several threads and contexts can never together pass the limit: there is
+ * no window between checking the room and taking it.
+ *
+ * Plain C, no CUDA: the pool uses it as it is, and its tests build one.
+ */
+#ifndef CA_BUDGET_H
+#define CA_BUDGET_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct ca_budget {
+  uint64_t limit;          /* bytes; 0: none (bookings are only counted) */
+  _Atomic uint64_t booked; /* bytes held or being asked for right now */
+} ca_budget;
+
+/* Books `bytes`, or books nothing and returns false when the limit would
+ * be passed. */
+static inline bool ca_budget_book(ca_budget *b, uint64_t bytes) {
+  uint64_t now = atomic_load_explicit(&b->booked, memory_order_relaxed);
+  do {
+    if (b->limit && (bytes > b->limit || now > b->limit - bytes))
+      return false;
+  } while (!atomic_compare_exchange_weak_explicit(
+      &b->booked, &now, now + bytes, memory_order_relaxed,
+      memory_order_relaxed));
+  return true;
+}
+
+/* Gives back `bytes` booked before. */
+static inline void ca_budget_unbook(ca_budget *b, uint64_t bytes) {
+  atomic_fetch_sub_explicit(&b->booked, bytes, memory_order_relaxed);
+}
+
+static inline uint64_t ca_budget_booked(const ca_budget *b) {
+  return atomic_load_explicit(&b->booked, memory_order_relaxed);
+}
+
+#endif /* CA_BUDGET_H */

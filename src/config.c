@@ -29,7 +29,7 @@ typedef enum ca__kind {
   CA__FRACTION, /* decimal strictly between 0 and 1, in a double */
   CA__MIB,      /* integer MiB in [min, max], stored in bytes in a uint64_t */
   CA__INT,      /* integer in [min, max] (never negative), in an int */
-  CA__BOOL,     /* 0, 1, false or true, in a bool */
+  CA__BOOL,     /* one of ca__bool_words, in a bool */
   CA__TEXT,     /* up to max bytes of text, in a char array */
   CA__CHOICE,   /* one word of the row's choices, its index in an int */
 } ca__kind;
@@ -55,7 +55,9 @@ typedef struct ca__key {
   ca__kind kind;
   size_t offset;     /* where the field lives in ca_config */
   const char *const *choices; /* CA__CHOICE: the words, NULL-terminated */
-  uint64_t min, max; /* accepted integers (MiB for CA__MIB) */
+  /* Accepted integers (MiB for CA__MIB); 0 as well when it is the default
+   * (which then means off) though min is above it. */
+  uint64_t min, max;
   ca__value def;     /* the default, in the field's units */
   const char *def_text;
   const char *accepted;
@@ -82,6 +84,11 @@ typedef struct ca__key {
 #define CA__CHOICE_AT(field, words) CA__CHOICE, CA__OFFSET(field, int), words
 
 static const char *const ca__report_formats[] = {"text", "json", NULL};
+/* What a boolean takes, in any case: each false word, then its true one. */
+static const char *const ca__bool_words[] = {"0",   "1",  "false", "true",
+                                             "off", "on", "no",    "yes",
+                                             NULL};
+#define CA__BOOL_ACCEPTED "0, 1, false, true, off, on, no or yes"
 static const char *const ca__reuse_policies[] = {"safe", "immediate",
                                                  "device_sync", NULL};
 
@@ -99,19 +106,23 @@ static const ca__key ca__keys[] = {
     {"max_split_size_mb", CA__MIB_AT(max_split_size), 20, CA__MIB_MAX,
      {.integer = UINT64_MAX}, "unlimited", "an integer number of MiB >= 20",
      "Blocks this large or larger are never split."},
-    {"memory_limit_mb", CA__MIB_AT(memory_limit), 0, CA__MIB_MAX,
-     {.integer = 0}, "0 (no limit)", "an integer number of MiB >= 0",
-     "Hard cap on the memory reserved on each device; 0 means no limit."},
+    /* Below the smallest segment (CA_SMALL_SEGMENT) not one allocation
+     * could be served. */
+    {"memory_limit_mb", CA__MIB_AT(memory_limit), 2, CA__MIB_MAX,
+     {.integer = 0}, "0 (no limit)", "0 (no limit) or an integer number of "
+     "MiB >= 2",
+     "Hard cap on the device memory held on each device, by all of its "
+     "contexts together, cached memory included; 0 means no limit."},
     {"enabled", CA__BOOL_AT(enabled), 0, 1, {.integer = 1}, "1",
-     "0, 1, false or true",
+     CA__BOOL_ACCEPTED,
      "0 makes the library a pure pass-through to the driver."},
     {"verbose", CA__INT_AT(verbose), 0, 2, {.integer = 0}, "0", "0, 1 or 2",
      "How much the library prints: 0 quiet, 1 events, 2 chatty."},
     {"help", CA__BOOL_AT(help), 0, 1, {.integer = 0}, "0",
-     "0, 1, false or true",
+     CA__BOOL_ACCEPTED,
      "1 prints this table, every key with its default and meaning, at start."},
     {"leak_report", CA__BOOL_AT(leak_report), 0, 1, {.integer = 1}, "1",
-     "0, 1, false or true",
+     CA__BOOL_ACCEPTED,
      "1 lists, at exit, every device allocation never freed, grouped by "
      "where it came from; 0 prints nothing at exit."},
     {"backtrace_depth", CA__INT_AT(backtrace_depth), 0, 64, {.integer = 0},
@@ -138,9 +149,9 @@ static const ca__key ca__keys[] = {
      "Print at most this many leak groups, largest first; the summary still "
      "counts every leak."},
     {"stats", CA__BOOL_AT(stats), 0, 1, {.integer = 0}, "0",
-     "0, 1, false or true", "1 prints each device's memory summary at exit."},
+     CA__BOOL_ACCEPTED, "1 prints each device's memory summary at exit."},
     {"stats_signal", CA__BOOL_AT(stats_signal), 0, 1, {.integer = 0}, "0",
-     "0, 1, false or true",
+     CA__BOOL_ACCEPTED,
      "1 prints each device's memory summary when the process receives "
      "SIGUSR1."},
     {"reuse_policy", CA__CHOICE_AT(reuse_policy, ca__reuse_policies), 0, 2,
@@ -235,15 +246,12 @@ static void ca__format_fraction(double v, char *buf, size_t size) {
   snprintf(buf, size, "0.%0*" PRIu64, decimals, nano);
 }
 
-/* Copies at most CA__ECHO_MAX bytes of user text into `out`, control
- * characters replaced by '?' so that a message stays one line, and "..."
- * appended when the text was cut. */
+/* Copies at most CA__ECHO_MAX bytes of user text into `out`, "..."
+ * appended when the text was cut. (ca_log escapes what is not printable,
+ * so the message stays one line.) */
 static const char *ca__echo(ca__span s, char out[CA__ECHO_MAX + 4]) {
   size_t n = s.n < CA__ECHO_MAX ? s.n : CA__ECHO_MAX;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char ch = (unsigned char)s.p[i];
-    out[i] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
-  }
+  memcpy(out, s.p, n);
   if (s.n > n)
     memcpy(out + n, "...", 4);
   else
@@ -262,8 +270,7 @@ static void ca__format_current(const ca_config *c, const ca__key *k, char *buf,
     else
       ca__format_fraction(v.fraction, buf, size);
   } else if (k->kind == CA__TEXT) {
-    /* The text is the user's, control characters and all: echoed like
-     * any user text, so that the message stays one line. */
+    /* The text is the user's: echoed like any user text. */
     char echo[CA__ECHO_MAX + 4];
     snprintf(buf, size, "%s", v.text.n ? ca__echo(v.text, echo) : k->def_text);
   } else if (k->kind == CA__CHOICE) {
@@ -314,6 +321,7 @@ static bool ca__span_is_nocase(ca__span s, const char *word) {
 typedef struct ca__number {
   bool negative;
   bool has_dot;     /* written with a '.': integer keys refuse it */
+  bool nonzero;     /* some digit is not 0: the number is not zero */
   uint64_t integer; /* the digits before any '.'; UINT64_MAX on overflow */
   double value;     /* the magnitude, sign left out */
 } ca__number;
@@ -345,6 +353,7 @@ static bool ca__scan_number(ca__span s, ca__number *num) {
       return false;
     unsigned d = (unsigned)(s.p[i] - '0');
     digits++;
+    num->nonzero = num->nonzero || d != 0;
     if (!num->has_dot)
       num->integer = num->integer > (UINT64_MAX - d) / 10
                          ? UINT64_MAX
@@ -360,46 +369,59 @@ static bool ca__scan_number(ca__span s, ca__number *num) {
   return digits > 0;
 }
 
+/* A fraction is in (0,1) as written: no integer part, some digit not 0.
+ * Its double may still round to 0 or 1 (0.99999999999999999999): it is
+ * kept just inside. */
+static const char *ca__parse_fraction(ca__span s, double *out) {
+  ca__number num;
+  if (!ca__scan_number(s, &num))
+    return "is not a decimal number";
+  if (num.negative || num.integer != 0 || !num.nonzero)
+    return "is out of range";
+  *out = num.value >= 1   ? 1.0 - DBL_EPSILON / 2 /* the largest below 1 */
+         : num.value <= 0 ? DBL_TRUE_MIN
+                          : num.value;
+  return NULL;
+}
+
 /* Turns the value text of key `k` into *out. Returns NULL when accepted,
- * else the problem as the message words it. */
+ * else the problem as the message words it (into `buf` when it needs
+ * numbers). */
 static const char *ca__parse_value(const ca__key *k, ca__span s,
-                                   ca__value *out) {
+                                   ca__value *out, char *buf, size_t size) {
   ca__number num;
   if (s.n == 0)
     return "has an empty value";
   if (k->kind == CA__TEXT) {
-    if (s.n > k->max)
-      return "is too long";
-    out->text = s;
-    return NULL;
-  }
-  if (k->kind == CA__CHOICE) {
-    for (uint64_t i = 0; k->choices[i] != NULL; i++) {
-      if (ca__span_is(s, k->choices[i])) {
-        out->integer = i;
-        return NULL;
-      }
+    if (s.n <= k->max) {
+      out->text = s;
+      return NULL;
     }
-    return "is not one of the choices";
+    snprintf(buf, size, "is too long (%zu bytes; at most %" PRIu64 ")", s.n,
+             k->max);
+    return buf;
   }
-  if (k->kind == CA__BOOL) {
-    bool is_true = ca__span_is_nocase(s, "true");
-    if (is_true || ca__span_is_nocase(s, "false")) {
-      out->integer = is_true;
+  const char *const *words =
+      k->kind == CA__BOOL ? ca__bool_words : k->choices;
+  for (uint64_t i = 0; words != NULL && words[i] != NULL; i++) {
+    if (k->kind == CA__BOOL ? ca__span_is_nocase(s, words[i])
+                            : ca__span_is(s, words[i])) {
+      out->integer = k->kind == CA__BOOL ? i % 2 : i;
       return NULL;
     }
   }
+  if (k->kind == CA__CHOICE)
+    return "is not one of the choices";
+  if (k->kind == CA__BOOL)
+    return "is not a boolean";
+  if (k->kind == CA__FRACTION)
+    return ca__parse_fraction(s, &out->fraction);
   if (!ca__scan_number(s, &num))
     return "is not a decimal number";
-  if (k->kind == CA__FRACTION) {
-    if (num.negative || !(num.value > 0 && num.value < 1))
-      return "is out of range";
-    out->fraction = num.value;
-    return NULL;
-  }
   if (num.has_dot)
     return "is not an integer";
-  if (num.negative || num.integer < k->min || num.integer > k->max)
+  bool off = num.integer == 0 && k->def.integer == 0;
+  if (num.negative || (!off && num.integer < k->min) || num.integer > k->max)
     return "is out of range";
   out->integer =
       k->kind == CA__MIB ? num.integer << CA__MIB_SHIFT : num.integer;
@@ -452,31 +474,38 @@ static void ca__report_value(const ca_config *c, const ca__key *k,
          k->accepted, k->name, now);
 }
 
-/* Applies one non-empty, trimmed item. Returns false (after one message)
- * when it is bad. */
-static bool ca__apply_item(ca_config *c, ca__span item) {
+/* Applies one non-empty, trimmed item. Returns false when it is bad, after
+ * one message if `say`. */
+static bool ca__apply_item(ca_config *c, ca__span item, bool say) {
   const char *colon = memchr(item.p, ':', item.n);
   size_t name_len = colon ? (size_t)(colon - item.p) : item.n;
   ca__span name = ca__trim((ca__span){item.p, name_len});
   const ca__key *k = ca__find_key(name);
   if (!k) {
-    ca__report_unknown(item, name, colon != NULL);
+    if (say)
+      ca__report_unknown(item, name, colon != NULL);
     return false;
   }
   if (!colon) {
-    ca__report_value(c, k, false, (ca__span){"", 0}, "has no ':value'");
+    if (say)
+      ca__report_value(c, k, false, (ca__span){"", 0}, "has no ':value'");
     return false;
   }
   ca__span value = ca__trim((ca__span){colon + 1, item.n - name_len - 1});
   ca__value v = {.text = {"", 0}};
-  const char *problem = ca__parse_value(k, value, &v);
+  char why[96];
+  const char *problem = ca__parse_value(k, value, &v, why, sizeof(why));
   if (problem) {
-    ca__report_value(c, k, true, value, problem);
+    if (say)
+      ca__report_value(c, k, true, value, problem);
     return false;
   }
   ca__store(c, k, v);
   return true;
 }
+
+/* Bad items named one by one; the rest are counted in one line. */
+#define CA__MAX_COMPLAINTS 5
 
 int ca_config_parse(ca_config *c, const char *text) {
   int bad = 0;
@@ -485,12 +514,17 @@ int ca_config_parse(ca_config *c, const char *text) {
   for (const char *p = text;; p++) {
     size_t n = strcspn(p, ",");
     ca__span item = ca__trim((ca__span){p, n});
-    if (item.n > 0 && !ca__apply_item(c, item) && bad < INT_MAX)
+    if (item.n > 0 && !ca__apply_item(c, item, bad < CA__MAX_COMPLAINTS) &&
+        bad < INT_MAX)
       bad++;
     p += n;
     if (*p == '\0')
-      return bad;
+      break;
   }
+  if (bad > CA__MAX_COMPLAINTS)
+    ca_log(CA__ENV_NAME ": ... and %d more bad items, ignored like those",
+           bad - CA__MAX_COMPLAINTS);
+  return bad;
 }
 
 static const char *ca__env(const char *name) {

@@ -114,6 +114,16 @@ static const good_case good_cases[] = {
     {"enabled:false", CONF(0, UNLIMITED, 0, false, 0, false)},
     {"enabled:false,enabled:TRUE", DEFAULTS},
     {"enabled:False,enabled:1,enabled:0", CONF(0, UNLIMITED, 0, false, 0, false)},
+    /* The words people type for booleans, in any case. */
+    {"enabled:off", CONF(0, UNLIMITED, 0, false, 0, false)},
+    {"enabled:OFF,enabled:On", DEFAULTS},
+    {"enabled:no", CONF(0, UNLIMITED, 0, false, 0, false)},
+    {"enabled:No,enabled:YES", DEFAULTS},
+    {"help:yes", CONF(0, UNLIMITED, 0, true, 0, true)},
+    {"memory_limit_mb:2", CONF(0, UNLIMITED, MIB(2), true, 0, false)},
+    /* A fraction as written: its double may round to 1, yet it is below. */
+    {"garbage_collection_threshold:0.99999999999999999999",
+     CONF(1.0 - 0x1p-53, UNLIMITED, 0, true, 0, false)},
     {"verbose:2", CONF(0, UNLIMITED, 0, true, 2, false)},
     {"verbose:2,verbose:0", DEFAULTS},
     {"help:0", DEFAULTS},
@@ -175,12 +185,25 @@ static const bad_case bad_cases[] = {
     {"garbage_collection_threshold:0,5,verbose:1", 2,
      CONF(0, UNLIMITED, 0, true, 1, false),
      {"garbage_collection_threshold:0 is out of range", "'5'"}},
-    {"enabled:2", 1, DEFAULTS, {"enabled:2 is out of range", "0, 1, false or true"}},
-    {"enabled:yes", 1, DEFAULTS, {"enabled:yes"}},
+    {"enabled:2", 1, DEFAULTS,
+     {"enabled:2 is not a boolean", "0, 1, false, true, off, on, no or yes"}},
+    {"enabled:maybe", 1, DEFAULTS, {"enabled:maybe is not a boolean"}},
+    {"enabled:y", 1, DEFAULTS, {"enabled:y"}},
+    {"enabled:0.0", 1, DEFAULTS, {"enabled:0.0"}},
+    /* Under the smallest segment (2 MiB) nothing could be served. */
+    {"memory_limit_mb:1", 1, DEFAULTS,
+     {"memory_limit_mb:1 is out of range",
+      "0 (no limit) or an integer number of MiB >= 2",
+      "memory_limit_mb stays 0 (no limit)"}},
+    {"garbage_collection_threshold:0.0000000000000000000000", 1, DEFAULTS,
+     {"threshold:0.0000000000000000000000 is out of range"}},
+    {"garbage_collection_threshold:1.00000000000000000001", 1, DEFAULTS,
+     {"threshold:1.00000000000000000001 is out of range"}},
+    {"garbage_collection_threshold:00.0", 1, DEFAULTS, {"threshold:00.0 is out"}},
     {"verbose:3", 1, DEFAULTS, {"verbose:3 is out of range", "0, 1 or 2"}},
     {"verbose:-1", 1, DEFAULTS, {"verbose:-1 is out of range"}},
     {"verbose:1:2", 1, DEFAULTS, {"verbose:1:2"}},
-    {"help:2", 1, DEFAULTS, {"help:2 is out of range"}},
+    {"help:2", 1, DEFAULTS, {"help:2 is not a boolean"}},
     /* A bad item later in the string reports the value it leaves in place. */
     {"max_split_size_mb:128,max_split_size_mb:10", 1,
      CONF(0, MIB(128), 0, true, 0, false), {"max_split_size_mb stays 128"}},
@@ -190,8 +213,12 @@ static const bad_case bad_cases[] = {
      {"verbose stays 2"}},
     {"enabled:0,enabled:maybe", 1, CONF(0, UNLIMITED, 0, false, 0, false),
      {"enabled stays 0"}},
-    /* A control character must not break the one-line message. */
-    {"verbose:1\n2", 1, DEFAULTS, {"verbose:1?2"}},
+    /* A control character must not break the one-line message: it is
+     * escaped, as is every byte of no printable character. */
+    {"verbose:1\n2", 1, DEFAULTS, {"verbose:1\\x0a2"}},
+    {"verbose:\x1b[31m", 1, DEFAULTS, {"verbose:\\x1b[31m is not"}},
+    {"verbose:\xff\xc3\xa9", 1, DEFAULTS, {"verbose:\\xff\xc3\xa9 is not"}},
+    {"verbose:\xc2\x9b", 1, DEFAULTS, {"verbose:\\xc2\\x9b is not"}},
 };
 
 /* ---- tests ------------------------------------------------------------- */
@@ -320,16 +347,43 @@ static void test_report_keys_refused(void **state) {
   memset(long_path + strlen(long_path), 'a', CA_CONFIG_PATH_MAX);
   assert_int_equal(ca_config_parse(&c, "log_path:/first"), 0);
   assert_int_equal(ca_config_parse(&c, long_path), 1);
-  assert_non_null(strstr(take_log(), "is too long"));
+  char too_long[128];
+  snprintf(too_long, sizeof(too_long),
+           "is too long (%d bytes; at most %d)", CA_CONFIG_PATH_MAX + 1,
+           CA_CONFIG_PATH_MAX - 1);
+  assert_non_null(strstr(take_log(), too_long));
   assert_string_equal(c.log_path, "/first");
-  /* A path holding a newline is echoed with '?' when a later item about
+  /* A path holding a newline is echoed escaped when a later item about
    * the same key is refused: each message stays one line. */
   assert_int_equal(ca_config_parse(&c, "log_path:/a\nb,log_path:"), 1);
   const char *said = take_log();
-  assert_non_null(strstr(said, "log_path stays /a?b\n"));
+  assert_non_null(strstr(said, "log_path stays /a\\x0ab\n"));
   assert_int_equal(count_lines(said), 1);
   assert_int_equal(c.backtrace_depth, 0);
   assert_int_equal(c.leak_exitcode, 0);
+}
+
+/* A flood of bad items: the first five named, the rest counted in one
+ * line; the good items among them still apply. */
+static void test_flood_of_bad_items(void **state) {
+  (void)state;
+  static char text[4096];
+  size_t len = 0;
+  for (int i = 0; i < 40; i++)
+    len += (size_t)snprintf(text + len, sizeof(text) - len, "%sbad%d",
+                            i ? "," : "", i);
+  snprintf(text + len, sizeof(text) - len, ",verbose:2");
+  ca_config c, want = CONF(0, UNLIMITED, 0, true, 2, false);
+  ca_config_defaults(&c);
+  take_log();
+  assert_int_equal(ca_config_parse(&c, text), 40);
+  const char *printed = take_log();
+  assert_int_equal(count_lines(printed), 6);
+  check_lines("flood", printed);
+  assert_non_null(strstr(printed, "'bad4'"));
+  assert_null(strstr(printed, "'bad5'"));
+  assert_non_null(strstr(printed, "CUDALLOC_CONF: ... and 35 more bad items"));
+  expect_config("flood", &c, &want);
 }
 
 /* Huge user text is cut, so that one bad item is still one short line. */
@@ -433,6 +487,7 @@ int main(void) {
       cmocka_unit_test(test_message_wording),
       cmocka_unit_test(test_report_keys),
       cmocka_unit_test(test_report_keys_refused),
+      cmocka_unit_test(test_flood_of_bad_items),
       cmocka_unit_test(test_huge_text),
       cmocka_unit_test(test_locale_independent),
       cmocka_unit_test(test_help),

@@ -28,6 +28,11 @@ planted symbolic link, and never changes the exit status:
   suppressions   suppressions naming a FIFO or a missing file: one line,
                  no hang; a file of many bad lines, with control bytes: five
                  named, escaped, the rest counted (text and JSON)
+  settings       CUDALLOC_CONF as people write it: leak_report:off and
+                 stats:yes work; memory_limit_mb:1 is refused in one line
+                 naming what works, and allocations are served; a fraction
+                 whose double rounds to 1 is accepted; a too-long path says
+                 the limit; a flood of bad items stops after five, escaped
 
 Environment: as leak_report_test.py (set by tests/e2e/CMakeLists.txt).
 Each check prints one PASS or FAIL line; exit status 1 when any failed.
@@ -206,6 +211,38 @@ def check_suppressions(tmp):
     return "FIFO and missing file refused in one line each; 5 of 12 bad lines named, escaped"
 
 
+def conf_lines(r):
+    """The library's lines outside its report: what it said of the settings."""
+    _, other = one_report(r, lines_of(r, r.err), r.pid)
+    return other
+
+
+def check_settings(tmp):
+    r = run("leaks", "leak_report:off")
+    expect(r.err == "", "leak_report:off printed something", r)
+    r = run("clean", "leak_report:NO,stats:yes")
+    expect("memory summary" in r.err and "no device memory leaks" not in r.err,
+           "leak_report:NO,stats:yes did not turn the report off and the summary on", r)
+    r = run("leaks", "memory_limit_mb:1")
+    want = ["CUDALLOC_CONF: memory_limit_mb:1 is out of range (accepted: 0 (no limit) or an integer "
+            "number of MiB >= 2); memory_limit_mb stays 0 (no limit)"]
+    expect(conf_lines(r) == want, f"said {conf_lines(r)}, want {want}", r)
+    r = run("leaks", "garbage_collection_threshold:0.99999999999999999999")
+    expect(conf_lines(r) == [], f"a fraction in (0,1) was refused: {conf_lines(r)}", r)
+    r = run("leaks", "log_path:/" + "a" * 600)
+    said = conf_lines(r)
+    expect(len(said) == 1 and "is too long (601 bytes; at most 511)" in said[0],
+           f"a 601-byte path: {said}", r)
+    flood = ",".join(f"bad{i}" for i in range(20)) + ",verbose:[2J"
+    r = run("leaks", "verbose:[2J," + flood)
+    said = conf_lines(r)
+    expect("" not in r.err, "a raw escape byte of CUDALLOC_CONF reached stderr", r)
+    expect(len(said) == 6 and said[0].startswith("CUDALLOC_CONF: verbose:\\x1b[2J is not a decimal number")
+           and said[5] == "CUDALLOC_CONF: ... and 17 more bad items, ignored like those",
+           f"22 bad items: {said}", r)
+    return "off/yes/NO accepted; limit 1 refused; 0.999...9 accepted; length and flood said"
+
+
 CHECKS = {
     "refused_paths": check_refused_paths,
     "private_file": check_private_file,
@@ -215,6 +252,7 @@ CHECKS = {
     "stdout": check_stdout,
     "sigpipe": check_sigpipe,
     "suppressions": check_suppressions,
+    "settings": check_settings,
 }
 
 if __name__ == "__main__":

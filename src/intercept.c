@@ -90,12 +90,24 @@ static void ca__track(ca_track_kind kind, uint64_t key, uint64_t size,
   ca_lifecycle_device_used();
 }
 
-/* A passed-through allocation was freed: its booking ends. */
-static void ca__untrack(bool vmm, uint64_t key) {
-  ca_tracked t;
-  if (vmm ? ca_track_forget_handle(key, &t) : ca_track_forget_addr(key, &t))
-    ca__unbook(t.device, t.size);
-}
+/* Frees a passed-through allocation with `call`. Its record leaves the
+ * table first: once freed, the driver may hand the address out again at
+ * once, to another thread, whose record must not be taken for this one.
+ * Its booking ends only after the free, so that no allocation takes the
+ * room while the memory is still held. A failed free puts the record
+ * back. Where the library is off, nothing was recorded. */
+#define CA__FREE_TRACKED(vmm, key, call)                                       \
+  ({                                                                           \
+    ca_tracked t_;                                                             \
+    bool had_ = ca__enabled() && ((vmm) ? ca_track_forget_handle((key), &t_)   \
+                                        : ca_track_forget_addr((key), &t_));   \
+    CUresult r_ = (call);                                                      \
+    if (had_ && r_ == CUDA_SUCCESS)                                            \
+      ca__unbook(t_.device, t_.size);                                          \
+    else if (had_)                                                             \
+      ca_track_restore(&t_);                                                   \
+    r_;                                                                        \
+  })
 
 /* With verbose, the one line that says why an allocation failed. */
 static void ca__say_out_of_memory(ca_pool *pool, uint64_t size) {
@@ -169,10 +181,7 @@ CUresult ca_on_mem_free(CUdeviceptr dptr) {
     return CUDA_ERROR_INVALID_VALUE;
   /* Not ours: pitched, managed or stream-ordered memory (cudaFree accepts
    * them all), or a bad pointer the driver will reject. */
-  CUresult r = CA_REAL(mem_free, dptr);
-  if (r == CUDA_SUCCESS)
-    ca__untrack(false, (uint64_t)dptr);
-  return r;
+  return CA__FREE_TRACKED(false, (uint64_t)dptr, CA_REAL(mem_free, dptr));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -342,11 +351,9 @@ CUresult ca_on_mem_free_async(CUdeviceptr dptr, CUstream stream, bool ptsz) {
     if (ca_runtime_holds_segment((uint64_t)dptr))
       return CUDA_ERROR_INVALID_VALUE; /* as in ca_on_mem_free */
   }
-  CUresult r = ptsz ? CA_REAL(mem_free_async_ptsz, dptr, stream)
-                    : CA_REAL(mem_free_async, dptr, stream);
-  if (r == CUDA_SUCCESS && ca__enabled())
-    ca__untrack(false, (uint64_t)dptr);
-  return r;
+  return CA__FREE_TRACKED(false, (uint64_t)dptr,
+                          ptsz ? CA_REAL(mem_free_async_ptsz, dptr, stream)
+                               : CA_REAL(mem_free_async, dptr, stream));
 }
 
 CUresult ca_on_mem_create(CUmemGenericAllocationHandle *handle, size_t size,
@@ -365,10 +372,7 @@ CUresult ca_on_mem_create(CUmemGenericAllocationHandle *handle, size_t size,
 }
 
 CUresult ca_on_mem_release(CUmemGenericAllocationHandle handle) {
-  CUresult r = CA_REAL(mem_release, handle);
-  if (r == CUDA_SUCCESS && ca__enabled())
-    ca__untrack(true, (uint64_t)handle);
-  return r;
+  return CA__FREE_TRACKED(true, (uint64_t)handle, CA_REAL(mem_release, handle));
 }
 
 /* ------------------------------------------------------------------------ */

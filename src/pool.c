@@ -1610,8 +1610,9 @@ void ca_pool_destroy(ca_pool *pool) {
   ca__arena *all[CA_POOL_ARENAS];
   unsigned n = ca__arenas(pool, all);
   for (unsigned i = 0; i < n; i++) {
-    ca__pool_reserved_sub(all[i], all[i]->stats.reserved_bytes.current);
-    ca__arena_free(all[i]);
+    uint64_t held = all[i]->stats.reserved_bytes.current;
+    ca__arena_free(all[i]); /* gives the segments back */
+    ca_budget_unbook(pool->budget, held);
   }
   free(pool);
 }

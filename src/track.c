@@ -109,34 +109,45 @@ const char *ca_track_kind_call(ca_track_kind kind) {
   return "?";
 }
 
-bool ca_track_add(ca_track_kind kind, uint64_t key, uint64_t size, int device,
-                  void *ctx, uint32_t stack, ca_tracked *replaced) {
-  uint64_t now = ca__now_ns();
-  ca__lock_table();
-  ca__entry **head = kind == CA_TRACK_VMM ? &ca__by_handle : &ca__by_addr;
+/* Under the lock: stores *t at its key, replacing an entry live there
+ * (copied into *replaced). Returns whether one was. Host out of memory:
+ * nothing is stored. */
+static bool ca__put(const ca_tracked *t, ca_tracked *replaced) {
+  ca__entry **head = t->kind == CA_TRACK_VMM ? &ca__by_handle : &ca__by_addr;
   ca__entry *e = NULL;
-  HASH_FIND(hh, *head, &key, sizeof(key), e);
+  HASH_FIND(hh, *head, &t->key, sizeof(t->key), e);
   bool was_live = e != NULL;
   if (was_live) {
     *replaced = e->t;
-  } else {
-    e = ca__take_entry();
-    if (e != NULL) {
-      e->t.key = key;
-      HASH_ADD(hh, *head, t.key, sizeof(e->t.key), e);
-    }
+    e->t = *t;
+  } else if ((e = ca__take_entry()) != NULL) {
+    e->t = *t;
+    HASH_ADD(hh, *head, t.key, sizeof(e->t.key), e);
   }
-  if (e != NULL) {
-    e->t.size = size;
-    e->t.seq = ++ca__seq;
-    e->t.time_ns = now;
-    e->t.device = device;
-    e->t.ctx = ctx;
-    e->t.stack = stack;
-    e->t.kind = kind;
-  }
+  return was_live;
+}
+
+bool ca_track_add(ca_track_kind kind, uint64_t key, uint64_t size, int device,
+                  void *ctx, uint32_t stack, ca_tracked *replaced) {
+  ca_tracked t = {.key = key,
+                  .size = size,
+                  .time_ns = ca__now_ns(),
+                  .device = device,
+                  .ctx = ctx,
+                  .stack = stack,
+                  .kind = kind};
+  ca__lock_table();
+  t.seq = ++ca__seq;
+  bool was_live = ca__put(&t, replaced);
   ca__unlock_table();
   return was_live;
+}
+
+void ca_track_restore(const ca_tracked *t) {
+  ca_tracked replaced;
+  ca__lock_table();
+  ca__put(t, &replaced);
+  ca__unlock_table();
 }
 
 static bool ca__forget(ca__entry **head, uint64_t key, ca_tracked *out) {

@@ -45,9 +45,15 @@ const char *ca_track_kind_call(ca_track_kind kind);
 bool ca_track_add(ca_track_kind kind, uint64_t key, uint64_t size, int device,
                   void *ctx, uint32_t stack, ca_tracked *replaced);
 
+/* Puts back an entry that ca_track_forget_* took out (its free failed),
+ * as it was. */
+void ca_track_restore(const ca_tracked *t);
+
 /* Forgets the live allocation at a device address (any kind but VMM), or
  * the cuMemCreate handle. Returns whether one was live; fills *out if so and
- * out is not NULL. */
+ * out is not NULL. A caller forgets before the driver frees: once freed,
+ * the address (or handle) may be handed out again, to another thread, at
+ * once. */
 bool ca_track_forget_addr(uint64_t addr, ca_tracked *out);
 bool ca_track_forget_handle(uint64_t handle, ca_tracked *out);
 

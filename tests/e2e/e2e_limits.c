@@ -129,7 +129,7 @@ static void passed_through_counts_toward_the_limit(void) {
 
 #define RACERS 8
 #define RACER_SLOTS 4
-#define RACER_STEPS 400
+#define RACER_STEPS 2000
 
 typedef struct racer {
   CUcontext ctx;

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "cudalloc.h"
-#include "hooks.h"
+#include "dl.h"
 #include "lazy.h"
 
 /* The driver's functions, resolved without a lock (lazy.h: a plugin's
@@ -142,7 +142,7 @@ static void *ca__open_libcuda(void) {
  * on (POSIX requires it for dlsym); memcpy says so without a cast warning. */
 static void ca__resolve(void *handle, void *slot, size_t slot_size,
                         const char *name) {
-  void *sym = ca_real_dlsym(handle, name);
+  void *sym = ca_dl_sym(handle, name);
   if (slot_size == sizeof(sym))
     memcpy(slot, &sym, sizeof(sym));
 }
@@ -271,7 +271,7 @@ const ca_driver_api *ca_driver(void) {
 
 void *ca_driver_symbol(const char *name) {
   const ca_driver_api *d = ca_driver();
-  return d->handle != NULL ? ca_real_dlsym(d->handle, name) : NULL;
+  return d->handle != NULL ? ca_dl_sym(d->handle, name) : NULL;
 }
 
 CUresult ca_driver_current_device(int *device) {
@@ -482,7 +482,7 @@ static CUresult ca__in_context(CUcontext ctx, ca__call *c) {
   return ca__pushed(d, ctx, c);
 }
 
-/* Runs `c` for a pool: in the pool's context when the runtime gave it one
+/* Runs `c` for a pool: in the pool's context when the registry gave it one
  * (the backend's ctx, a CUcontext), so that segments, frees and markers
  * all belong to the context the pool serves; else in a context of
  * `device`. */

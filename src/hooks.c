@@ -14,7 +14,6 @@
  * This file is the only one that knows about dlsym and cuGetProcAddress.
  * Each hook is a one-line call into the policy (intercept.c).
  */
-#include "hooks.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -27,6 +26,7 @@
 
 #include "backend_cuda.h"
 #include "config.h"
+#include "dl.h"
 #include "intercept.h"
 #include "lazy.h"
 #include "log.h"
@@ -411,67 +411,6 @@ static void ca__note_hooked(int via, const char *name) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* The real dlsym                                                            */
-
-typedef void *(*ca__dlsym_fn)(void *, const char *);
-
-static _Atomic(ca__dlsym_fn) ca__real_dlsym_fn;
-
-/* The versions dlsym has had: GLIBC_2.34 since it moved into libc, and the
- * architectures' base versions before that (x86-64, aarch64 and ppc64le,
- * i386, s390x). */
-static const char *const ca__dlsym_versions[] = {
-    "GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0", "GLIBC_2.2"};
-
-CA__EARLY static void *ca__dlvsym_any(void *handle) {
-  for (size_t i = 0; i < sizeof(ca__dlsym_versions) / sizeof(char *); i++) {
-    void *sym = dlvsym(handle, "dlsym", ca__dlsym_versions[i]);
-    if (sym != NULL)
-      return sym;
-  }
-  return NULL;
-}
-
-/* Finds the C library's dlsym with dlvsym, which we do not replace: first
- * the next definition after us (the C library, or another interposer
- * preloaded after us, which we then chain to), then in libc or libdl
- * themselves, for when the C library comes before us in the search order
- * (we were linked, not preloaded). Never through the public dlsym, which is
- * ours and would recurse; never __libc_dlsym or _dl_sym, gone since 2.34. */
-CA__EARLY static ca__dlsym_fn ca__find_real_dlsym(void) {
-  void *sym = ca__dlvsym_any(RTLD_NEXT);
-  const char *libs[] = {"libc.so.6", "libdl.so.2"};
-  for (size_t i = 0; sym == NULL && i < 2; i++) {
-    void *h = dlopen(libs[i], RTLD_LAZY | RTLD_NOLOAD);
-    if (h != NULL) {
-      sym = ca__dlvsym_any(h);
-      dlclose(h);
-    }
-  }
-  ca__dlsym_fn fn;
-  memcpy(&fn, &sym, sizeof(fn));
-  return fn;
-}
-
-/* Resolved without a lock: dlsym may be called while a lock of ours or of
- * the program is held (a malloc replacement's initialization, for one), and
- * the look-up is idempotent, so two threads racing both store one answer. */
-CA__EARLY static ca__dlsym_fn ca__real_dlsym(void) {
-  ca__dlsym_fn fn = atomic_load_explicit(&ca__real_dlsym_fn,
-                                         memory_order_acquire);
-  if (fn == NULL) {
-    fn = ca__find_real_dlsym();
-    atomic_store_explicit(&ca__real_dlsym_fn, fn, memory_order_release);
-  }
-  return fn;
-}
-
-void *ca_real_dlsym(void *handle, const char *name) {
-  ca__dlsym_fn fn = ca__real_dlsym();
-  return fn != NULL ? fn(handle, name) : NULL;
-}
-
-/* ------------------------------------------------------------------------ */
 /* Way 2: our dlsym                                                          */
 
 /* Whether `sym` lies in a libcuda (libcuda.so, libcuda.so.1, or a mock of
@@ -494,7 +433,7 @@ static void *ca__defined_in(struct link_map *map, const char *name) {
   void *h = dlopen(map->l_name, RTLD_LAZY | RTLD_NOLOAD);
   if (h == NULL)
     return NULL;
-  void *sym = ca_real_dlsym(h, name);
+  void *sym = ca_dl_sym(h, name);
   dlclose(h);
   Dl_info info;
   struct link_map *owner = NULL;
@@ -542,7 +481,7 @@ static void *ca__next_after(const void *caller, const char *name) {
  * library, not the caller (glibc offers no way to name that one). The
  * handle is never closed: a dl call after the failed one would clear the
  * error, and the C library is never unloaded anyway. */
-static void *ca__not_found(ca__dlsym_fn real, const char *name) {
+static void *ca__not_found(ca_dl_dlsym_fn real, const char *name) {
   static _Atomic(void *) libc;
   void *h = atomic_load(&libc);
   if (h == NULL) {
@@ -561,7 +500,7 @@ static void *ca__not_found(ca__dlsym_fn real, const char *name) {
  * probes must see that). A search that finds our own export (RTLD_DEFAULT,
  * the global handle) goes on past it, to what it would have found without
  * us. */
-static void *ca__dlsym_handled(ca__dlsym_fn real, void *handle,
+static void *ca__dlsym_handled(ca_dl_dlsym_fn real, void *handle,
                                const char *name, const void *caller,
                                void *hook) {
   void *sym;
@@ -590,7 +529,7 @@ static void *ca__dlsym_handled(ca__dlsym_fn real, void *handle,
 CA__EARLY __attribute__((visibility("hidden"))) int
 ca_hooks_dlsym_route(void *handle, const char *name, const void *caller,
                      void **out) {
-  ca__dlsym_fn real = ca__real_dlsym();
+  ca_dl_dlsym_fn real = ca_dl_real_dlsym();
   if (real == NULL) {
     *out = NULL;
     return 1;
@@ -715,7 +654,7 @@ __attribute__((visibility("default"))) void *dlsym(void *restrict handle,
     return out;
   if (handle == RTLD_NEXT)
     return ca__next_after(caller, name);
-  ca__dlsym_fn real;
+  ca_dl_dlsym_fn real;
   memcpy(&real, &out, sizeof(real));
   return real(handle, name);
 }

@@ -8,6 +8,7 @@
 #include "symbolize.h"
 
 #include "bytes.h"
+#include "dl.h"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -512,13 +513,13 @@ static void ca__copy(char *dst, size_t cap, const char *src) {
  * are mangled. Reports are rare; unreadable names cost the reader more.
  * NULL when there is no libstdc++ at all. */
 static ca__demangle_fn ca__demangler(void) {
-  void *fn = dlsym(RTLD_DEFAULT, "__cxa_demangle");
+  void *fn = ca_dl_sym(RTLD_DEFAULT, "__cxa_demangle");
   if (fn == NULL) {
     void *lib = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
     if (lib == NULL)
       lib = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_LOCAL);
     if (lib != NULL)
-      fn = dlsym(lib, "__cxa_demangle");
+      fn = ca_dl_sym(lib, "__cxa_demangle");
   }
   ca__demangle_fn demangle = NULL;
   memcpy(&demangle, &fn, sizeof(fn));

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "bytes.h"
+#include "dl.h"
 #include "lazy.h"
 
 /* Stack reads are checked against the thread's stack bounds by hand; a
@@ -71,7 +72,7 @@ static ca__libgcc ca__gcc_fallback;
 /* POSIX makes a function pointer from dlsym valid; memcpy says so without a
  * cast warning. */
 static void ca__resolve(void *handle, const char *name, void *fn_out) {
-  void *sym = dlsym(handle, name);
+  void *sym = ca_dl_sym(handle, name);
   memcpy(fn_out, &sym, sizeof(sym));
 }
 

@@ -1,12 +1,12 @@
 /*
- * The public API (include/cudalloc.h): thin wrappers over the runtime's
+ * The public API (include/cudalloc.h): thin wrappers over the registry's
  * pools and the report.
  */
 #include <string.h>
 
 #include "cudalloc.h"
 #include "lifecycle.h"
-#include "runtime.h"
+#include "registry.h"
 
 #define CA__STR2(x) #x
 #define CA__STR(x) CA__STR2(x)
@@ -17,8 +17,8 @@ const char *cudalloc_version(void) {
 }
 
 uint64_t cudalloc_empty_cache(void) {
-  ca_pool *pools[CA_RUNTIME_MAX_POOLS];
-  size_t n = ca_runtime_pools(-1, pools, CA_RUNTIME_MAX_POOLS);
+  ca_pool *pools[CA_REGISTRY_MAX_POOLS];
+  size_t n = ca_registry_pools(-1, pools, CA_REGISTRY_MAX_POOLS);
   uint64_t released = 0;
   for (size_t i = 0; i < n; i++)
     released += ca_pool_empty_cache(pools[i]);
@@ -28,7 +28,7 @@ uint64_t cudalloc_empty_cache(void) {
 int cudalloc_get_stats(int device, cudalloc_device_stats *out,
                        size_t out_size) {
   cudalloc_device_stats s;
-  bool known = ca_runtime_device_stats(device, &s);
+  bool known = ca_registry_device_stats(device, &s);
   if (out) {
     memset(out, 0, out_size);
     memcpy(out, &s, out_size < sizeof(s) ? out_size : sizeof(s));

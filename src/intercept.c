@@ -16,7 +16,7 @@
 #include "pointer.h"
 #include "pool.h"
 #include "report.h"
-#include "runtime.h"
+#include "registry.h"
 #include "stacks.h"
 #include "track.h"
 #include "unwind.h"
@@ -52,8 +52,8 @@ static uint32_t ca__stack_here(void) {
 static bool ca__make_room(int device) {
   if (device < 0)
     return false;
-  ca_pool *pools[CA_RUNTIME_MAX_POOLS];
-  size_t n = ca_runtime_pools(device, pools, CA_RUNTIME_MAX_POOLS);
+  ca_pool *pools[CA_REGISTRY_MAX_POOLS];
+  size_t n = ca_registry_pools(device, pools, CA_REGISTRY_MAX_POOLS);
   uint64_t given_back = 0;
   for (size_t i = 0; i < n; i++)
     given_back += ca_pool_empty_cache(pools[i]);
@@ -64,13 +64,13 @@ static bool ca__make_room(int device) {
  * the driver is asked for them, giving back the pools' cache there if that
  * makes the room. An unknown device (-1) has no budget to book in. */
 static bool ca__book(int device, uint64_t size) {
-  ca_budget *b = ca_runtime_budget(device);
+  ca_budget *b = ca_registry_budget(device);
   return b == NULL || ca_budget_book(b, size) ||
          (ca__make_room(device) && ca_budget_book(b, size));
 }
 
 static void ca__unbook(int device, uint64_t size) {
-  ca_budget *b = ca_runtime_budget(device);
+  ca_budget *b = ca_registry_budget(device);
   if (b != NULL)
     ca_budget_unbook(b, size);
 }
@@ -84,7 +84,7 @@ static void ca__track(ca_track_kind kind, uint64_t key, uint64_t size,
                       int device, CUcontext ctx) {
   ca_tracked gone;
   if (kind != CA_TRACK_VMM)
-    ca_runtime_lost(key);
+    ca_registry_lost(key);
   if (ca_track_add(kind, key, size, device, ctx, ca__stack_here(), &gone))
     ca__unbook(gone.device, gone.size);
   ca_lifecycle_device_used();
@@ -140,18 +140,14 @@ CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
    * the program would have seen without us. */
   if (size == 0)
     return CA_REAL(mem_alloc, dptr, size);
-  /* Without a current context the driver knows the right error
-   * (not initialized, invalid context); let it say so. The context alone
-   * finds a pool already serving it; its device is asked only to make one. */
-  int device = -1;
-  CUcontext ctx = NULL;
-  if (ca_driver_current_context(&ctx) != CUDA_SUCCESS)
-    return CA_REAL(mem_alloc, dptr, size);
-  ca_pool *pool = ca_runtime_pool_of(ctx);
-  if (pool == NULL && ca_driver_current(&device, &ctx) == CUDA_SUCCESS)
-    pool = ca_runtime_pool_in(device, ctx);
+  /* Without a pool (no current context, say) the driver knows the right
+   * error; let it say so. */
+  bool made = false;
+  ca_pool *pool = ca_registry_current_pool(&made);
   if (pool == NULL)
     return CA_REAL(mem_alloc, dptr, size);
+  if (made)
+    ca_lifecycle_device_used();
   uint64_t addr = 0;
   uint32_t stack = ca__stack_here();
   int status = ca_pool_alloc(pool, (uint64_t)size, stack, &addr);
@@ -171,13 +167,13 @@ CUresult ca_on_mem_free(CUdeviceptr dptr) {
   /* cuMemFree(0) gets the driver's own answer, whatever it is. */
   if (!ca__enabled() || dptr == 0)
     return CA_REAL(mem_free, dptr);
-  if (ca_runtime_free((uint64_t)dptr)) {
+  if (ca_registry_free((uint64_t)dptr)) {
     ca_pointer_freed((uint64_t)dptr);
     return CUDA_SUCCESS;
   }
   /* A pooled block freed twice, at a segment's base: the driver would free
    * the whole segment under the pool. It answers a double free this way. */
-  if (ca_runtime_holds_segment((uint64_t)dptr))
+  if (ca_registry_holds_segment((uint64_t)dptr))
     return CUDA_ERROR_INVALID_VALUE;
   /* Not ours: pitched, managed or stream-ordered memory (cudaFree accepts
    * them all), or a bad pointer the driver will reject. */
@@ -199,12 +195,12 @@ CUresult ca_on_mem_free(CUdeviceptr dptr) {
 static void ca__adjust_info(int device, uint64_t *free_bytes,
                             uint64_t *total_bytes) {
   cudalloc_device_stats s;
-  ca_runtime_device_stats(device, &s);
-  uint64_t releasable = ca_runtime_releasable(device);
+  ca_registry_device_stats(device, &s);
+  uint64_t releasable = ca_registry_releasable(device);
   uint64_t free_now = *free_bytes + releasable;
   if (free_now > *total_bytes)
     free_now = *total_bytes;
-  const ca_budget *b = ca_runtime_budget(device);
+  const ca_budget *b = ca_registry_budget(device);
   uint64_t limit = b ? b->limit : 0;
   if (limit > 0) {
     uint64_t booked = ca_budget_booked(b);
@@ -344,11 +340,11 @@ CUresult ca_on_mem_free_async(CUdeviceptr dptr, CUstream stream, bool ptsz) {
    * queued on `stream` before the free, so it is taken back like
    * cuMemFree. (Under immediate, as documented, it is not.) */
   if (ca__enabled() && dptr != 0) {
-    if (ca_runtime_free((uint64_t)dptr)) {
+    if (ca_registry_free((uint64_t)dptr)) {
       ca_pointer_freed((uint64_t)dptr);
       return CUDA_SUCCESS;
     }
-    if (ca_runtime_holds_segment((uint64_t)dptr))
+    if (ca_registry_holds_segment((uint64_t)dptr))
       return CUDA_ERROR_INVALID_VALUE; /* as in ca_on_mem_free */
   }
   return CA__FREE_TRACKED(false, (uint64_t)dptr,
@@ -390,7 +386,7 @@ static CUresult ca__primary_call(CUdevice dev, CUresult (*call)(CUdevice),
   if (!ca__enabled())
     return call(dev);
   CUcontext primary = ca_backend_cuda_primary_of((int)dev);
-  ca_pool *pool = ca_runtime_dying(primary);
+  ca_pool *pool = ca_registry_dying(primary);
   CUresult r = call(dev);
   bool died = r == CUDA_SUCCESS &&
               (always_dies || ca_backend_cuda_primary_of((int)dev) == NULL);
@@ -399,7 +395,7 @@ static CUresult ca__primary_call(CUdevice dev, CUresult (*call)(CUdevice),
   if (died && primary != NULL)
     ca_lifecycle_context_gone(primary, pool, (int)dev);
   else
-    ca_runtime_survived(pool);
+    ca_registry_survived(pool);
   return r;
 }
 
@@ -423,10 +419,10 @@ CUresult ca_on_device_primary_ctx_release(CUdevice dev, bool v1) {
 CUresult ca_on_ctx_destroy(CUcontext ctx) {
   if (!ca__enabled())
     return CA_REAL(ctx_destroy, ctx);
-  ca_pool *pool = ca_runtime_dying(ctx);
+  ca_pool *pool = ca_registry_dying(ctx);
   CUresult r = CA_REAL(ctx_destroy, ctx);
   if (r != CUDA_SUCCESS) {
-    ca_runtime_survived(pool);
+    ca_registry_survived(pool);
     return r;
   }
   /* Its streams died with it (see the streams below), and its pool. */

@@ -24,7 +24,7 @@
 #include "lock.h"
 #include "log.h"
 #include "pool.h"
-#include "runtime.h"
+#include "registry.h"
 #include "track.h"
 
 /* ---- Gathering the live blocks ------------------------------------------ */
@@ -79,7 +79,7 @@ static void ca__gather_tracked(const ca_tracked *t, void *arg) {
  * report, and its booking in the device's budget ends. */
 static void ca__gather_dropped(const ca_tracked *t, void *arg) {
   ca__gather_tracked(t, arg);
-  ca_budget *b = ca_runtime_budget(t->device);
+  ca_budget *b = ca_registry_budget(t->device);
   if (b != NULL)
     ca_budget_unbook(b, t->size);
 }
@@ -91,8 +91,8 @@ static void ca__gather_free(ca__gather *g) {
 
 /* Every pool's live blocks. */
 static void ca__gather_pools(ca__gather *g) {
-  ca_pool *pools[CA_RUNTIME_MAX_POOLS];
-  size_t n = ca_runtime_pools(-1, pools, CA_RUNTIME_MAX_POOLS);
+  ca_pool *pools[CA_REGISTRY_MAX_POOLS];
+  size_t n = ca_registry_pools(-1, pools, CA_REGISTRY_MAX_POOLS);
   for (size_t i = 0; i < n; i++)
     ca_pool_foreach_live(pools[i], ca__gather_pooled, g);
 }
@@ -102,7 +102,7 @@ static void ca__gather_pools(ca__gather *g) {
 static size_t ca__gather_stats(cudalloc_device_stats *out, uint64_t *allocs) {
   size_t n = 0;
   for (int d = 0; d < CUDALLOC_MAX_DEVICES; d++) {
-    if (ca_runtime_device_stats(d, &out[n]))
+    if (ca_registry_device_stats(d, &out[n]))
       *allocs += out[n++].allocs;
   }
   return n;
@@ -159,7 +159,7 @@ void ca_lifecycle_report(ca_report_event event, bool leaks, bool stats) {
 
 /* ---- Context deaths -------------------------------------------------------- */
 
-/* The pool is out of service already (ca_runtime_dying), so its blocks
+/* The pool is out of service already (ca_registry_dying), so its blocks
  * stay as gathered while the report is prepared with the lock free. */
 void ca_lifecycle_context_gone(void *ctx, ca_pool *pool, int device) {
   ca__gather g = {0};
@@ -181,7 +181,7 @@ void ca_lifecycle_context_gone(void *ctx, ca_pool *pool, int device) {
     ca_report_print(job);
   if (pool) {
     ca_pool_drop_all(pool);
-    ca_runtime_retired(pool);
+    ca_registry_retired(pool);
   }
   ca__report_lock_give();
   ca__gather_free(&g);
@@ -207,7 +207,7 @@ static void ca__at_exit(int status, void *arg) {
   }
   /* Settings are not even read in a process that never used device
    * memory: a bad CUDALLOC_CONF must not make it print. */
-  if (!ca_runtime_in_use() && ca_track_total() == 0)
+  if (!ca_registry_in_use() && ca_track_total() == 0)
     return;
   int pid = (int)getpid();
   if (atomic_exchange(&ca__exit_reported_by, pid) == pid)

@@ -20,7 +20,7 @@ void ca_lifecycle_device_used(void);
 
 /* Context `ctx` (a CUcontext) of `device` died and took its memory with it
  * (a reset, destroy or final release the driver has carried out); `pool`
- * is what ca_runtime_dying returned for it (NULL if none). The blocks
+ * is what ca_registry_dying returned for it (NULL if none). The blocks
  * still live in it are reported as leaked at this point, then forgotten,
  * and its pool's segments are never handed out again. */
 void ca_lifecycle_context_gone(void *ctx, ca_pool *pool, int device);

@@ -15,7 +15,7 @@
 #include "backend_cuda.h"
 #include "config.h"
 #include "log.h"
-#include "runtime.h"
+#include "registry.h"
 
 /* Where a pointer lies. */
 typedef enum ca__where {
@@ -24,8 +24,8 @@ typedef enum ca__where {
   CA__IN_BLOCK,   /* a live block's requested bytes */
 } ca__where;
 
-static ca__where ca__locate(CUdeviceptr ptr, ca_runtime_span *at) {
-  if (!ca_config_get()->enabled || !ca_runtime_find((uint64_t)ptr, at))
+static ca__where ca__locate(CUdeviceptr ptr, ca_registry_span *at) {
+  if (!ca_config_get()->enabled || !ca_registry_find((uint64_t)ptr, at))
     return CA__NOT_POOLED;
   return at->span.live ? CA__IN_BLOCK : CA__IN_NO_BLOCK;
 }
@@ -34,7 +34,7 @@ static ca__where ca__locate(CUdeviceptr ptr, ca_runtime_span *at) {
  * the top bit set, so it never meets one of the driver's, and is unique
  * per block for the process's life: its pool's slot (never reused) and its
  * allocation number in that pool. */
-static uint64_t ca__buffer_id(const ca_runtime_span *at) {
+static uint64_t ca__buffer_id(const ca_registry_span *at) {
   return (1ull << 63) | ((uint64_t)at->slot << 40) |
          (at->span.block.seq & ((1ull << 40) - 1));
 }
@@ -73,7 +73,7 @@ static bool ca__segment_syncs(uint64_t segment) {
   return false;
 }
 
-static int ca__sync_of(const ca_runtime_span *at) {
+static int ca__sync_of(const ca_registry_span *at) {
   if (atomic_load_explicit(&ca__nsyncs, memory_order_relaxed) == 0)
     return 0;
   pthread_mutex_lock(&ca__syncs_lock);
@@ -93,7 +93,7 @@ static CUresult ca__segment_sync_update(uint64_t segment, bool was) {
                  (CUdeviceptr)segment);
 }
 
-static bool ca__sync_add(const ca_runtime_span *at) {
+static bool ca__sync_add(const ca_registry_span *at) {
   if (ca__nsyncs_held == ca__syncs_cap) {
     size_t cap = ca__syncs_cap ? 2 * ca__syncs_cap : 16;
     ca__sync *v = realloc(ca__syncs, cap * sizeof(*v));
@@ -112,7 +112,7 @@ static void ca__sync_remove(long i) {
 }
 
 /* Turns the block's SYNC_MEMOPS on or off. */
-static CUresult ca__sync_set(const ca_runtime_span *at, bool on) {
+static CUresult ca__sync_set(const ca_registry_span *at, bool on) {
   pthread_mutex_lock(&ca__syncs_lock);
   bool was = ca__segment_syncs(at->span.segment);
   long i = ca__sync_find(at->span.block.addr, ca__buffer_id(at));
@@ -178,11 +178,11 @@ static uint64_t ca__mapping_offset(uint64_t segment) {
  * the offset field holds 32 bits. max_split_size_mb at or below 4096 keeps
  * every block within 4 GiB of its segment's start (merged segments stay
  * below it; larger requests get a segment of their own). */
-static bool ca__exportable(const ca_runtime_span *at) {
+static bool ca__exportable(const ca_registry_span *at) {
   return at->span.block.addr - at->span.segment < (1ull << 32);
 }
 
-static CUresult ca__refuse_export(CUdeviceptr dptr, const ca_runtime_span *at,
+static CUresult ca__refuse_export(CUdeviceptr dptr, const ca_registry_span *at,
                                   const char *why, const char *fix) {
   ca_log("cuIpcGetMemHandle(%#llx) refused: the pooled block (%llu bytes, "
          "%llu bytes into its segment %#llx) %s, so an importer could map "
@@ -194,7 +194,7 @@ static CUresult ca__refuse_export(CUdeviceptr dptr, const ca_runtime_span *at,
 }
 
 /* The handle of the block: its segment's, naming the block's range. */
-static CUresult ca__block_handle(CUdeviceptr dptr, const ca_runtime_span *at,
+static CUresult ca__block_handle(CUdeviceptr dptr, const ca_registry_span *at,
                                  CUipcMemHandle *out) {
   CUipcMemHandle h;
   CUresult r = CA_REAL(ipc_get_mem_handle, &h, (CUdeviceptr)at->span.segment);
@@ -224,7 +224,7 @@ static CUresult ca__block_handle(CUdeviceptr dptr, const ca_runtime_span *at,
 }
 
 CUresult ca_on_ipc_get_mem_handle(CUipcMemHandle *handle, CUdeviceptr dptr) {
-  ca_runtime_span at;
+  ca_registry_span at;
   ca__where w = ca__locate(dptr, &at);
   if (w == CA__NOT_POOLED || handle == NULL)
     return CA_REAL(ipc_get_mem_handle, handle, dptr);
@@ -248,7 +248,7 @@ CUresult ca_on_mem_get_handle_for_address_range(void *handle, CUdeviceptr dptr,
                                                 size_t size,
                                                 CUmemRangeHandleType type,
                                                 unsigned long long flags) {
-  ca_runtime_span at;
+  ca_registry_span at;
   ca__where w = ca__locate(dptr, &at);
   if (w == CA__NOT_POOLED)
     return CA_REAL(mem_get_handle_for_address_range, handle, dptr, size, type,
@@ -269,7 +269,7 @@ CUresult ca_on_mem_get_handle_for_address_range(void *handle, CUdeviceptr dptr,
 /* Whether the driver still sees the segment where the pool does: when not,
  * it was freed behind the library's back, and the driver's answer about
  * what lies there now is the only true one. */
-static bool ca__segment_alive(CUdeviceptr ptr, const ca_runtime_span *at) {
+static bool ca__segment_alive(CUdeviceptr ptr, const ca_registry_span *at) {
   CUdeviceptr base = 0;
   return CA_REAL(mem_get_address_range, &base, NULL, ptr) == CUDA_SUCCESS &&
          base == at->span.segment;
@@ -277,7 +277,7 @@ static bool ca__segment_alive(CUdeviceptr ptr, const ca_runtime_span *at) {
 
 CUresult ca_on_mem_get_address_range(CUdeviceptr *base, size_t *size,
                                      CUdeviceptr dptr) {
-  ca_runtime_span at;
+  ca_registry_span at;
   ca__where w = ca__locate(dptr, &at);
   if (w == CA__IN_NO_BLOCK)
     return CUDA_ERROR_NOT_FOUND;
@@ -307,7 +307,7 @@ static void ca__put(void *data, CUpointer_attribute a, uint64_t v) {
  * access, mapping) is the segment's and the block's alike. The driver's
  * documented side effect of P2P_TOKENS, SYNC_MEMOPS set, becomes the
  * block's. */
-static void ca__patch(const ca_runtime_span *at, CUpointer_attribute a,
+static void ca__patch(const ca_registry_span *at, CUpointer_attribute a,
                       void *data) {
   uint32_t driver = 0;
   switch (a) {
@@ -337,7 +337,7 @@ static void ca__patch(const ca_runtime_span *at, CUpointer_attribute a,
 
 CUresult ca_on_pointer_get_attribute(void *data, CUpointer_attribute attribute,
                                      CUdeviceptr ptr) {
-  ca_runtime_span at;
+  ca_registry_span at;
   ca__where w = ca__locate(ptr, &at);
   if (w == CA__NOT_POOLED)
     return CA_REAL(pointer_get_attribute, data, attribute, ptr);
@@ -351,7 +351,7 @@ CUresult ca_on_pointer_get_attribute(void *data, CUpointer_attribute attribute,
 
 /* The list one attribute at a time, stopping at the first the driver
  * refuses, as it does itself (entries before it written, none after). */
-static CUresult ca__attributes_each(const ca_runtime_span *at, unsigned int n,
+static CUresult ca__attributes_each(const ca_registry_span *at, unsigned int n,
                                     CUpointer_attribute *attributes,
                                     void **data, CUdeviceptr ptr) {
   for (unsigned int i = 0; i < n; i++) {
@@ -373,7 +373,7 @@ static CUresult ca__attributes_each(const ca_runtime_span *at, unsigned int n,
 CUresult ca_on_pointer_get_attributes(unsigned int n,
                                       CUpointer_attribute *attributes,
                                       void **data, CUdeviceptr ptr) {
-  ca_runtime_span at;
+  ca_registry_span at;
   ca__where w = ca__locate(ptr, &at);
   if (w == CA__NOT_POOLED || n == 0 || attributes == NULL || data == NULL)
     return CA_REAL(pointer_get_attributes, n, attributes, data, ptr);
@@ -392,7 +392,7 @@ CUresult ca_on_pointer_get_attributes(unsigned int n,
 CUresult ca_on_pointer_set_attribute(const void *value,
                                      CUpointer_attribute attribute,
                                      CUdeviceptr ptr) {
-  ca_runtime_span at;
+  ca_registry_span at;
   ca__where w = ca__locate(ptr, &at);
   if (w == CA__NOT_POOLED || attribute != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
     return CA_REAL(pointer_set_attribute, value, attribute, ptr);

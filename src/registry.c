@@ -1,5 +1,5 @@
 /*
- * The process-wide state (see runtime.h).
+ * The pool registry (see registry.h).
  *
  * Pools live in a fixed table of slots, one per context, found on the hot
  * path by comparing the current context with each slot's (a program has
@@ -11,14 +11,13 @@
  * allocation finds the pool while the driver may already reuse the
  * handle), then retired or, if the context survived, restored.
  */
-#include "runtime.h"
+#include "registry.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 
 #include "backend_cuda.h"
-#include "lifecycle.h"
 #include "log.h"
 
 typedef struct ca__slot {
@@ -29,7 +28,7 @@ typedef struct ca__slot {
   ca_backend backend; /* the CUDA backend, bound to ctx */
 } ca__slot;
 
-static ca__slot ca__slots[CA_RUNTIME_MAX_POOLS];
+static ca__slot ca__slots[CA_REGISTRY_MAX_POOLS];
 /* Slots ever used: the hot path looks no further. */
 static atomic_int ca__nslots;
 static pthread_mutex_t ca__slots_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -46,7 +45,7 @@ static void ca__budgets_init(void) {
     ca__budgets[d].limit = limit;
 }
 
-ca_budget *ca_runtime_budget(int device) {
+ca_budget *ca_registry_budget(int device) {
   if (device < 0 || device >= CUDALLOC_MAX_DEVICES)
     return NULL;
   pthread_once(&ca__budgets_once, ca__budgets_init);
@@ -58,7 +57,7 @@ ca_budget *ca_runtime_budget(int device) {
  * pools without touching them and starts afresh. */
 static void ca__forget_pools_in_child(void) {
   pthread_mutex_init(&ca__slots_lock, NULL);
-  for (int i = 0; i < CA_RUNTIME_MAX_POOLS; i++) {
+  for (int i = 0; i < CA_REGISTRY_MAX_POOLS; i++) {
     atomic_store(&ca__slots[i].ctx, NULL);
     atomic_store(&ca__slots[i].dying, NULL);
     atomic_store(&ca__slots[i].pool, NULL);
@@ -92,7 +91,7 @@ static ca_pool_options ca__pool_options(int device) {
       .max_split_size = c->max_split_size,
       .gc_threshold = c->gc_threshold,
       .reuse = ca__reuse(c->reuse_policy),
-      .budget = ca_runtime_budget(device),
+      .budget = ca_registry_budget(device),
       .warn = ca__warn,
   };
 }
@@ -117,7 +116,7 @@ static bool ca__is_dying(void *ctx, int n) {
  * `device`. NULL when none can be had. */
 static ca__slot *ca__claim(int device, void *ctx) {
   int n = atomic_load(&ca__nslots);
-  if (n == CA_RUNTIME_MAX_POOLS || ca__is_dying(ctx, n))
+  if (n == CA_REGISTRY_MAX_POOLS || ca__is_dying(ctx, n))
     return NULL;
   ca__slot *s = &ca__slots[n];
   s->device = device;
@@ -133,13 +132,15 @@ static ca__slot *ca__claim(int device, void *ctx) {
   return s;
 }
 
-ca_pool *ca_runtime_pool_of(void *ctx) {
+/* The pool already serving `ctx`, or NULL: no lock, no device number. */
+static ca_pool *ca__pool_of(void *ctx) {
   ca__slot *s =
       ca__find(ctx, atomic_load_explicit(&ca__nslots, memory_order_acquire));
   return s ? atomic_load_explicit(&s->pool, memory_order_acquire) : NULL;
 }
 
-ca_pool *ca_runtime_pool_in(int device, void *ctx) {
+/* The pool of `ctx`, of `device`, made if need be (takes the lock). */
+static ca_pool *ca__pool_in(int device, void *ctx) {
   if (device < 0 || device >= CUDALLOC_MAX_DEVICES || ctx == NULL)
     return NULL;
   pthread_once(&ca__fork_once, ca__register_fork_handler);
@@ -148,13 +149,24 @@ ca_pool *ca_runtime_pool_in(int device, void *ctx) {
   if (s == NULL)
     s = ca__claim(device, ctx);
   pthread_mutex_unlock(&ca__slots_lock);
-  if (s == NULL)
-    return NULL;
-  ca_lifecycle_device_used();
-  return atomic_load(&s->pool);
+  return s != NULL ? atomic_load(&s->pool) : NULL;
 }
 
-size_t ca_runtime_pools(int device, ca_pool **out, size_t max) {
+ca_pool *ca_registry_current_pool(bool *made) {
+  CUcontext ctx = NULL;
+  int device = -1;
+  *made = false;
+  if (ca_driver_current_context(&ctx) != CUDA_SUCCESS)
+    return NULL;
+  ca_pool *pool = ca__pool_of(ctx);
+  if (pool != NULL || ca_driver_current_device(&device) != CUDA_SUCCESS)
+    return pool;
+  pool = ca__pool_in(device, ctx);
+  *made = pool != NULL;
+  return pool;
+}
+
+size_t ca_registry_pools(int device, ca_pool **out, size_t max) {
   size_t found = 0;
   int n = atomic_load_explicit(&ca__nslots, memory_order_acquire);
   for (int i = 0; i < n; i++) {
@@ -169,9 +181,9 @@ size_t ca_runtime_pools(int device, ca_pool **out, size_t max) {
   return found;
 }
 
-bool ca_runtime_device_stats(int device, cudalloc_device_stats *out) {
-  ca_pool *pools[CA_RUNTIME_MAX_POOLS];
-  size_t n = ca_runtime_pools(device, pools, CA_RUNTIME_MAX_POOLS);
+bool ca_registry_device_stats(int device, cudalloc_device_stats *out) {
+  ca_pool *pools[CA_REGISTRY_MAX_POOLS];
+  size_t n = ca_registry_pools(device, pools, CA_REGISTRY_MAX_POOLS);
   memset(out, 0, sizeof(*out));
   for (size_t i = 0; i < n; i++) {
     cudalloc_device_stats s;
@@ -183,7 +195,7 @@ bool ca_runtime_device_stats(int device, cudalloc_device_stats *out) {
   return n > 0;
 }
 
-ca_pool *ca_runtime_dying(void *ctx) {
+ca_pool *ca_registry_dying(void *ctx) {
   if (ctx == NULL)
     return NULL;
   pthread_mutex_lock(&ca__slots_lock);
@@ -205,7 +217,7 @@ static ca__slot *ca__slot_of(ca_pool *pool) {
   return NULL;
 }
 
-void ca_runtime_survived(ca_pool *pool) {
+void ca_registry_survived(ca_pool *pool) {
   pthread_mutex_lock(&ca__slots_lock);
   ca__slot *s = pool ? ca__slot_of(pool) : NULL;
   if (s != NULL) {
@@ -216,7 +228,7 @@ void ca_runtime_survived(ca_pool *pool) {
   pthread_mutex_unlock(&ca__slots_lock);
 }
 
-void ca_runtime_retired(ca_pool *pool) {
+void ca_registry_retired(ca_pool *pool) {
   pthread_mutex_lock(&ca__slots_lock);
   ca__slot *s = pool ? ca__slot_of(pool) : NULL;
   if (s != NULL)
@@ -236,13 +248,13 @@ static bool ca__any_pool(bool (*ask)(ca_pool *, uint64_t), uint64_t addr) {
   return false;
 }
 
-bool ca_runtime_free(uint64_t addr) { return ca__any_pool(ca_pool_free, addr); }
+bool ca_registry_free(uint64_t addr) { return ca__any_pool(ca_pool_free, addr); }
 
-bool ca_runtime_holds_segment(uint64_t addr) {
+bool ca_registry_holds_segment(uint64_t addr) {
   return ca__any_pool(ca_pool_holds_segment, addr);
 }
 
-bool ca_runtime_find(uint64_t addr, ca_runtime_span *out) {
+bool ca_registry_find(uint64_t addr, ca_registry_span *out) {
   int n = atomic_load_explicit(&ca__nslots, memory_order_acquire);
   for (int i = 0; i < n; i++) {
     ca_pool *pool = atomic_load_explicit(&ca__slots[i].pool,
@@ -256,17 +268,17 @@ bool ca_runtime_find(uint64_t addr, ca_runtime_span *out) {
   return false;
 }
 
-bool ca_runtime_lost(uint64_t addr) {
+bool ca_registry_lost(uint64_t addr) {
   return ca__any_pool(ca_pool_segment_lost, addr);
 }
 
-uint64_t ca_runtime_releasable(int device) {
-  ca_pool *pools[CA_RUNTIME_MAX_POOLS];
-  size_t n = ca_runtime_pools(device, pools, CA_RUNTIME_MAX_POOLS);
+uint64_t ca_registry_releasable(int device) {
+  ca_pool *pools[CA_REGISTRY_MAX_POOLS];
+  size_t n = ca_registry_pools(device, pools, CA_REGISTRY_MAX_POOLS);
   uint64_t bytes = 0;
   for (size_t i = 0; i < n; i++)
     bytes += ca_pool_releasable(pools[i]);
   return bytes;
 }
 
-bool ca_runtime_in_use(void) { return atomic_load(&ca__nslots) > 0; }
+bool ca_registry_in_use(void) { return atomic_load(&ca__nslots) > 0; }

@@ -1,11 +1,11 @@
 /*
- * The process-wide state: settings, and one pool per CUDA context, created
- * on first use. A pool's segments, frees and markers all belong to its
- * context, so when a context dies (destroyed, reset, released for good)
- * exactly its pool dies with it.
+ * The pool registry: one pool per CUDA context, created on first use, and
+ * one memory budget per device. A pool's segments, frees and markers all
+ * belong to its context, so when a context dies (destroyed, reset,
+ * released for good) exactly its pool dies with it.
  */
-#ifndef CA_RUNTIME_H
-#define CA_RUNTIME_H
+#ifndef CA_REGISTRY_H
+#define CA_REGISTRY_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -14,75 +14,73 @@
 #include "pool.h"
 
 /* How many contexts get a pool over the process's life (a slot is never
- * reused: see runtime.c); allocations in later contexts go to the driver
+ * reused: see registry.c); allocations in later contexts go to the driver
  * unpooled. */
-#define CA_RUNTIME_MAX_POOLS 256
+#define CA_REGISTRY_MAX_POOLS 256
 
-/* The pool serving context `ctx` (a CUcontext) of `device`, created on
- * first use with the CUDA backend and the process's settings. NULL when
- * `device` is outside [0, CUDALLOC_MAX_DEVICES), every slot is taken, or
- * the host is out of memory. It takes a lock: callers look with
- * ca_runtime_pool_of first, and come here only when that found none. */
-ca_pool *ca_runtime_pool_in(int device, void *ctx);
-
-/* The pool already serving context `ctx`, or NULL: the hot path's look-up,
- * which needs no device number. */
-ca_pool *ca_runtime_pool_of(void *ctx);
+/* The pool serving the calling thread's current context: the hot path's
+ * look-up, one driver call (the current context) when the pool exists; a
+ * new pool is made, with the CUDA backend and the process's settings, on
+ * the context's first request (one driver call more, for its device; *made
+ * says so). NULL when no context is current (the driver knows the right
+ * error), its device is outside [0, CUDALLOC_MAX_DEVICES), it is dying,
+ * every slot is taken, or the host is out of memory. */
+ca_pool *ca_registry_current_pool(bool *made);
 
 /* The memory budget of `device` (memory_limit_mb, budget.h), which its
  * pools and the allocations passed through to the driver there book
  * against; NULL for a device outside [0, CUDALLOC_MAX_DEVICES). */
-ca_budget *ca_runtime_budget(int device);
+ca_budget *ca_registry_budget(int device);
 
 /* The pools of `device` (every device for -1), at most `max` into out;
  * returns how many there are. */
-size_t ca_runtime_pools(int device, ca_pool **out, size_t max);
+size_t ca_registry_pools(int device, ca_pool **out, size_t max);
 
 /* The statistics of `device`: its pools' added up. Returns false, zeroing
  * *out but for the device, when it has no pool. */
-bool ca_runtime_device_stats(int device, cudalloc_device_stats *out);
+bool ca_registry_device_stats(int device, cudalloc_device_stats *out);
 
 /* Context `ctx` may be about to die (called before the driver call that
  * may kill it): its pool, if it has one, is taken out of service, so that
  * no allocation finds it while the driver may already hand the same
  * handle to a new context; allocations in `ctx` meanwhile go to the driver.
  * Returns the pool, or NULL when the context had none. Then exactly one
- * of: ca_runtime_survived (the context lives on; the pool serves it again)
+ * of: ca_registry_survived (the context lives on; the pool serves it again)
  * or, after the caller has reported and dropped its blocks,
- * ca_runtime_retired (the slot is never used again; the pool object stays
+ * ca_registry_retired (the slot is never used again; the pool object stays
  * valid for threads still holding it). */
-ca_pool *ca_runtime_dying(void *ctx);
-void ca_runtime_survived(ca_pool *pool);
-void ca_runtime_retired(ca_pool *pool);
+ca_pool *ca_registry_dying(void *ctx);
+void ca_registry_survived(ca_pool *pool);
+void ca_registry_retired(ca_pool *pool);
 
 /* Gives `addr` back to whichever pool handed it out. Returns false when no
  * pool owns it. Makes no driver call: asking the driver for the current
  * context would cost more than asking each pool in use. */
-bool ca_runtime_free(uint64_t addr);
+bool ca_registry_free(uint64_t addr);
 
 /* Whether any pool holds a segment based at `addr` (ca_pool_holds_segment). */
-bool ca_runtime_holds_segment(uint64_t addr);
+bool ca_registry_holds_segment(uint64_t addr);
 
 /* Where `addr` lies in the pools: the pool whose segment holds it, that
  * pool's slot (its number in the process, never reused) and the span. */
-typedef struct ca_runtime_span {
+typedef struct ca_registry_span {
   ca_pool *pool;
   int slot;
   ca_pool_span span;
-} ca_runtime_span;
+} ca_registry_span;
 
 /* Whether a segment of any pool holds `addr`; *out says where. */
-bool ca_runtime_find(uint64_t addr, ca_runtime_span *out);
+bool ca_registry_find(uint64_t addr, ca_registry_span *out);
 
 /* The segment of a pool that holds `addr` was freed behind the library's
  * back (ca_pool_segment_lost). Returns false when no pool holds `addr`. */
-bool ca_runtime_lost(uint64_t addr);
+bool ca_registry_lost(uint64_t addr);
 
 /* Bytes `device`'s pools would give back to the driver for a request that
  * the driver cannot serve (ca_pool_releasable, added up). */
-uint64_t ca_runtime_releasable(int device);
+uint64_t ca_registry_releasable(int device);
 
 /* Whether this process (a forked child: since the fork) has made a pool. */
-bool ca_runtime_in_use(void);
+bool ca_registry_in_use(void);
 
-#endif /* CA_RUNTIME_H */
+#endif /* CA_REGISTRY_H */

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "fork.h"
 #include "lock.h"
 #include "log.h"
 #include "pool.h"
@@ -240,7 +241,6 @@ static sem_t ca__signal_sem;
 static struct sigaction ca__program_sigusr1;
 static atomic_bool ca__sigusr1_ours;
 static atomic_bool ca__used_seen;
-static pthread_once_t ca__fork_once = PTHREAD_ONCE_INIT;
 
 static void ca__on_sigusr1(int sig, siginfo_t *info, void *uctx) {
   int saved = errno;
@@ -302,14 +302,13 @@ static void ca__forget_in_child(void) {
   atomic_store(&ca__used_seen, false);
 }
 
-static void ca__register_fork(void) {
-  pthread_atfork(NULL, NULL, ca__forget_in_child);
-}
+static const ca_fork_handlers ca__lifecycle_fork = {
+    .child = ca__forget_in_child};
 
 void ca_lifecycle_device_used(void) {
   if (atomic_load_explicit(&ca__used_seen, memory_order_relaxed))
     return;
-  pthread_once(&ca__fork_once, ca__register_fork);
+  ca_fork_register(CA_FORK_LIFECYCLE, &ca__lifecycle_fork);
   if (atomic_exchange(&ca__used_seen, true))
     return;
   if (ca_config_get()->stats_signal)

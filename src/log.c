@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fork.h"
 #include "lock.h"
 
 /* A place lines go: a descriptor and the file it was when chosen. */
@@ -72,14 +73,10 @@ __attribute__((constructor)) static void ca__log_load(void) {
 /* A forked child may have been forked while another thread wrote. */
 static void ca__log_child(void) { atomic_store(&ca__log_lock.state, 0); }
 
-static void ca__log_atfork_once(void) {
-  static atomic_bool registered;
-  if (!atomic_exchange(&registered, true))
-    pthread_atfork(NULL, NULL, ca__log_child);
-}
+static const ca_fork_handlers ca__log_fork = {.child = ca__log_child};
 
 void ca_log_set_fd(int fd) {
-  ca__log_atfork_once();
+  ca_fork_register(CA_FORK_LOG, &ca__log_fork);
   ca_lock_acquire(&ca__log_lock);
   ca__template = NULL;
   ca__target = fd == 1 ? 1 : 2;
@@ -88,7 +85,7 @@ void ca_log_set_fd(int fd) {
 }
 
 void ca_log_set_path(const char *path_template) {
-  ca__log_atfork_once();
+  ca_fork_register(CA_FORK_LOG, &ca__log_fork);
   ca_lock_acquire(&ca__log_lock);
   bool none = path_template == NULL || path_template[0] == '\0';
   ca__target = !none && strcmp(path_template, "stdout") == 0 ? 1 : 2;

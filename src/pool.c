@@ -78,6 +78,7 @@
  */
 #include "pool.h"
 
+#include "fork.h"
 #include "lock.h"
 
 #include <limits.h>
@@ -1442,9 +1443,11 @@ static void ca__recount_in_child(void) {
                           memory_order_relaxed);
 }
 
+static const ca_fork_handlers ca__pool_fork = {.child = ca__recount_in_child};
+
 static void ca__count_setup(void) {
   ca__count_key_made = pthread_key_create(&ca__count_key, ca__uncount) == 0;
-  pthread_atfork(NULL, NULL, ca__recount_in_child);
+  ca_fork_register(CA_FORK_POOL, &ca__pool_fork);
 }
 
 /* Starts counting the calling thread. Its key's value only makes the key's

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "backend_cuda.h"
+#include "fork.h"
 #include "log.h"
 
 typedef struct ca__slot {
@@ -32,7 +33,6 @@ static ca__slot ca__slots[CA_REGISTRY_MAX_POOLS];
 /* Slots ever used: the hot path looks no further. */
 static atomic_int ca__nslots;
 static pthread_mutex_t ca__slots_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t ca__fork_once = PTHREAD_ONCE_INIT;
 
 /* Each device's memory budget: its pools and what is passed through to the
  * driver book against the same one. */
@@ -68,9 +68,8 @@ static void ca__forget_pools_in_child(void) {
     atomic_store(&ca__budgets[d].booked, 0);
 }
 
-static void ca__register_fork_handler(void) {
-  pthread_atfork(NULL, NULL, ca__forget_pools_in_child);
-}
+static const ca_fork_handlers ca__registry_fork = {
+    .child = ca__forget_pools_in_child};
 
 static ca_reuse ca__reuse(int setting) {
   switch (setting) {
@@ -143,7 +142,7 @@ static ca_pool *ca__pool_of(void *ctx) {
 static ca_pool *ca__pool_in(int device, void *ctx) {
   if (device < 0 || device >= CUDALLOC_MAX_DEVICES || ctx == NULL)
     return NULL;
-  pthread_once(&ca__fork_once, ca__register_fork_handler);
+  ca_fork_register(CA_FORK_REGISTRY, &ca__registry_fork);
   pthread_mutex_lock(&ca__slots_lock);
   ca__slot *s = ca__find(ctx, atomic_load(&ca__nslots));
   if (s == NULL)

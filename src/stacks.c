@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "fork.h"
 #include "lock.h"
 
 #define CA__BUCKETS (1u << 16)
@@ -34,18 +35,15 @@ static _Atomic(ca__stack *_Atomic *) ca__ids[CA__ID_CHUNKS];
 static ca_lock ca__insert_lock = CA_LOCK_INIT;
 static uint32_t ca__next_id = 1; /* under the lock */
 static char *ca__arena, *ca__arena_end; /* under the lock */
-static pthread_once_t ca__fork_once = PTHREAD_ONCE_INIT;
 
 /* A fork while another thread stores a stack would leave the child's lock
  * held forever. Nothing is half-published (a record becomes visible in one
  * store), so the child may simply start with the lock free. */
-static void ca__fork_child(void) {
+static void ca__stacks_child(void) {
   atomic_store(&ca__insert_lock.state, 0);
 }
 
-static void ca__register_fork(void) {
-  pthread_atfork(NULL, NULL, ca__fork_child);
-}
+static const ca_fork_handlers ca__stacks_fork = {.child = ca__stacks_child};
 
 static uint64_t ca__hash(const uintptr_t *pcs, size_t n) {
   uint64_t h = 0x9e3779b97f4a7c15u ^ n;
@@ -136,7 +134,7 @@ uint32_t ca_stacks_intern(const uintptr_t *pcs, size_t n) {
   ca__stack *s = ca__find(bucket, hash, pcs, n);
   if (s != NULL)
     return s->id;
-  pthread_once(&ca__fork_once, ca__register_fork);
+  ca_fork_register(CA_FORK_STACKS, &ca__stacks_fork);
   ca_lock_acquire(&ca__insert_lock);
   s = ca__find(bucket, hash, pcs, n); /* another thread may have won */
   if (s == NULL)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "fork.h"
 #include "lock.h"
 #include "uthash.h"
 
@@ -21,7 +22,6 @@ typedef struct ca__entry {
 #define CA__CHUNK 128
 
 static pthread_mutex_t ca__lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t ca__fork_once = PTHREAD_ONCE_INIT;
 static ca__entry *ca__by_addr;   /* uthash head: device addresses */
 static ca__entry *ca__by_handle; /* uthash head: cuMemCreate handles */
 static ca__entry *ca__free_list;
@@ -42,20 +42,19 @@ static void ca__clear(ca__entry **head) {
  * locked forever; taking it around fork keeps the table whole in both. The
  * child then forgets its parent's allocations: they are not its own to free
  * or to report. */
-static void ca__fork_prepare(void) { pthread_mutex_lock(&ca__lock); }
-static void ca__fork_parent(void) { pthread_mutex_unlock(&ca__lock); }
-static void ca__fork_child(void) {
+static void ca__track_prepare(void) { pthread_mutex_lock(&ca__lock); }
+static void ca__track_parent(void) { pthread_mutex_unlock(&ca__lock); }
+static void ca__track_child(void) {
   ca__clear(&ca__by_addr);
   ca__clear(&ca__by_handle);
   ca__seq = 0;
   pthread_mutex_unlock(&ca__lock);
 }
-static void ca__register_fork(void) {
-  pthread_atfork(ca__fork_prepare, ca__fork_parent, ca__fork_child);
-}
+static const ca_fork_handlers ca__track_fork = {
+    ca__track_prepare, ca__track_parent, ca__track_child};
 
 static void ca__lock_table(void) {
-  pthread_once(&ca__fork_once, ca__register_fork);
+  ca_fork_register(CA_FORK_TRACK, &ca__track_fork);
   ca_locks_note(1);
   pthread_mutex_lock(&ca__lock);
 }

@@ -24,9 +24,9 @@
 
 #include <cuda.h>
 
-#include "backend_cuda.h"
 #include "config.h"
 #include "dl.h"
+#include "driver.h"
 #include "intercept.h"
 #include "lazy.h"
 #include "log.h"

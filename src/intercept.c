@@ -9,7 +9,9 @@
 #include <stdint.h>
 
 #include "backend_cuda.h"
+#include "capture.h"
 #include "config.h"
+#include "driver.h"
 #include "cudalloc.h"
 #include "lifecycle.h"
 #include "log.h"
@@ -18,6 +20,7 @@
 #include "report.h"
 #include "registry.h"
 #include "stacks.h"
+#include "streams.h"
 #include "track.h"
 #include "unwind.h"
 
@@ -219,8 +222,9 @@ static void ca__adjust_info(int device, uint64_t *free_bytes,
 CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes) {
   CUresult r = CA_REAL(mem_get_info, free_bytes, total_bytes);
   int device = -1;
+  CUcontext ctx = NULL;
   if (r != CUDA_SUCCESS || !ca__enabled() ||
-      ca_driver_current_device(&device) != CUDA_SUCCESS)
+      ca_driver_current(&device, &ctx) != CUDA_SUCCESS)
     return r;
   size_t f = 0, t = 0;
   if (free_bytes && total_bytes) {
@@ -385,11 +389,11 @@ static CUresult ca__primary_call(CUdevice dev, CUresult (*call)(CUdevice),
     return ca_driver_missing();
   if (!ca__enabled())
     return call(dev);
-  CUcontext primary = ca_backend_cuda_primary_of((int)dev);
+  CUcontext primary = ca_driver_primary_peek((int)dev);
   ca_pool *pool = ca_registry_dying(primary);
   CUresult r = call(dev);
   bool died = r == CUDA_SUCCESS &&
-              (always_dies || ca_backend_cuda_primary_of((int)dev) == NULL);
+              (always_dies || ca_driver_primary_peek((int)dev) == NULL);
   if (died)
     ca_backend_cuda_forget_primary((int)dev);
   if (died && primary != NULL)
@@ -438,7 +442,7 @@ CUresult ca_on_ctx_destroy(CUcontext ctx) {
  * to synchronize, and every handler is a plain pass-through. */
 static CUresult ca__capture_begun(CUresult r, CUstream stream, bool ptsz) {
   if (r == CUDA_SUCCESS && ca__enabled())
-    ca_backend_cuda_capture_begun(stream, ptsz);
+    ca_capture_begun(stream, ptsz);
   return r;
 }
 
@@ -475,7 +479,7 @@ CUresult ca_on_stream_end_capture(CUstream stream, CUgraph *graph, bool ptsz) {
   CUresult r = ptsz ? CA_REAL(stream_end_capture_ptsz, stream, graph)
                     : CA_REAL(stream_end_capture, stream, graph);
   if (ca__enabled())
-    ca_backend_cuda_capture_ended(stream, ptsz);
+    ca_capture_ended(stream, ptsz);
   return r;
 }
 
@@ -489,7 +493,7 @@ CUresult ca_on_stream_end_capture(CUstream stream, CUgraph *graph, bool ptsz) {
 static CUresult ca__stream_created(CUresult r, const CUstream *stream,
                                    unsigned int flags) {
   if (r == CUDA_SUCCESS && ca__enabled())
-    ca_backend_cuda_stream_created(*stream, flags);
+    ca_streams_created(*stream, flags);
   return r;
 }
 
@@ -511,5 +515,5 @@ CUresult ca_on_stream_destroy(CUstream stream, bool v1) {
   if (!ca__enabled())
     return v1 ? CA_REAL(stream_destroy_v1, stream)
               : CA_REAL(stream_destroy, stream);
-  return ca_backend_cuda_destroy_stream(stream, v1);
+  return ca_streams_destroy(stream, v1);
 }

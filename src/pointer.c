@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend_cuda.h"
+#include "driver.h"
 #include "config.h"
 #include "log.h"
 #include "registry.h"

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "backend_cuda.h"
+#include "driver.h"
 #include "fork.h"
 #include "log.h"
 
@@ -158,7 +159,7 @@ ca_pool *ca_registry_current_pool(bool *made) {
   if (ca_driver_current_context(&ctx) != CUDA_SUCCESS)
     return NULL;
   ca_pool *pool = ca__pool_of(ctx);
-  if (pool != NULL || ca_driver_current_device(&device) != CUDA_SUCCESS)
+  if (pool != NULL || ca_driver_context_device(&device) != CUDA_SUCCESS)
     return pool;
   pool = ca__pool_in(device, ctx);
   *made = pool != NULL;

@@ -51,171 +51,26 @@
 /* And cuStreamDestroy, whose CUDA 2.0 original the driver still exports
  * (it destroys the same way). */
 #undef cuStreamDestroy
-/* And cuMemGetAddressRange, whose 32-bit original is left to the driver
- * (its 32-bit pointers cannot name a pooled block). */
-#undef cuMemGetAddressRange
 
 /* ------------------------------------------------------------------------ */
 /* The hooks                                                                 */
 
 /* Each hook is file-static, so its address is ours whatever the symbol
  * search order of the process: the exported driver names below are aliases
- * of these, and dlsym/cuGetProcAddress hand out these same addresses. */
+ * of these, and dlsym/cuGetProcAddress hand out these same addresses. Each
+ * is one call into the policy (driver_api.h's `call` column). */
 
-static CUresult CUDAAPI ca__mem_alloc(CUdeviceptr *dptr, size_t size) {
-  return ca_on_mem_alloc(dptr, size);
-}
-static CUresult CUDAAPI ca__mem_free(CUdeviceptr dptr) {
-  return ca_on_mem_free(dptr);
-}
-static CUresult CUDAAPI ca__mem_get_info(size_t *free_bytes,
-                                         size_t *total_bytes) {
-  return ca_on_mem_get_info(free_bytes, total_bytes);
-}
-static CUresult CUDAAPI ca__mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch,
-                                            size_t width, size_t height,
-                                            unsigned int element_size) {
-  return ca_on_mem_alloc_pitch(dptr, pitch, width, height, element_size);
-}
-static CUresult CUDAAPI ca__mem_alloc_managed(CUdeviceptr *dptr, size_t size,
-                                              unsigned int flags) {
-  return ca_on_mem_alloc_managed(dptr, size, flags);
-}
-static CUresult CUDAAPI ca__mem_alloc_async(CUdeviceptr *dptr, size_t size,
-                                            CUstream stream) {
-  return ca_on_mem_alloc_async(dptr, size, stream, false);
-}
-static CUresult CUDAAPI ca__mem_alloc_async_ptsz(CUdeviceptr *dptr,
-                                                 size_t size,
-                                                 CUstream stream) {
-  return ca_on_mem_alloc_async(dptr, size, stream, true);
-}
-static CUresult CUDAAPI ca__mem_alloc_from_pool_async(CUdeviceptr *dptr,
-                                                      size_t size,
-                                                      CUmemoryPool pool,
-                                                      CUstream stream) {
-  return ca_on_mem_alloc_from_pool_async(dptr, size, pool, stream, false);
-}
-static CUresult CUDAAPI ca__mem_alloc_from_pool_async_ptsz(CUdeviceptr *dptr,
-                                                           size_t size,
-                                                           CUmemoryPool pool,
-                                                           CUstream stream) {
-  return ca_on_mem_alloc_from_pool_async(dptr, size, pool, stream, true);
-}
-static CUresult CUDAAPI ca__mem_free_async(CUdeviceptr dptr, CUstream stream) {
-  return ca_on_mem_free_async(dptr, stream, false);
-}
-static CUresult CUDAAPI ca__mem_free_async_ptsz(CUdeviceptr dptr,
-                                                CUstream stream) {
-  return ca_on_mem_free_async(dptr, stream, true);
-}
-static CUresult CUDAAPI ca__mem_create(CUmemGenericAllocationHandle *handle,
-                                       size_t size,
-                                       const CUmemAllocationProp *prop,
-                                       unsigned long long flags) {
-  return ca_on_mem_create(handle, size, prop, flags);
-}
-static CUresult CUDAAPI ca__mem_release(CUmemGenericAllocationHandle handle) {
-  return ca_on_mem_release(handle);
-}
-static CUresult CUDAAPI ca__primary_ctx_reset_v1(CUdevice dev) {
-  return ca_on_device_primary_ctx_reset(dev, true);
-}
-static CUresult CUDAAPI ca__primary_ctx_reset(CUdevice dev) {
-  return ca_on_device_primary_ctx_reset(dev, false);
-}
-static CUresult CUDAAPI ca__primary_ctx_release_v1(CUdevice dev) {
-  return ca_on_device_primary_ctx_release(dev, true);
-}
-static CUresult CUDAAPI ca__primary_ctx_release(CUdevice dev) {
-  return ca_on_device_primary_ctx_release(dev, false);
-}
-static CUresult CUDAAPI ca__ctx_destroy(CUcontext ctx) {
-  return ca_on_ctx_destroy(ctx);
-}
-static CUresult CUDAAPI ca__begin_capture_v1(CUstream stream) {
-  return ca_on_stream_begin_capture_v1(stream, false);
-}
-static CUresult CUDAAPI ca__begin_capture_v1_ptsz(CUstream stream) {
-  return ca_on_stream_begin_capture_v1(stream, true);
-}
-static CUresult CUDAAPI ca__begin_capture(CUstream stream,
-                                          CUstreamCaptureMode mode) {
-  return ca_on_stream_begin_capture(stream, mode, false);
-}
-static CUresult CUDAAPI ca__begin_capture_ptsz(CUstream stream,
-                                               CUstreamCaptureMode mode) {
-  return ca_on_stream_begin_capture(stream, mode, true);
-}
-static CUresult CUDAAPI ca__begin_capture_to_graph(
-    CUstream stream, CUgraph graph, const CUgraphNode *deps,
-    const CUgraphEdgeData *edges, size_t ndeps, CUstreamCaptureMode mode) {
-  return ca_on_stream_begin_capture_to_graph(stream, graph, deps, edges, ndeps,
-                                             mode, false);
-}
-static CUresult CUDAAPI ca__begin_capture_to_graph_ptsz(
-    CUstream stream, CUgraph graph, const CUgraphNode *deps,
-    const CUgraphEdgeData *edges, size_t ndeps, CUstreamCaptureMode mode) {
-  return ca_on_stream_begin_capture_to_graph(stream, graph, deps, edges, ndeps,
-                                             mode, true);
-}
-static CUresult CUDAAPI ca__end_capture(CUstream stream, CUgraph *graph) {
-  return ca_on_stream_end_capture(stream, graph, false);
-}
-static CUresult CUDAAPI ca__end_capture_ptsz(CUstream stream, CUgraph *graph) {
-  return ca_on_stream_end_capture(stream, graph, true);
-}
-static CUresult CUDAAPI ca__stream_create(CUstream *stream,
-                                          unsigned int flags) {
-  return ca_on_stream_create(stream, flags);
-}
-static CUresult CUDAAPI ca__stream_create_with_priority(CUstream *stream,
-                                                        unsigned int flags,
-                                                        int priority) {
-  return ca_on_stream_create_with_priority(stream, flags, priority);
-}
-static CUresult CUDAAPI ca__stream_destroy_v1(CUstream stream) {
-  return ca_on_stream_destroy(stream, true);
-}
-static CUresult CUDAAPI ca__stream_destroy(CUstream stream) {
-  return ca_on_stream_destroy(stream, false);
-}
-static CUresult CUDAAPI ca__mem_get_address_range(CUdeviceptr *base,
-                                                  size_t *size,
-                                                  CUdeviceptr dptr) {
-  return ca_on_mem_get_address_range(base, size, dptr);
-}
-static CUresult CUDAAPI ca__pointer_get_attribute(void *data,
-                                                  CUpointer_attribute attribute,
-                                                  CUdeviceptr ptr) {
-  return ca_on_pointer_get_attribute(data, attribute, ptr);
-}
-static CUresult CUDAAPI ca__pointer_get_attributes(
-    unsigned int n, CUpointer_attribute *attributes, void **data,
-    CUdeviceptr ptr) {
-  return ca_on_pointer_get_attributes(n, attributes, data, ptr);
-}
-static CUresult CUDAAPI ca__pointer_set_attribute(const void *value,
-                                                  CUpointer_attribute attribute,
-                                                  CUdeviceptr ptr) {
-  return ca_on_pointer_set_attribute(value, attribute, ptr);
-}
-static CUresult CUDAAPI ca__ipc_get_mem_handle(CUipcMemHandle *handle,
-                                               CUdeviceptr dptr) {
-  return ca_on_ipc_get_mem_handle(handle, dptr);
-}
-static CUresult CUDAAPI ca__mem_get_handle_for_address_range(
-    void *handle, CUdeviceptr dptr, size_t size, CUmemRangeHandleType type,
-    unsigned long long flags) {
-  return ca_on_mem_get_handle_for_address_range(handle, dptr, size, type,
-                                                flags);
-}
 static CUresult CUDAAPI ca__get_proc_address(const char *symbol, void **pfn,
                                              int version, cuuint64_t flags);
 static CUresult CUDAAPI
 ca__get_proc_address_v2(const char *symbol, void **pfn, int version,
                         cuuint64_t flags,
                         CUdriverProcAddressQueryResult *status);
+
+#define CA__HOOK(export, field, params, call)                                  \
+  static CUresult CUDAAPI ca__hook_##field params { return call; }
+CA_DRIVER_HOOKED(CA__HOOK)
+#undef CA__HOOK
 
 /* The one table of handled functions: the libcuda export and our hook for
  * it. Every other part of this file (exports, dlsym, cuGetProcAddress)
@@ -225,49 +80,10 @@ typedef struct ca__hook {
   void *hook;
 } ca__hook;
 
-static const ca__hook ca__hooks[] = {
-    {"cuMemAlloc_v2", (void *)ca__mem_alloc},
-    {"cuMemFree_v2", (void *)ca__mem_free},
-    {"cuMemGetInfo_v2", (void *)ca__mem_get_info},
-    {"cuMemAllocPitch_v2", (void *)ca__mem_alloc_pitch},
-    {"cuMemAllocManaged", (void *)ca__mem_alloc_managed},
-    {"cuMemAllocAsync", (void *)ca__mem_alloc_async},
-    {"cuMemAllocAsync_ptsz", (void *)ca__mem_alloc_async_ptsz},
-    {"cuMemAllocFromPoolAsync", (void *)ca__mem_alloc_from_pool_async},
-    {"cuMemAllocFromPoolAsync_ptsz",
-     (void *)ca__mem_alloc_from_pool_async_ptsz},
-    {"cuMemFreeAsync", (void *)ca__mem_free_async},
-    {"cuMemFreeAsync_ptsz", (void *)ca__mem_free_async_ptsz},
-    {"cuMemCreate", (void *)ca__mem_create},
-    {"cuMemRelease", (void *)ca__mem_release},
-    {"cuDevicePrimaryCtxReset", (void *)ca__primary_ctx_reset_v1},
-    {"cuDevicePrimaryCtxReset_v2", (void *)ca__primary_ctx_reset},
-    {"cuDevicePrimaryCtxRelease", (void *)ca__primary_ctx_release_v1},
-    {"cuDevicePrimaryCtxRelease_v2", (void *)ca__primary_ctx_release},
-    {"cuCtxDestroy_v2", (void *)ca__ctx_destroy},
-    {"cuStreamBeginCapture", (void *)ca__begin_capture_v1},
-    {"cuStreamBeginCapture_ptsz", (void *)ca__begin_capture_v1_ptsz},
-    {"cuStreamBeginCapture_v2", (void *)ca__begin_capture},
-    {"cuStreamBeginCapture_v2_ptsz", (void *)ca__begin_capture_ptsz},
-    {"cuStreamBeginCaptureToGraph", (void *)ca__begin_capture_to_graph},
-    {"cuStreamBeginCaptureToGraph_ptsz",
-     (void *)ca__begin_capture_to_graph_ptsz},
-    {"cuStreamEndCapture", (void *)ca__end_capture},
-    {"cuStreamEndCapture_ptsz", (void *)ca__end_capture_ptsz},
-    {"cuStreamCreate", (void *)ca__stream_create},
-    {"cuStreamCreateWithPriority", (void *)ca__stream_create_with_priority},
-    {"cuStreamDestroy", (void *)ca__stream_destroy_v1},
-    {"cuStreamDestroy_v2", (void *)ca__stream_destroy},
-    {"cuMemGetAddressRange_v2", (void *)ca__mem_get_address_range},
-    {"cuPointerGetAttribute", (void *)ca__pointer_get_attribute},
-    {"cuPointerGetAttributes", (void *)ca__pointer_get_attributes},
-    {"cuPointerSetAttribute", (void *)ca__pointer_set_attribute},
-    {"cuIpcGetMemHandle", (void *)ca__ipc_get_mem_handle},
-    {"cuMemGetHandleForAddressRange",
-     (void *)ca__mem_get_handle_for_address_range},
-    {"cuGetProcAddress", (void *)ca__get_proc_address},
-    {"cuGetProcAddress_v2", (void *)ca__get_proc_address_v2},
-};
+#define CA__HOOK_ROW(export, field, params, call)                              \
+  {#export, (void *)ca__hook_##field},
+static const ca__hook ca__hooks[] = {CA_DRIVER_HOOKED(CA__HOOK_ROW)};
+#undef CA__HOOK_ROW
 
 #define CA__NHOOKS (sizeof(ca__hooks) / sizeof(ca__hooks[0]))
 
@@ -290,105 +106,14 @@ CA__EARLY static void *ca__hook_for_name(const char *name) {
 /* ------------------------------------------------------------------------ */
 /* Way 1: the exported driver names                                          */
 
-/* Prototypes cuda.h declares only when CUDA_API_PER_THREAD_DEFAULT_STREAM is
- * defined (which would in turn hide the plain names and turn
- * cuGetProcAddress_v2 into an inline wrapper), and the legacy entry points
- * (the four-argument cuGetProcAddress, the mode-less cuStreamBeginCapture,
- * the original cuStreamDestroy), which it declares only for the driver's
- * own build. The signatures are cuda.h 13's. */
-CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
-                                      CUstream hStream);
-CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr,
-                                              size_t bytesize,
-                                              CUmemoryPool pool,
-                                              CUstream hStream);
-CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
-CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn,
-                                  int cudaVersion, cuuint64_t flags);
-CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream);
-CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev);
-CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev);
-CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream hStream);
-CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream,
-                                              CUstreamCaptureMode mode);
-CUresult CUDAAPI cuStreamBeginCaptureToGraph_ptsz(
-    CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies,
-    const CUgraphEdgeData *dependencyData, size_t numDependencies,
-    CUstreamCaptureMode mode);
-CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph);
-CUresult CUDAAPI cuStreamDestroy(CUstream hStream);
-
-/* Exports `name` (declared above or by cuda.h, so the compiler checks that
- * the hook has the driver's exact prototype) as an alias of `hook`. */
-#define CA__EXPORT(name, hook, params)                                        \
-  __attribute__((visibility("default"), alias(#hook))) CUresult CUDAAPI name  \
-      params
-
-CA__EXPORT(cuMemAlloc_v2, ca__mem_alloc, (CUdeviceptr *, size_t));
-CA__EXPORT(cuMemFree_v2, ca__mem_free, (CUdeviceptr));
-CA__EXPORT(cuMemGetInfo_v2, ca__mem_get_info, (size_t *, size_t *));
-CA__EXPORT(cuMemAllocPitch_v2, ca__mem_alloc_pitch,
-           (CUdeviceptr *, size_t *, size_t, size_t, unsigned int));
-CA__EXPORT(cuMemAllocManaged, ca__mem_alloc_managed,
-           (CUdeviceptr *, size_t, unsigned int));
-CA__EXPORT(cuMemAllocAsync, ca__mem_alloc_async,
-           (CUdeviceptr *, size_t, CUstream));
-CA__EXPORT(cuMemAllocAsync_ptsz, ca__mem_alloc_async_ptsz,
-           (CUdeviceptr *, size_t, CUstream));
-CA__EXPORT(cuMemAllocFromPoolAsync, ca__mem_alloc_from_pool_async,
-           (CUdeviceptr *, size_t, CUmemoryPool, CUstream));
-CA__EXPORT(cuMemAllocFromPoolAsync_ptsz, ca__mem_alloc_from_pool_async_ptsz,
-           (CUdeviceptr *, size_t, CUmemoryPool, CUstream));
-CA__EXPORT(cuMemFreeAsync, ca__mem_free_async, (CUdeviceptr, CUstream));
-CA__EXPORT(cuMemFreeAsync_ptsz, ca__mem_free_async_ptsz,
-           (CUdeviceptr, CUstream));
-CA__EXPORT(cuMemCreate, ca__mem_create,
-           (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
-            unsigned long long));
-CA__EXPORT(cuMemRelease, ca__mem_release, (CUmemGenericAllocationHandle));
-CA__EXPORT(cuDevicePrimaryCtxReset, ca__primary_ctx_reset_v1, (CUdevice));
-CA__EXPORT(cuDevicePrimaryCtxReset_v2, ca__primary_ctx_reset, (CUdevice));
-CA__EXPORT(cuDevicePrimaryCtxRelease, ca__primary_ctx_release_v1, (CUdevice));
-CA__EXPORT(cuDevicePrimaryCtxRelease_v2, ca__primary_ctx_release, (CUdevice));
-CA__EXPORT(cuCtxDestroy_v2, ca__ctx_destroy, (CUcontext));
-CA__EXPORT(cuStreamBeginCapture, ca__begin_capture_v1, (CUstream));
-CA__EXPORT(cuStreamBeginCapture_ptsz, ca__begin_capture_v1_ptsz, (CUstream));
-CA__EXPORT(cuStreamBeginCapture_v2, ca__begin_capture,
-           (CUstream, CUstreamCaptureMode));
-CA__EXPORT(cuStreamBeginCapture_v2_ptsz, ca__begin_capture_ptsz,
-           (CUstream, CUstreamCaptureMode));
-CA__EXPORT(cuStreamBeginCaptureToGraph, ca__begin_capture_to_graph,
-           (CUstream, CUgraph, const CUgraphNode *, const CUgraphEdgeData *,
-            size_t, CUstreamCaptureMode));
-CA__EXPORT(cuStreamBeginCaptureToGraph_ptsz, ca__begin_capture_to_graph_ptsz,
-           (CUstream, CUgraph, const CUgraphNode *, const CUgraphEdgeData *,
-            size_t, CUstreamCaptureMode));
-CA__EXPORT(cuStreamEndCapture, ca__end_capture, (CUstream, CUgraph *));
-CA__EXPORT(cuStreamEndCapture_ptsz, ca__end_capture_ptsz,
-           (CUstream, CUgraph *));
-CA__EXPORT(cuStreamCreate, ca__stream_create, (CUstream *, unsigned int));
-CA__EXPORT(cuStreamCreateWithPriority, ca__stream_create_with_priority,
-           (CUstream *, unsigned int, int));
-CA__EXPORT(cuStreamDestroy, ca__stream_destroy_v1, (CUstream));
-CA__EXPORT(cuStreamDestroy_v2, ca__stream_destroy, (CUstream));
-CA__EXPORT(cuMemGetAddressRange_v2, ca__mem_get_address_range,
-           (CUdeviceptr *, size_t *, CUdeviceptr));
-CA__EXPORT(cuPointerGetAttribute, ca__pointer_get_attribute,
-           (void *, CUpointer_attribute, CUdeviceptr));
-CA__EXPORT(cuPointerGetAttributes, ca__pointer_get_attributes,
-           (unsigned int, CUpointer_attribute *, void **, CUdeviceptr));
-CA__EXPORT(cuPointerSetAttribute, ca__pointer_set_attribute,
-           (const void *, CUpointer_attribute, CUdeviceptr));
-CA__EXPORT(cuIpcGetMemHandle, ca__ipc_get_mem_handle,
-           (CUipcMemHandle *, CUdeviceptr));
-CA__EXPORT(cuMemGetHandleForAddressRange, ca__mem_get_handle_for_address_range,
-           (void *, CUdeviceptr, size_t, CUmemRangeHandleType,
-            unsigned long long));
-CA__EXPORT(cuGetProcAddress, ca__get_proc_address,
-           (const char *, void **, int, cuuint64_t));
-CA__EXPORT(cuGetProcAddress_v2, ca__get_proc_address_v2,
-           (const char *, void **, int, cuuint64_t,
-            CUdriverProcAddressQueryResult *));
+/* Exports each handled name as an alias of its hook, with the prototype of
+ * driver_api.h (for the names cuda.h declares, the compiler checks that
+ * the two agree). */
+#define CA__EXPORT(export, field, params, call)                                \
+  __attribute__((visibility("default"), alias("ca__hook_" #field)))           \
+  CUresult CUDAAPI export params;
+CA_DRIVER_HOOKED(CA__EXPORT)
+#undef CA__EXPORT
 
 /* ------------------------------------------------------------------------ */
 /* Saying, once per way in, that it works                                    */

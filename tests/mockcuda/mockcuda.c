@@ -563,6 +563,11 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   return rc;
 }
 
+/* The pre-11.0 originals, which the driver still exports under the plain
+ * names: they work the same way. */
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
+CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxReset_v2(dev); }
+
 CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active) {
   MOCK_QUERY(mock_need_dev(dev), !flags || !active, {
     *flags = 0;
@@ -838,6 +843,13 @@ static CUresult mock_begin_capture(CUstream hs, CUstreamCaptureMode mode, int pt
   return rc;
 }
 
+/* CUDA 10.0's mode-less original captures in global mode. */
+CUresult cuStreamBeginCapture(CUstream s) {
+  return mock_begin_capture(s, CU_STREAM_CAPTURE_MODE_GLOBAL, 0);
+}
+CUresult cuStreamBeginCapture_ptsz(CUstream s) {
+  return mock_begin_capture(s, CU_STREAM_CAPTURE_MODE_GLOBAL, 1);
+}
 CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
   return mock_begin_capture(s, mode, 0);
 }
@@ -1425,7 +1437,9 @@ static const struct mock_sym {
     S("cuDeviceGetDefaultMemPool", cuDeviceGetDefaultMemPool, 11020),
     S("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain, 7000),
     S("cuDevicePrimaryCtxGetState", cuDevicePrimaryCtxGetState, 7000),
+    S("cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease, 7000),
     S("cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2, 11000),
+    S("cuDevicePrimaryCtxReset", cuDevicePrimaryCtxReset, 7000),
     S("cuDevicePrimaryCtxReset", cuDevicePrimaryCtxReset_v2, 11000),
     S("cuCtxCreate", cuCtxCreate_v2, 3020),
     S("cuCtxCreate", cuCtxCreate_v3, 11040),
@@ -1445,6 +1459,8 @@ static const struct mock_sym {
     P("cuStreamSynchronize", cuStreamSynchronize_ptsz, 7000),
     S("cuStreamIsCapturing", cuStreamIsCapturing, 10000),
     P("cuStreamIsCapturing", cuStreamIsCapturing_ptsz, 10000),
+    S("cuStreamBeginCapture", cuStreamBeginCapture, 10000),
+    P("cuStreamBeginCapture", cuStreamBeginCapture_ptsz, 10000),
     S("cuStreamBeginCapture", cuStreamBeginCapture_v2, 10010),
     P("cuStreamBeginCapture", cuStreamBeginCapture_v2_ptsz, 10010),
     S("cuStreamEndCapture", cuStreamEndCapture, 10000),

@@ -80,6 +80,7 @@
 
 #include "fork.h"
 #include "lock.h"
+#include "stats.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -1993,27 +1994,20 @@ static uint64_t ca__largest_free(const ca__arena *p) {
 
 void ca_pool_stats_add(cudalloc_device_stats *sum,
                        const cudalloc_device_stats *s) {
-  cudalloc_stat *to[] = {&sum->requested_bytes, &sum->allocated_bytes,
-                         &sum->reserved_bytes, &sum->blocks, &sum->segments};
-  const cudalloc_stat *from[] = {&s->requested_bytes, &s->allocated_bytes,
-                                 &s->reserved_bytes, &s->blocks, &s->segments};
-  for (size_t i = 0; i < sizeof(to) / sizeof(to[0]); i++) {
-    to[i]->current += from[i]->current;
-    to[i]->peak += from[i]->peak;
-    to[i]->total += from[i]->total;
-  }
-  sum->allocs += s->allocs;
-  sum->frees += s->frees;
-  sum->cache_hits += s->cache_hits;
-  sum->backend_allocs += s->backend_allocs;
-  sum->backend_frees += s->backend_frees;
-  sum->oom_retries += s->oom_retries;
-  sum->gc_segments_released += s->gc_segments_released;
-  sum->failed_allocs += s->failed_allocs;
-  sum->free_cached_bytes += s->free_cached_bytes;
-  sum->pending_free_bytes += s->pending_free_bytes;
-  if (s->largest_free_block > sum->largest_free_block)
-    sum->largest_free_block = s->largest_free_block;
+#define CA__ADD_TRIPLE(field, row, bytes)                                      \
+  sum->field.current += s->field.current;                                      \
+  sum->field.peak += s->field.peak;                                            \
+  sum->field.total += s->field.total;
+#define CA__ADD(field) sum->field += s->field;
+#define CA__MAX(field)                                                         \
+  if (s->field > sum->field)                                                   \
+    sum->field = s->field;
+  CA_STATS_TRIPLES(CA__ADD_TRIPLE)
+  CA_STATS_COUNTERS(CA__ADD)
+  CA_STATS_LARGEST(CA__MAX)
+#undef CA__ADD_TRIPLE
+#undef CA__ADD
+#undef CA__MAX
 }
 
 /* One arena's figures, under its lock. */

@@ -23,6 +23,7 @@
 #include "config.h"
 #include "log.h"
 #include "stacks.h"
+#include "stats.h"
 #include "symbolize.h"
 
 /* Allocation numbers listed per group without stacks, and in JSON. */
@@ -196,16 +197,15 @@ static void ca__stats_text(const cudalloc_device_stats *s) {
                               : 0.0;
   ca_log("device %d memory summary", s->device);
   ca_log("  %-16s %12s %12s %12s", "", "current", "peak", "total");
-  ca__stat_row("requested", &s->requested_bytes, 1);
-  ca__stat_row("allocated", &s->allocated_bytes, 1);
-  ca__stat_row("reserved", &s->reserved_bytes, 1);
-  ca__stat_row("blocks", &s->blocks, 0);
-  ca__stat_row("segments", &s->segments, 0);
-  ca_log("  cache hits %.1f%% (%" PRIu64 " of %" PRIu64 " allocations); "
-         "driver allocations %" PRIu64 ", frees %" PRIu64
+#define CA__ROW(field, row, bytes) ca__stat_row(row, &s->field, bytes);
+  CA_STATS_TRIPLES(CA__ROW)
+#undef CA__ROW
+  ca_log("  cache hits %.1f%% (%" PRIu64 " of %" PRIu64 " allocations, %" PRIu64
+         " frees); driver allocations %" PRIu64 ", frees %" PRIu64
          "; %" PRIu64 " driver allocations and %" PRIu64 " frees avoided",
-         hit_rate, s->cache_hits, s->allocs, s->backend_allocs,
-         s->backend_frees, s->allocs - s->backend_allocs,
+         hit_rate, s->cache_hits, s->allocs, s->frees, s->backend_allocs,
+         s->backend_frees,
+         s->allocs > s->backend_allocs ? s->allocs - s->backend_allocs : 0,
          s->frees > s->backend_frees ? s->frees - s->backend_frees : 0);
   ca_log("  out-of-memory retries %" PRIu64 ", failed allocations %" PRIu64
          ", segments given back by the threshold %" PRIu64,
@@ -223,26 +223,17 @@ static void ca__json_stat(ca__out *o, const char *name, const cudalloc_stat *s,
              name, s->current, s->peak, s->total, comma ? "," : "");
 }
 
+/* Every field, by its name in the struct, in the struct's order. */
 static void ca__stats_json(ca__out *o, const cudalloc_device_stats *s) {
   ca__printf(o, "{\"device\":%d,", s->device);
-  ca__json_stat(o, "requested_bytes", &s->requested_bytes, true);
-  ca__json_stat(o, "allocated_bytes", &s->allocated_bytes, true);
-  ca__json_stat(o, "reserved_bytes", &s->reserved_bytes, true);
-  ca__json_stat(o, "blocks", &s->blocks, true);
-  ca__json_stat(o, "segments", &s->segments, true);
-  ca__printf(o,
-             "\"allocs\":%" PRIu64 ",\"frees\":%" PRIu64
-             ",\"cache_hits\":%" PRIu64 ",\"backend_allocs\":%" PRIu64
-             ",\"backend_frees\":%" PRIu64 ",\"oom_retries\":%" PRIu64,
-             s->allocs, s->frees, s->cache_hits, s->backend_allocs,
-             s->backend_frees, s->oom_retries);
-  ca__printf(o,
-             ",\"gc_segments_released\":%" PRIu64
-             ",\"failed_allocs\":%" PRIu64 ",\"free_cached_bytes\":%" PRIu64
-             ",\"pending_free_bytes\":%" PRIu64
-             ",\"largest_free_block\":%" PRIu64 ",\"fragmentation\":%.6f}",
-             s->gc_segments_released, s->failed_allocs, s->free_cached_bytes,
-             s->pending_free_bytes, s->largest_free_block, s->fragmentation);
+#define CA__TRIPLE(field, row, bytes) ca__json_stat(o, #field, &s->field, true);
+#define CA__COUNT(field) ca__printf(o, "\"" #field "\":%" PRIu64 ",", s->field);
+  CA_STATS_TRIPLES(CA__TRIPLE)
+  CA_STATS_COUNTERS(CA__COUNT)
+  CA_STATS_LARGEST(CA__COUNT)
+#undef CA__TRIPLE
+#undef CA__COUNT
+  ca__printf(o, "\"fragmentation\":%.6f}", s->fragmentation);
 }
 
 /* ---- Grouping ------------------------------------------------------------ */

@@ -3,6 +3,7 @@
  * (addresses, errors) and what the statistics say.
  */
 #include "pool_fixture.h"
+#include "stats.h"
 
 /* Requests are rounded to 512 B; the program's own size is kept too. */
 static void rounds_requests_to_the_granule(void **state) {
@@ -1137,6 +1138,35 @@ static void empty_cache_and_drop_all_reach_every_arena(void **state) {
   fixture_free(fx);
 }
 
+/* Adding up pools sums every counter of stats.h's lists and keeps the
+ * largest free block: a field added to the lists is summed with no other
+ * edit. */
+static void statistics_add_every_field(void **state) {
+  (void)state;
+  cudalloc_device_stats s = {.device = 1}, sum = {.device = 1};
+  uint64_t v = 7;
+#define SET_TRIPLE(field, row, bytes)                                          \
+  s.field = (cudalloc_stat){v, v + 1, v + 2};                                  \
+  v += 10;
+#define SET(field)                                                             \
+  s.field = v;                                                                 \
+  v += 10;
+  CA_STATS_TRIPLES(SET_TRIPLE)
+  CA_STATS_COUNTERS(SET)
+  CA_STATS_LARGEST(SET)
+  ca_pool_stats_add(&sum, &s);
+  ca_pool_stats_add(&sum, &s);
+#define CHECK_TRIPLE(field, row, bytes)                                        \
+  assert_int_equal(sum.field.current, 2 * s.field.current);                    \
+  assert_int_equal(sum.field.peak, 2 * s.field.peak);                          \
+  assert_int_equal(sum.field.total, 2 * s.field.total);
+#define CHECK_SUM(field) assert_int_equal(sum.field, 2 * s.field);
+#define CHECK_MAX(field) assert_int_equal(sum.field, s.field);
+  CA_STATS_TRIPLES(CHECK_TRIPLE)
+  CA_STATS_COUNTERS(CHECK_SUM)
+  CA_STATS_LARGEST(CHECK_MAX)
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(rounds_requests_to_the_granule),
@@ -1155,6 +1185,7 @@ int main(void) {
       cmocka_unit_test(retries_with_the_smallest_segment),
       cmocka_unit_test(empty_cache_gives_back_free_segments_only),
       cmocka_unit_test(keeps_statistics),
+      cmocka_unit_test(statistics_add_every_field),
       cmocka_unit_test(refuses_pointers_it_does_not_own),
       cmocka_unit_test(lists_live_blocks),
       cmocka_unit_test(keeps_devices_apart),

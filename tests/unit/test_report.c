@@ -23,6 +23,7 @@
 #include "log.h"
 #include "report.h"
 #include "stacks.h"
+#include "stats.h"
 
 static int count_of(const char *text, const char *needle) {
   int n = 0;
@@ -306,6 +307,73 @@ static void stats_before_leaks(void **state) {
                                      "\"peak\":5242880,\"total\":7340032}"));
 }
 
+/* Whether `text` holds the number v, not as part of a longer one. */
+static bool has_number(const char *text, uint64_t v) {
+  char want[32];
+  snprintf(want, sizeof(want), "%llu", (unsigned long long)v);
+  for (const char *p = text; (p = strstr(p, want)) != NULL; p++) {
+    bool before = p > text && p[-1] >= '0' && p[-1] <= '9';
+    char after = p[strlen(want)];
+    if (!before && !(after >= '0' && after <= '9') && after != '.')
+      return true;
+  }
+  return false;
+}
+
+/* Every field of stats.h's lists reaches both summaries: a field added to
+ * the struct and the lists is printed without another edit. Each gets a
+ * value of its own, under 1 KiB so that byte counts print as numbers. */
+static void every_statistic_is_printed(void **state) {
+  (void)state;
+  ca_config cfg;
+  ca_config_defaults(&cfg);
+  cudalloc_device_stats s = {.device = 3};
+  uint64_t v = 101;
+#define SET_TRIPLE(field, row, bytes)                                          \
+  s.field = (cudalloc_stat){v, v + 1, v + 2};                                  \
+  v += 10;
+#define SET(field)                                                             \
+  s.field = v;                                                                 \
+  v += 10;
+  CA_STATS_TRIPLES(SET_TRIPLE)
+  CA_STATS_COUNTERS(SET)
+  CA_STATS_LARGEST(SET)
+  ca_report_input in = {.event = CA_EVENT_EXIT, .device = -1, .stats = &s,
+                        .nstats = 1, .config = &cfg};
+  take_log();
+  ca_report(&in);
+  char *text = strdup(take_log()); /* take_log's buffer is reused */
+  assert_non_null(text);
+  cfg.report_format = CA_REPORT_JSON;
+  ca_report(&in);
+  const char *json = take_log();
+  char want[128];
+#define CHECK_TRIPLE(field, row, bytes)                                        \
+  for (uint64_t k = 0; k < 3; k++)                                             \
+    if (!has_number(text, s.field.current + k))                                \
+      fail_msg("the text summary lacks %s (%llu): %s", #field,                 \
+               (unsigned long long)(s.field.current + k), text);               \
+  snprintf(want, sizeof(want),                                                 \
+           "\"%s\":{\"current\":%llu,\"peak\":%llu,\"total\":%llu}", #field,     \
+           (unsigned long long)s.field.current,                                \
+           (unsigned long long)s.field.peak,                                   \
+           (unsigned long long)s.field.total);                                 \
+  if (!strstr(json, want))                                                     \
+    fail_msg("the JSON summary lacks %s: %s", want, json);
+#define CHECK(field)                                                           \
+  if (!has_number(text, s.field))                                              \
+    fail_msg("the text summary lacks %s (%llu): %s", #field,                   \
+             (unsigned long long)s.field, text);                               \
+  snprintf(want, sizeof(want), "\"%s\":%llu,", #field,                         \
+           (unsigned long long)s.field);                                       \
+  if (!strstr(json, want))                                                     \
+    fail_msg("the JSON summary lacks %s: %s", want, json);
+  CA_STATS_TRIPLES(CHECK_TRIPLE)
+  CA_STATS_COUNTERS(CHECK)
+  CA_STATS_LARGEST(CHECK)
+  free(text);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(stacks_are_interned),
@@ -318,6 +386,7 @@ int main(void) {
       cmocka_unit_test(nothing_leaked),
       cmocka_unit_test(nothing_left_after_suppressions),
       cmocka_unit_test(stats_before_leaks),
+      cmocka_unit_test(every_statistic_is_printed),
   };
   return cmocka_run_group_tests(tests, capture_log, release_log);
 }

@@ -130,7 +130,7 @@ static const ca__key ca__keys[] = {
      "Frames of the call stack kept at each allocation, for the leak report; "
      "0 groups leaks by size only (fastest)."},
     {"log_path", CA__TEXT_AT(log_path), {.text = {"", 0}}, "(stderr)",
-     "a file path without ',' (%p becomes the process id)",
+     "a file path without ',', stderr or stdout (%p: the process id)",
      "Write everything the library prints to this file instead of stderr."},
     {"leak_exitcode", CA__INT_AT(leak_exitcode), 0, 255, {.integer = 0},
      "0 (off)", "an integer from 0 to 255",

@@ -17,7 +17,6 @@
 #include "log.h"
 #include "pointer.h"
 #include "pool.h"
-#include "report.h"
 #include "registry.h"
 #include "stacks.h"
 #include "streams.h"

@@ -76,15 +76,6 @@ static void ca__gather_tracked(const ca_tracked *t, void *arg) {
                                          .call = ca_track_kind_call(t->kind)});
 }
 
-/* A passed-through allocation died with its context: gathered for the
- * report, and its booking in the device's budget ends. */
-static void ca__gather_dropped(const ca_tracked *t, void *arg) {
-  ca__gather_tracked(t, arg);
-  ca_budget *b = ca_registry_budget(t->device);
-  if (b != NULL)
-    ca_budget_unbook(b, t->size);
-}
-
 static void ca__gather_free(ca__gather *g) {
   if (g->blocks)
     munmap(g->blocks, g->cap * sizeof(ca_report_block));
@@ -168,7 +159,7 @@ void ca_lifecycle_context_gone(void *ctx, ca_pool *pool, int device) {
   ca__report_lock_take();
   if (pool)
     ca_pool_foreach_live(pool, ca__gather_pooled, &g);
-  ca_track_drop_context(ctx, ca__gather_dropped, &g);
+  ca_track_foreach_in(ctx, ca__gather_tracked, &g);
   ca__report_lock_give();
   ca_report_input in = {.event = CA_EVENT_CONTEXT_RESET,
                         .device = pool ? ca_pool_device(pool) : device,
@@ -180,10 +171,7 @@ void ca_lifecycle_context_gone(void *ctx, ca_pool *pool, int device) {
   ca__report_lock_take();
   if (report)
     ca_report_print(job);
-  if (pool) {
-    ca_pool_drop_all(pool);
-    ca_registry_retired(pool);
-  }
+  ca_registry_buried(ctx, pool);
   ca__report_lock_give();
   ca__gather_free(&g);
   ca_locks_note(-1);

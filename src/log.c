@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -332,4 +333,19 @@ void ca_log(const char *fmt, ...) {
   va_start(ap, fmt);
   ca_logv(fmt, ap);
   va_end(ap);
+}
+
+void ca_format_bytes(char *buf, size_t len, uint64_t bytes) {
+  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024) {
+    snprintf(buf, len, "%" PRIu64 " B", bytes);
+    return;
+  }
+  double v = (double)bytes / 1024.0;
+  size_t u = 0;
+  while (v >= 1024.0 && u + 1 < sizeof(units) / sizeof(units[0])) {
+    v /= 1024.0;
+    u++;
+  }
+  snprintf(buf, len, "%.1f %s", v, units[u]);
 }

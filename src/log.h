@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Every line the library prints starts with this. */
 #define CA_LOG_PREFIX "cudalloc: "
@@ -48,5 +49,8 @@ size_t ca_log_printable(const char *s, size_t n);
 /* Writes `len` bytes as they are, retrying short writes, with SIGPIPE held
  * back (a closed pipe never ends the program). */
 void ca_log_raw(const char *buf, size_t len);
+
+/* Formats `bytes` for people: "512 B", "1.5 KiB", "12.0 MiB", "3.2 GiB". */
+void ca_format_bytes(char *buf, size_t len, uint64_t bytes);
 
 #endif /* CA_LOG_H */

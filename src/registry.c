@@ -21,6 +21,7 @@
 #include "driver.h"
 #include "fork.h"
 #include "log.h"
+#include "track.h"
 
 typedef struct ca__slot {
   _Atomic(void *) ctx;     /* the context served; NULL once retired */
@@ -228,9 +229,21 @@ void ca_registry_survived(ca_pool *pool) {
   pthread_mutex_unlock(&ca__slots_lock);
 }
 
-void ca_registry_retired(ca_pool *pool) {
+/* A passed-through allocation died with its context: its booking ends. */
+static void ca__unbook_dead(const ca_tracked *t, void *arg) {
+  (void)arg;
+  ca_budget *b = ca_registry_budget(t->device);
+  if (b != NULL)
+    ca_budget_unbook(b, t->size);
+}
+
+void ca_registry_buried(void *ctx, ca_pool *pool) {
+  ca_track_drop_context(ctx, ca__unbook_dead, NULL);
+  if (pool == NULL)
+    return;
+  ca_pool_drop_all(pool);
   pthread_mutex_lock(&ca__slots_lock);
-  ca__slot *s = pool ? ca__slot_of(pool) : NULL;
+  ca__slot *s = ca__slot_of(pool);
   if (s != NULL)
     atomic_store(&s->dying, NULL);
   pthread_mutex_unlock(&ca__slots_lock);

@@ -46,12 +46,16 @@ bool ca_registry_device_stats(int device, cudalloc_device_stats *out);
  * handle to a new context; allocations in `ctx` meanwhile go to the driver.
  * Returns the pool, or NULL when the context had none. Then exactly one
  * of: ca_registry_survived (the context lives on; the pool serves it again)
- * or, after the caller has reported and dropped its blocks,
- * ca_registry_retired (the slot is never used again; the pool object stays
- * valid for threads still holding it). */
+ * or, after the caller has reported its blocks, ca_registry_buried. */
 ca_pool *ca_registry_dying(void *ctx);
 void ca_registry_survived(ca_pool *pool);
-void ca_registry_retired(ca_pool *pool);
+
+/* Context `ctx` died with its memory, and its blocks have been reported:
+ * its pool's blocks and segments, the allocations passed through in it,
+ * and their bookings in the device's budget are forgotten, and the pool's
+ * slot is never used again (the pool object stays valid for threads still
+ * holding it). `pool` is what ca_registry_dying returned (may be NULL). */
+void ca_registry_buried(void *ctx, ca_pool *pool);
 
 /* Gives `addr` back to whichever pool handed it out. Returns false when no
  * pool owns it. Makes no driver call: asking the driver for the current

@@ -156,20 +156,6 @@ static void ca__warn(bool json, const char *fmt, ...) {
   ca__flush(&o);
 }
 
-void ca_format_bytes(char *buf, size_t len, uint64_t bytes) {
-  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
-  if (bytes < 1024) {
-    snprintf(buf, len, "%" PRIu64 " B", bytes);
-    return;
-  }
-  double v = (double)bytes / 1024.0;
-  size_t u = 0;
-  while (v >= 1024.0 && u + 1 < sizeof(units) / sizeof(units[0])) {
-    v /= 1024.0;
-    u++;
-  }
-  snprintf(buf, len, "%.1f %s", v, units[u]);
-}
 
 /* ---- The memory summary -------------------------------------------------- */
 

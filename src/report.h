@@ -18,8 +18,6 @@
 
 #include "cudalloc.h"
 
-/* Formats `bytes` for people: "512 B", "1.5 KiB", "12.0 MiB", "3.2 GiB". */
-void ca_format_bytes(char *buf, size_t len, uint64_t bytes);
 
 /* Why a report is printed. */
 typedef enum ca_report_event {

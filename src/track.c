@@ -191,9 +191,11 @@ uint64_t ca_track_total(void) {
   return n;
 }
 
-size_t ca_track_drop_context(void *ctx,
-                             void (*fn)(const ca_tracked *t, void *arg),
-                             void *arg) {
+/* Calls fn (if not NULL) on each live entry allocated in `ctx` (every
+ * kind but VMM handles, which outlive contexts), under the lock; with
+ * `drop`, forgets each after. Returns the count. */
+static size_t ca__each_in(void *ctx, void (*fn)(const ca_tracked *t, void *arg),
+                          void *arg, bool drop) {
   size_t n = 0;
   ca__lock_table();
   ca__entry *e, *tmp;
@@ -202,10 +204,24 @@ size_t ca_track_drop_context(void *ctx,
       continue;
     if (fn != NULL)
       fn(&e->t, arg);
-    HASH_DEL(ca__by_addr, e);
-    ca__give_entry(e);
+    if (drop) {
+      HASH_DEL(ca__by_addr, e);
+      ca__give_entry(e);
+    }
     n++;
   }
   ca__unlock_table();
   return n;
+}
+
+size_t ca_track_foreach_in(void *ctx,
+                           void (*fn)(const ca_tracked *t, void *arg),
+                           void *arg) {
+  return ca__each_in(ctx, fn, arg, false);
+}
+
+size_t ca_track_drop_context(void *ctx,
+                             void (*fn)(const ca_tracked *t, void *arg),
+                             void *arg) {
+  return ca__each_in(ctx, fn, arg, true);
 }

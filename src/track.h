@@ -65,10 +65,15 @@ size_t ca_track_foreach(void (*fn)(const ca_tracked *t, void *arg), void *arg);
  * child, the child) started. */
 uint64_t ca_track_total(void);
 
-/* Forgets every live entry allocated in context `ctx`, whose memory dies
- * with it (every kind but VMM handles, which outlive contexts), after
- * calling fn (if not NULL) on each, under the table's lock. Returns the
+/* Calls fn on every live entry allocated in context `ctx`, whose memory
+ * dies with it (every kind but VMM handles, which outlive contexts), under
+ * the table's lock: fn must not call back into the table. Returns the
  * count. */
+size_t ca_track_foreach_in(void *ctx,
+                           void (*fn)(const ca_tracked *t, void *arg),
+                           void *arg);
+
+/* The same, then forgets each (fn may be NULL). */
 size_t ca_track_drop_context(void *ctx,
                              void (*fn)(const ca_tracked *t, void *arg),
                              void *arg);

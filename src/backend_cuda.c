@@ -19,7 +19,7 @@
 /* Forgets what the backend kept of what died: its streams and fence
  * events, its spare events, and which of its contexts was primary; its
  * markers count as passed. */
-static void ca__bury(const ca_grave *g) {
+static void ca__forget_dead(const ca_grave *g) {
   ca_streams_bury(g);
   ca_marks_bury(g);
   ca_driver_kinds_forget(g->device);
@@ -29,7 +29,7 @@ void ca_backend_cuda_forget_primary(int device) {
   if (device < 0 || device >= CUDALLOC_MAX_DEVICES)
     return;
   ca_grave g = {.device = device, .primary_only = true};
-  ca__bury(&g);
+  ca__forget_dead(&g);
   ca_driver_primary_forget(device);
 }
 
@@ -37,7 +37,7 @@ void ca_backend_cuda_context_destroyed(CUcontext ctx) {
   if (ctx == NULL)
     return;
   ca_grave g = {.device = -1, .ctx = ctx};
-  ca__bury(&g);
+  ca__forget_dead(&g);
 }
 
 /* ------------------------------------------------------------------------ */

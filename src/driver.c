@@ -34,17 +34,17 @@ static void *ca__open_libcuda(void) {
 /* Stores the export `name` into the function pointer at `slot`. Function and
  * object pointers have the same representation on every platform CUDA runs
  * on (POSIX requires it for dlsym); memcpy says so without a cast warning. */
-static void ca__resolve(void *handle, void *slot, size_t slot_size,
-                        const char *name) {
+static void ca__driver_resolve(void *handle, void *slot, size_t slot_size,
+                               const char *name) {
   void *sym = ca_dl_sym(handle, name);
   if (slot_size == sizeof(sym))
     memcpy(slot, &sym, sizeof(sym));
 }
 
 #define CA__RESOLVE_HOOKED(export, field, params, call)                        \
-  ca__resolve(api->handle, &api->field, sizeof(api->field), #export);
+  ca__driver_resolve(api->handle, &api->field, sizeof(api->field), #export);
 #define CA__RESOLVE_USED(export, field, params)                                \
-  ca__resolve(api->handle, &api->field, sizeof(api->field), #export);
+  ca__driver_resolve(api->handle, &api->field, sizeof(api->field), #export);
 
 static void ca__api_init(ca_driver_api *api) {
   memset(api, 0, sizeof(*api));

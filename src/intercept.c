@@ -65,13 +65,13 @@ static bool ca__make_room(int device) {
 /* Books `size` bytes of passed-through memory in `device`'s budget before
  * the driver is asked for them, giving back the pools' cache there if that
  * makes the room. An unknown device (-1) has no budget to book in. */
-static bool ca__book(int device, uint64_t size) {
+static bool ca__book_passed(int device, uint64_t size) {
   ca_budget *b = ca_registry_budget(device);
   return b == NULL || ca_budget_book(b, size) ||
          (ca__make_room(device) && ca_budget_book(b, size));
 }
 
-static void ca__unbook(int device, uint64_t size) {
+static void ca__unbook_passed(int device, uint64_t size) {
   ca_budget *b = ca_registry_budget(device);
   if (b != NULL)
     ca_budget_unbook(b, size);
@@ -88,7 +88,7 @@ static void ca__track(ca_track_kind kind, uint64_t key, uint64_t size,
   if (kind != CA_TRACK_VMM)
     ca_registry_lost(key);
   if (ca_track_add(kind, key, size, device, ctx, ca__stack_here(), &gone))
-    ca__unbook(gone.device, gone.size);
+    ca__unbook_passed(gone.device, gone.size);
   ca_lifecycle_device_used();
 }
 
@@ -105,7 +105,7 @@ static void ca__track(ca_track_kind kind, uint64_t key, uint64_t size,
                                         : ca_track_forget_addr((key), &t_));   \
     CUresult r_ = (call);                                                      \
     if (had_ && r_ == CUDA_SUCCESS)                                            \
-      ca__unbook(t_.device, t_.size);                                          \
+      ca__unbook_passed(t_.device, t_.size);                                   \
     else if (had_)                                                             \
       ca_track_restore(&t_);                                                   \
     r_;                                                                        \
@@ -252,12 +252,12 @@ CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes) {
 #define CA__PASS_THROUGH(device, size, call)                                   \
   ({                                                                           \
     CUresult r_ = CUDA_ERROR_OUT_OF_MEMORY;                                    \
-    if (ca__book((device), (size))) {                                          \
+    if (ca__book_passed((device), (size))) {                                   \
       r_ = (call);                                                             \
       if (r_ == CUDA_ERROR_OUT_OF_MEMORY && ca__make_room(device))             \
         r_ = (call);                                                           \
       if (r_ != CUDA_SUCCESS)                                                  \
-        ca__unbook((device), (size));                                          \
+        ca__unbook_passed((device), (size));                                   \
     }                                                                          \
     r_;                                                                        \
   })
@@ -279,9 +279,9 @@ CUresult ca_on_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width,
   /* The rows' padding is known only now; it is booked as well, or the
    * allocation given back. */
   uint64_t got = (uint64_t)*pitch * height;
-  if (got > asked && !ca__book(device, got - asked)) {
+  if (got > asked && !ca__book_passed(device, got - asked)) {
     CA_REAL(mem_free, *dptr);
-    ca__unbook(device, asked);
+    ca__unbook_passed(device, asked);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   ca__track(CA_TRACK_PITCH, (uint64_t)*dptr, got > asked ? got : asked,

@@ -292,7 +292,7 @@ CUresult ca_on_mem_get_address_range(CUdeviceptr *base, size_t *size,
 
 /* Writes an attribute as the driver does: 4 bytes for the flags, 8 for
  * addresses, sizes and ids. */
-static void ca__put(void *data, CUpointer_attribute a, uint64_t v) {
+static void ca__attribute_put(void *data, CUpointer_attribute a, uint64_t v) {
   if (a == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS ||
       a == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE) {
     uint32_t x = (uint32_t)v;
@@ -312,20 +312,20 @@ static void ca__patch(const ca_registry_span *at, CUpointer_attribute a,
   uint32_t driver = 0;
   switch (a) {
   case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-    ca__put(data, a, at->span.block.addr);
+    ca__attribute_put(data, a, at->span.block.addr);
     break;
   case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-    ca__put(data, a, at->span.block.requested);
+    ca__attribute_put(data, a, at->span.block.requested);
     break;
   case CU_POINTER_ATTRIBUTE_BUFFER_ID:
-    ca__put(data, a, ca__buffer_id(at));
+    ca__attribute_put(data, a, ca__buffer_id(at));
     break;
   case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
-    ca__put(data, a, (uint64_t)ca__sync_of(at));
+    ca__attribute_put(data, a, (uint64_t)ca__sync_of(at));
     break;
   case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
     memcpy(&driver, data, 4);
-    ca__put(data, a, driver && ca__exportable(at));
+    ca__attribute_put(data, a, driver && ca__exportable(at));
     break;
   case CU_POINTER_ATTRIBUTE_P2P_TOKENS:
     ca__sync_set(at, true);

@@ -1192,14 +1192,14 @@ static uint64_t ca__segment_within_limit(ca__arena *p, uint64_t size,
  * them, in one atomic step, so that two arenas (or pools, or a pass-through
  * allocation) growing at once cannot both take the last room. Returns
  * false, booking nothing, when the device would pass the limit. */
-static bool ca__book(ca__arena *p, uint64_t seg) {
+static bool ca__book_segment(ca__arena *p, uint64_t seg) {
   if (!ca_budget_book(p->pool->budget, seg))
     return false;
   atomic_fetch_add_explicit(&p->pool->committed, seg, memory_order_relaxed);
   return true;
 }
 
-static void ca__unbook(ca__arena *p, uint64_t seg) {
+static void ca__unbook_segment(ca__arena *p, uint64_t seg) {
   atomic_fetch_sub_explicit(&p->pool->committed, seg, memory_order_relaxed);
   ca_budget_unbook(p->pool->budget, seg);
 }
@@ -1209,17 +1209,17 @@ static void ca__unbook(ca__arena *p, uint64_t seg) {
 static int ca__reserve(ca__arena *p, ca__heap *h, uint64_t seg,
                        ca__block **out) {
   uint64_t addr = 0;
-  if (!ca__book(p, seg))
+  if (!ca__book_segment(p, seg))
     return p->backend->oom_code;
   int rc = p->backend->reserve(p->backend->ctx, p->device, seg, &addr);
   if (rc != 0) {
-    ca__unbook(p, seg);
+    ca__unbook_segment(p, seg);
     return rc;
   }
   *out = ca__segment_new(p, h, addr, seg);
   if (!*out) {
     p->backend->release(p->backend->ctx, p->device, addr, seg);
-    ca__unbook(p, seg);
+    ca__unbook_segment(p, seg);
     return p->backend->oom_code;
   }
   return 0;

@@ -84,7 +84,7 @@ static ca_reuse ca__reuse(int setting) {
   }
 }
 
-static void ca__warn(const char *line) { ca_log("%s", line); }
+static void ca__pool_warn(const char *line) { ca_log("%s", line); }
 
 static ca_pool_options ca__pool_options(int device) {
   const ca_config *c = ca_config_get();
@@ -93,12 +93,12 @@ static ca_pool_options ca__pool_options(int device) {
       .gc_threshold = c->gc_threshold,
       .reuse = ca__reuse(c->reuse_policy),
       .budget = ca_registry_budget(device),
-      .warn = ca__warn,
+      .warn = ca__pool_warn,
   };
 }
 
 /* The slot of `ctx` among the first n, or NULL. */
-static ca__slot *ca__find(void *ctx, int n) {
+static ca__slot *ca__slot_find(void *ctx, int n) {
   for (int i = 0; i < n; i++)
     if (atomic_load_explicit(&ca__slots[i].ctx, memory_order_acquire) == ctx)
       return &ca__slots[i];
@@ -135,8 +135,8 @@ static ca__slot *ca__claim(int device, void *ctx) {
 
 /* The pool already serving `ctx`, or NULL: no lock, no device number. */
 static ca_pool *ca__pool_of(void *ctx) {
-  ca__slot *s =
-      ca__find(ctx, atomic_load_explicit(&ca__nslots, memory_order_acquire));
+  int n = atomic_load_explicit(&ca__nslots, memory_order_acquire);
+  ca__slot *s = ca__slot_find(ctx, n);
   return s ? atomic_load_explicit(&s->pool, memory_order_acquire) : NULL;
 }
 
@@ -146,7 +146,7 @@ static ca_pool *ca__pool_in(int device, void *ctx) {
     return NULL;
   ca_fork_register(CA_FORK_REGISTRY, &ca__registry_fork);
   pthread_mutex_lock(&ca__slots_lock);
-  ca__slot *s = ca__find(ctx, atomic_load(&ca__nslots));
+  ca__slot *s = ca__slot_find(ctx, atomic_load(&ca__nslots));
   if (s == NULL)
     s = ca__claim(device, ctx);
   pthread_mutex_unlock(&ca__slots_lock);
@@ -200,7 +200,7 @@ ca_pool *ca_registry_dying(void *ctx) {
   if (ctx == NULL)
     return NULL;
   pthread_mutex_lock(&ca__slots_lock);
-  ca__slot *s = ca__find(ctx, atomic_load(&ca__nslots));
+  ca__slot *s = ca__slot_find(ctx, atomic_load(&ca__nslots));
   if (s != NULL) {
     atomic_store(&s->dying, ctx);
     atomic_store(&s->ctx, NULL);

@@ -71,7 +71,7 @@ static void ca__flush(ca__out *o) {
   o->len = 0;
 }
 
-static void ca__put(ca__out *o, const char *s, size_t n) {
+static void ca__out_put(ca__out *o, const char *s, size_t n) {
   while (n > 0) {
     if (o->len == sizeof(o->buf))
       ca__flush(o);
@@ -93,24 +93,24 @@ static void ca__printf(ca__out *o, const char *fmt, ...) {
   int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
   va_end(ap);
   if (n > 0)
-    ca__put(o, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
+    ca__out_put(o, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
 }
 
 /* A JSON string, or null for NULL and "". */
 static void ca__put_json_string(ca__out *o, const char *s) {
   if (s == NULL || s[0] == '\0') {
-    ca__put(o, "null", 4);
+    ca__out_put(o, "null", 4);
     return;
   }
-  ca__put(o, "\"", 1);
+  ca__out_put(o, "\"", 1);
   for (size_t left = strlen(s); left > 0;) {
     unsigned char ch = (unsigned char)*s;
     size_t k = ca_log_printable(s, left);
     if (ch == '"' || ch == '\\') {
       char esc[2] = {'\\', (char)ch};
-      ca__put(o, esc, 2);
+      ca__out_put(o, esc, 2);
     } else if (k > 0) {
-      ca__put(o, s, k);
+      ca__out_put(o, s, k);
     } else {
       /* A control, or a byte of no UTF-8 character: as the code point of
        * the same number, so that the document stays valid JSON. */
@@ -120,7 +120,7 @@ static void ca__put_json_string(ca__out *o, const char *s) {
     s += k;
     left -= k;
   }
-  ca__put(o, "\"", 1);
+  ca__out_put(o, "\"", 1);
 }
 
 /* Opens a JSON document with the fields every one of ours starts with, so
@@ -136,9 +136,9 @@ static void ca__json_begin(ca__out *o, const char *event) {
 /* A problem found while reporting (a bad suppressions line, say): a line
  * of its own, as JSON when the report is JSON, so that a log file of JSON
  * documents stays one document per line. */
-static void ca__warn(bool json, const char *fmt, ...)
+static void ca__report_warn(bool json, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-static void ca__warn(bool json, const char *fmt, ...) {
+static void ca__report_warn(bool json, const char *fmt, ...) {
   char message[512];
   va_list ap;
   va_start(ap, fmt);
@@ -150,9 +150,9 @@ static void ca__warn(bool json, const char *fmt, ...) {
   }
   ca__out o;
   ca__json_begin(&o, "warning");
-  ca__put(&o, ",\"message\":", 11);
+  ca__out_put(&o, ",\"message\":", 11);
   ca__put_json_string(&o, message);
-  ca__put(&o, "}\n", 2);
+  ca__out_put(&o, "}\n", 2);
   ca__flush(&o);
 }
 
@@ -398,7 +398,7 @@ typedef struct ca__rules {
   size_t n;
 } ca__rules;
 
-static char *ca__trim(char *s) {
+static char *ca__rule_trim(char *s) {
   while (*s == ' ' || *s == '\t' || *s == '\r')
     s++;
   char *end = s + strlen(s);
@@ -417,28 +417,30 @@ static void ca__parse_rules(ca__rules *r, const char *path, bool json) {
     if (next != NULL)
       *next++ = '\0';
     line_no++;
-    char *t = ca__trim(line);
+    char *t = ca__rule_trim(line);
     if (t[0] != '\0' && t[0] != '#') {
-      char *pattern = ca__starts(t, "leak:") ? ca__trim(t + 5) : NULL;
+      char *pattern = ca__starts(t, "leak:") ? ca__rule_trim(t + 5) : NULL;
       if (pattern != NULL && pattern[0] != '\0' && r->n < CA__MAX_RULES)
         r->pattern[r->n++] = pattern;
       else if (pattern != NULL && pattern[0] != '\0')
         dropped++;
       else if (++bad <= CA__MAX_RULE_WARNINGS)
-        ca__warn(json,
-                 "suppressions: %s:%zu: '%.60s' ignored (expected "
-                 "leak:<pattern>)",
-                 path, line_no, t);
+        ca__report_warn(json,
+                        "suppressions: %s:%zu: '%.60s' ignored (expected "
+                        "leak:<pattern>)",
+                        path, line_no, t);
     }
     line = next;
   }
   if (bad > CA__MAX_RULE_WARNINGS)
-    ca__warn(json, "suppressions: %s: ... and %zu more bad lines ignored",
-             path, bad - CA__MAX_RULE_WARNINGS);
+    ca__report_warn(json,
+                    "suppressions: %s: ... and %zu more bad lines ignored",
+                    path, bad - CA__MAX_RULE_WARNINGS);
   if (dropped > 0)
-    ca__warn(json, "suppressions: %s: only the first %d rules are used; %zu "
-                   "more ignored",
-             path, CA__MAX_RULES, dropped);
+    ca__report_warn(json,
+                    "suppressions: %s: only the first %d rules are used; "
+                    "%zu more ignored",
+                    path, CA__MAX_RULES, dropped);
 }
 
 /* Reads the suppressions file, if one is configured. Opening never blocks
@@ -455,9 +457,10 @@ static void ca__load_rules(ca__rules *r, const char *path, bool json) {
                           "or a directory)"
                         : NULL;
   if (why != NULL) {
-    ca__warn(json, "suppressions: cannot read '%s': %s; no leak is "
-                   "suppressed",
-             path, why);
+    ca__report_warn(json,
+                    "suppressions: cannot read '%s': %s; no leak is "
+                    "suppressed",
+                    path, why);
     if (fd >= 0)
       close(fd);
     return;
@@ -465,8 +468,8 @@ static void ca__load_rules(ca__rules *r, const char *path, bool json) {
   size_t size = st.st_size > (off_t)CA__MAX_RULES_FILE ? CA__MAX_RULES_FILE
                                                        : (size_t)st.st_size;
   if (size < (size_t)st.st_size)
-    ca__warn(json, "suppressions: %s: only the first %u bytes are read",
-             path, CA__MAX_RULES_FILE);
+    ca__report_warn(json, "suppressions: %s: only the first %u bytes are read",
+                    path, CA__MAX_RULES_FILE);
   r->text_bytes = size + 1;
   r->text = ca__scratch(r->text_bytes); /* zero-filled: NUL-terminated */
   size_t got = 0;
@@ -733,15 +736,15 @@ static void ca__json_group(ca__out *o, const ca__leaks *l, const ca__group *g) {
                "\",\"bytes\":%" PRIu64 "}",
                i ? "," : "", b->seq, b->addr, b->bytes);
   }
-  ca__put(o, "],\"frames\":[", 12);
+  ca__out_put(o, "],\"frames\":[", 12);
   const uintptr_t *pcs;
   size_t n = ca__stack_of(first, &pcs);
   for (size_t i = g->shown_from; i < n; i++) {
     if (i > g->shown_from)
-      ca__put(o, ",", 1);
+      ca__out_put(o, ",", 1);
     ca__json_frame(o, pcs[i], ca__symbol(&l->symbols, pcs[i]));
   }
-  ca__put(o, "]}", 2);
+  ca__out_put(o, "]}", 2);
 }
 
 static const char *ca__event_name(ca_report_event event) {
@@ -768,14 +771,14 @@ static void ca__json(const ca__leaks *l) {
   if (in->leaks) {
     /* Suppressed groups are listed too, marked, for tools; max_leaks
      * counts the others, as in the text report. */
-    ca__put(&o, ",\"leaks\":[", 10);
+    ca__out_put(&o, ",\"leaks\":[", 10);
     size_t listed = 0, printed = 0;
     for (size_t i = 0; i < l->ngroups; i++) {
       const ca__group *g = &l->groups[i];
       if (!g->suppressed && printed++ >= l->max_groups)
         continue;
       if (listed++ > 0)
-        ca__put(&o, ",", 1);
+        ca__out_put(&o, ",", 1);
       ca__json_group(&o, l, g);
     }
     const ca_leak_totals *t = &l->totals;
@@ -788,23 +791,23 @@ static void ca__json(const ca__leaks *l) {
                l->ngroups, in->allocations);
   }
   if (in->nstats > 0) {
-    ca__put(&o, ",\"stats\":[", 10);
+    ca__out_put(&o, ",\"stats\":[", 10);
     for (size_t i = 0; i < in->nstats; i++) {
       if (i > 0)
-        ca__put(&o, ",", 1);
+        ca__out_put(&o, ",", 1);
       ca__stats_json(&o, &in->stats[i]);
     }
-    ca__put(&o, "]", 1);
+    ca__out_put(&o, "]", 1);
   }
-  ca__put(&o, "}\n", 2);
+  ca__out_put(&o, "}\n", 2);
   ca__flush(&o);
 }
 
 /* Sorts, groups, symbolizes and applies the suppressions. Returns false
  * when scratch memory ran out (the report then says so and stops). */
-static bool ca__prepare(ca__leaks *l, const ca_config *cfg,
-                        ca_report_block **sorted, size_t *sorted_bytes,
-                        size_t *groups_bytes) {
+static bool ca__leaks_prepare(ca__leaks *l, const ca_config *cfg,
+                              ca_report_block **sorted, size_t *sorted_bytes,
+                              size_t *groups_bytes) {
   const ca_report_input *in = l->in;
   size_t n = in->nblocks;
   if (n == 0)
@@ -859,22 +862,23 @@ ca_report_job *ca_report_prepare(const ca_report_input *in) {
   job->l = (ca__leaks){.in = in, .max_groups = SIZE_MAX};
   if (job->cfg->max_leaks > 0)
     job->l.max_groups = (size_t)job->cfg->max_leaks;
-  job->ok = !in->leaks || ca__prepare(&job->l, job->cfg, &job->sorted,
-                                      &job->sorted_bytes, &job->groups_bytes);
+  job->ok = !in->leaks ||
+            ca__leaks_prepare(&job->l, job->cfg, &job->sorted,
+                              &job->sorted_bytes, &job->groups_bytes);
   return job;
 }
 
 ca_leak_totals ca_report_print(ca_report_job *job) {
   ca_leak_totals none = {0, 0, 0, 0};
   if (job == NULL) {
-    ca__warn(false, "report: out of memory");
+    ca__report_warn(false, "report: out of memory");
     return none;
   }
   const ca_report_input *in = job->l.in;
   bool json = job->cfg->report_format == CA_REPORT_JSON;
   if (!job->ok)
-    ca__warn(json, "leak report: out of memory for %zu live blocks",
-             in->nblocks);
+    ca__report_warn(json, "leak report: out of memory for %zu live blocks",
+                    in->nblocks);
   if (job->ok && json) {
     ca__json(&job->l);
   } else if (job->ok) {

@@ -45,7 +45,7 @@ static void ca__stacks_child(void) {
 
 static const ca_fork_handlers ca__stacks_fork = {.child = ca__stacks_child};
 
-static uint64_t ca__hash(const uintptr_t *pcs, size_t n) {
+static uint64_t ca__stack_hash(const uintptr_t *pcs, size_t n) {
   uint64_t h = 0x9e3779b97f4a7c15u ^ n;
   for (size_t i = 0; i < n; i++) {
     h ^= (uint64_t)pcs[i];
@@ -61,8 +61,9 @@ static bool ca__same(const ca__stack *s, uint64_t hash, const uintptr_t *pcs,
          memcmp(s->pcs, pcs, n * sizeof(pcs[0])) == 0;
 }
 
-static ca__stack *ca__find(_Atomic(ca__stack *) *bucket, uint64_t hash,
-                           const uintptr_t *pcs, size_t n) {
+static ca__stack *ca__stack_find(_Atomic(ca__stack *) *bucket,
+                                 uint64_t hash, const uintptr_t *pcs,
+                                 size_t n) {
   for (ca__stack *s = atomic_load_explicit(bucket, memory_order_acquire); s;
        s = s->next)
     if (ca__same(s, hash, pcs, n))
@@ -129,14 +130,14 @@ uint32_t ca_stacks_intern(const uintptr_t *pcs, size_t n) {
     return 0;
   if (n > CA_STACK_MAX_FRAMES)
     n = CA_STACK_MAX_FRAMES;
-  uint64_t hash = ca__hash(pcs, n);
+  uint64_t hash = ca__stack_hash(pcs, n);
   _Atomic(ca__stack *) *bucket = &ca__buckets[hash % CA__BUCKETS];
-  ca__stack *s = ca__find(bucket, hash, pcs, n);
+  ca__stack *s = ca__stack_find(bucket, hash, pcs, n);
   if (s != NULL)
     return s->id;
   ca_fork_register(CA_FORK_STACKS, &ca__stacks_fork);
   ca_lock_acquire(&ca__insert_lock);
-  s = ca__find(bucket, hash, pcs, n); /* another thread may have won */
+  s = ca__stack_find(bucket, hash, pcs, n); /* another thread may have won */
   if (s == NULL)
     s = ca__insert(bucket, hash, pcs, n);
   ca_lock_release(&ca__insert_lock);

@@ -447,7 +447,7 @@ static bool ca__beats_sym(ca__offered *o, const ca__lookup *l) {
 
 /* Offers one function symbol to the lookups: it names those it contains,
  * and becomes the nearest-start candidate of the first lookup past it. */
-static void ca__offer(ca__lookup *lk, size_t n, ca__offered *o) {
+static void ca__symbol_offer(ca__lookup *lk, size_t n, ca__offered *o) {
   size_t i = ca__lower_bound(lk, n, o->start);
   if (i == n)
     return;
@@ -477,7 +477,7 @@ static void ca__offer_table(ca__lookup *lk, size_t n, const ca__sect *syms,
         s.st_shndx == SHN_UNDEF || s.st_value == 0)
       continue;
     ca__offered o = {s.st_value, s.st_size, strs, s.st_name, NULL, false};
-    ca__offer(lk, n, &o);
+    ca__symbol_offer(lk, n, &o);
   }
 }
 

@@ -86,7 +86,7 @@ static void ca__give_entry(ca__entry *e) {
   ca__free_list = e;
 }
 
-static uint64_t ca__now_ns(void) {
+static uint64_t ca__track_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
@@ -111,7 +111,7 @@ const char *ca_track_kind_call(ca_track_kind kind) {
 /* Under the lock: stores *t at its key, replacing an entry live there
  * (copied into *replaced). Returns whether one was. Host out of memory:
  * nothing is stored. */
-static bool ca__put(const ca_tracked *t, ca_tracked *replaced) {
+static bool ca__track_put(const ca_tracked *t, ca_tracked *replaced) {
   ca__entry **head = t->kind == CA_TRACK_VMM ? &ca__by_handle : &ca__by_addr;
   ca__entry *e = NULL;
   HASH_FIND(hh, *head, &t->key, sizeof(t->key), e);
@@ -130,14 +130,14 @@ bool ca_track_add(ca_track_kind kind, uint64_t key, uint64_t size, int device,
                   void *ctx, uint32_t stack, ca_tracked *replaced) {
   ca_tracked t = {.key = key,
                   .size = size,
-                  .time_ns = ca__now_ns(),
+                  .time_ns = ca__track_now_ns(),
                   .device = device,
                   .ctx = ctx,
                   .stack = stack,
                   .kind = kind};
   ca__lock_table();
   t.seq = ++ca__seq;
-  bool was_live = ca__put(&t, replaced);
+  bool was_live = ca__track_put(&t, replaced);
   ca__unlock_table();
   return was_live;
 }
@@ -145,7 +145,7 @@ bool ca_track_add(ca_track_kind kind, uint64_t key, uint64_t size, int device,
 void ca_track_restore(const ca_tracked *t) {
   ca_tracked replaced;
   ca__lock_table();
-  ca__put(t, &replaced);
+  ca__track_put(t, &replaced);
   ca__unlock_table();
 }
 

@@ -71,7 +71,7 @@ static ca__libgcc ca__gcc_fallback;
 
 /* POSIX makes a function pointer from dlsym valid; memcpy says so without a
  * cast warning. */
-static void ca__resolve(void *handle, const char *name, void *fn_out) {
+static void ca__gcc_resolve(void *handle, const char *name, void *fn_out) {
   void *sym = ca_dl_sym(handle, name);
   memcpy(fn_out, &sym, sizeof(sym));
 }
@@ -86,9 +86,9 @@ static void ca__gcc_load(ca__libgcc *gcc) {
     handle = dlopen("libgcc_s.so.1", RTLD_NOW);
   if (handle == NULL)
     return;
-  ca__resolve(handle, "_Unwind_Find_FDE", &gcc->find_fde);
-  ca__resolve(handle, "_Unwind_Backtrace", &gcc->backtrace);
-  ca__resolve(handle, "_Unwind_GetIP", &gcc->get_ip);
+  ca__gcc_resolve(handle, "_Unwind_Find_FDE", &gcc->find_fde);
+  ca__gcc_resolve(handle, "_Unwind_Backtrace", &gcc->backtrace);
+  ca__gcc_resolve(handle, "_Unwind_GetIP", &gcc->get_ip);
 }
 
 static const ca__libgcc *ca__libgcc_get(void) {
@@ -731,7 +731,7 @@ typedef struct ca__slot {
 
 static ca__slot ca__cache[CA__CACHE_SLOTS];
 
-static size_t ca__hash(uintptr_t addr) {
+static size_t ca__pc_hash(uintptr_t addr) {
   return (size_t)((addr * 0x9e3779b97f4a7c15ull) >> (64 - CA__CACHE_BITS));
 }
 
@@ -742,7 +742,7 @@ static uint64_t ca__fill(ca__slot *slot, uintptr_t addr) {
 }
 
 static uint64_t ca__rule_for(uintptr_t addr) {
-  size_t i = ca__hash(addr);
+  size_t i = ca__pc_hash(addr);
   for (int probe = 0; probe < CA__CACHE_PROBES; probe++) {
     ca__slot *slot = &ca__cache[i];
     uintptr_t key = atomic_load_explicit(&slot->key, memory_order_acquire);

@@ -16,7 +16,7 @@
 #include "lifecycle.h"
 #include "log.h"
 #include "pointer.h"
-#include "pool.h"
+#include "pool/pool.h"
 #include "registry.h"
 #include "stacks.h"
 #include "streams.h"

@@ -24,7 +24,7 @@
 #include "fork.h"
 #include "lock.h"
 #include "log.h"
-#include "pool.h"
+#include "pool/pool.h"
 #include "registry.h"
 #include "track.h"
 

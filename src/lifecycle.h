@@ -10,7 +10,7 @@
 
 #include <stdbool.h>
 
-#include "pool.h"
+#include "pool/pool.h"
 #include "report.h"
 
 /* The process has started to use device memory (a pool was made, or an

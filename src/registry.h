@@ -11,7 +11,7 @@
 #include <stddef.h>
 
 #include "config.h"
-#include "pool.h"
+#include "pool/pool.h"
 
 /* How many contexts get a pool over the process's life (a slot is never
  * reused: see registry.c); allocations in later contexts go to the driver

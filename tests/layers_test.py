@@ -54,6 +54,15 @@ def sources(src):
                 yield os.path.join(root, f)
 
 
+def static_definitions(code):
+    """Names of the file-static functions `code` defines (not declares)."""
+    for m in re.finditer(r"^static [^=;(]*?\b(ca__\w+)\(", code, re.M):
+        rest = code[m.end():]
+        brace, semi = rest.find("{"), rest.find(";")
+        if brace >= 0 and (semi < 0 or brace < semi):
+            yield m.group(1)
+
+
 def main(argv):
     src = argv[1] if len(argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "src")
     problems = []
@@ -82,7 +91,7 @@ def main(argv):
         if mod not in ("dl", "hooks") and re.search(r"(?<![\w.>])dlsym\s*\(", code):
             problems.append(f"{rel}: calls dlsym (use ca_dl_sym, dl.h)")
         if path.endswith(".c"):
-            for name in set(re.findall(r"^static [^=;(]*?\b(ca__\w+)\(", text, re.M)):
+            for name in set(static_definitions(code)):
                 statics.setdefault(name, []).append(rel)
     for name, files in sorted(statics.items()):
         if len(files) > 1:

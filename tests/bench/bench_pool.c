@@ -32,7 +32,7 @@
 #include <time.h>
 
 #include "fake_backend.h"
-#include "pool.h"
+#include "pool/pool.h"
 
 #define SLOTS 64
 

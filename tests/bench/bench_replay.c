@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "fake_backend.h"
-#include "pool.h"
+#include "pool/pool.h"
 
 /* The trace's addresses, mapped to the pool's: open addressing. */
 #define MAP_BITS 20

@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "fake_backend.h"
-#include "pool.h"
+#include "pool/pool.h"
 
 #define KiB (1024ull)
 #define MiB (1024ull * 1024)

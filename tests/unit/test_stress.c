@@ -31,7 +31,7 @@
 #include <cmocka.h>
 
 #include "fake_backend.h"
-#include "pool.h"
+#include "pool/pool.h"
 
 #define THREADS 8
 #define SLOTS 32

@@ -1,23 +1,13 @@
 /*
- * The pool: a caching, size-binned allocator of device address space.
- *
- * One pool serves one device (the library makes one per CUDA context, each
- * with a backend bound to its context). It carves segments, asked of a
- * backend, into blocks; freed blocks are cached and merged with free
- * neighbours, and whole free segments go back to the backend only on
- * demand, under the garbage collection threshold, under the memory limit,
- * when the backend runs out, or when the pool grows: a cache miss gives back
- * the free segments, all too small for the request, and reserves one
- * segment at least as large as they were together, so that their bytes
- * come back as one range (merged).
+ * The pool: a caching, size-binned allocator of device address space
+ * (docs/POOL.md). One pool serves one device, through a backend bound to
+ * one context; it carves the backend's segments into blocks, caches and
+ * merges freed ones, and gives whole free segments back only on demand.
  *
  * The pool holds no CUDA type and makes no CUDA call; addresses are plain
- * 64-bit integers. Every function is thread-safe. A pool is split into
- * arenas with a lock each: a thread uses one arena until it keeps finding
- * that arena's lock held, then moves to a less used one, so threads
- * allocating at once do not queue on one lock while a single thread sees
- * one pool as before. The collection threshold and reserved memory are the
- * whole pool's; the memory limit is the device's (budget.h).
+ * 64-bit integers. Every function is thread-safe. The collection threshold
+ * and reserved memory are the whole pool's; the memory limit is the
+ * device's (budget.h).
  */
 #ifndef CA_POOL_H
 #define CA_POOL_H

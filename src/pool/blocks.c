@@ -1,0 +1,78 @@
+/*
+ * Blocks: merging freed blocks with their free neighbours, and splitting
+ * a free block for a request.
+ *
+ * Part of the pool's one compilation unit (src/pool/pool.c includes the
+ * files in layer order); not compiled alone.
+ */
+/* ---- Blocks --------------------------------------------------------------- */
+
+static void ca__block_merge_next(ca__arena *p, ca__block *b) {
+  ca__block *n = b->next;
+  b->size += n->size;
+  b->next = n->next;
+  if (n->next)
+    n->next->prev = b;
+  ca__slab_put(&p->block_slab, n);
+}
+
+/* Returns a block to the free index, merged with its free neighbours. */
+static void ca__block_make_free(ca__arena *p, ca__block *b) {
+  if (b->next && b->next->state == CA__FREE) {
+    ca__index_remove(b->next);
+    ca__block_merge_next(p, b);
+  }
+  if (b->prev && b->prev->state == CA__FREE) {
+    ca__block *prev = b->prev;
+    ca__index_remove(prev);
+    ca__block_merge_next(p, prev);
+    b = prev;
+  }
+  b->state = CA__FREE;
+  ca__index_insert(b);
+  if (ca__segment_is_free(b->seg))
+    ca__lru_push(p, b->seg);
+}
+
+static int ca__worth_splitting(const ca__heap *h, uint64_t rest) {
+  return h->large ? rest > CA_LARGE_MIN_REMAINDER : rest >= CA_GRANULE;
+}
+
+/* Takes a free block out of the index for a request of `size`, splitting off
+ * the rest when it is worth keeping. Oversize blocks are never split. */
+static void ca__block_take(ca__arena *p, ca__block *b, uint64_t size) {
+  ca__heap *h = b->seg->heap;
+  int oversize = ca__is_oversize(h, b->size);
+  ca__index_remove(b);
+  ca__lru_remove(p, b->seg);
+  uint64_t rest = b->size - size;
+  ca__block *r = NULL;
+  if (!oversize && ca__worth_splitting(h, rest))
+    r = ca__slab_get(&p->block_slab);
+  if (r) {
+    r->addr = b->addr + size;
+    r->size = rest;
+    r->seg = b->seg;
+    r->state = CA__FREE;
+    r->keep_out = false; /* slab records come uninitialized */
+    r->prev = b;
+    r->next = b->next;
+    if (b->next)
+      b->next->prev = r;
+    b->next = r;
+    b->size = size;
+    ca__index_insert(r);
+  }
+  b->state = CA__LIVE;
+}
+
+/* A freed block that may be reused now: small ones park in the quick
+ * lists, large ones merge with their free neighbours at once. */
+static void ca__cache(ca__arena *p, ca__block *b) {
+  if (__builtin_expect(b->keep_out, 0))
+    ca__retire_gone(p, b);
+  else if (b->seg->heap->large)
+    ca__block_make_free(p, b);
+  else
+    ca__quick_push(p, b);
+}

@@ -1,0 +1,158 @@
+/*
+ * The consistency check (ca_pool_check), for the tests.
+ *
+ * Part of the pool's one compilation unit (src/pool/pool.c includes the
+ * files in layer order); not compiled alone.
+ */
+/* ---- Consistency check (tests) -------------------------------------------- */
+
+#define CA__CHECK(cond, ...)                                                   \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      if (why)                                                                 \
+        snprintf(why, why_len, __VA_ARGS__);                                   \
+      return false;                                                            \
+    }                                                                          \
+  } while (0)
+
+static bool ca__in_index(const ca__block *b) {
+  const ca__heap *h = b->seg->heap;
+  const ca__block *it;
+  if (ca__is_oversize(h, b->size)) {
+    it = h->oversize;
+  } else {
+    unsigned fl, sl;
+    ca__class_of(b->size, &fl, &sl);
+    it = h->bins[fl][sl];
+  }
+  for (; it; it = it->link_next)
+    if (it == b)
+      return true;
+  return false;
+}
+
+static size_t ca__count_index(const ca__heap *h) {
+  size_t n = 0;
+  for (const ca__block *b = h->oversize; b; b = b->link_next)
+    n++;
+  for (unsigned fl = 0; fl < CA__FL_COUNT; fl++)
+    for (unsigned sl = 0; sl < CA__SL_COUNT; sl++)
+      for (const ca__block *b = h->bins[fl][sl]; b; b = b->link_next)
+        n++;
+  return n;
+}
+
+static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
+  uint64_t reserved = 0, live = 0, free_bytes = 0, held = 0, quick = 0;
+  uint64_t gone = 0;
+  size_t nfree = 0, nlive = 0, nseg = 0, nlost = 0;
+  for (ca__segment *s = p->segments; s; s = s->next, nseg++) {
+    uint64_t at = s->addr;
+    CA__CHECK(s->first && !s->first->prev, "segment %#llx: bad first block",
+              (unsigned long long)s->addr);
+    for (ca__block *b = s->first; b; b = b->next) {
+      CA__CHECK(b->addr == at && b->seg == s && b->size > 0,
+                "block %#llx does not follow its neighbour",
+                (unsigned long long)b->addr);
+      CA__CHECK(!b->next || b->next->prev == b, "broken neighbour links");
+      CA__CHECK(b->state != CA__FREE || !b->next ||
+                    b->next->state != CA__FREE,
+                "two free neighbours at %#llx were not merged",
+                (unsigned long long)b->addr);
+      if (b->state == CA__FREE) {
+        CA__CHECK(ca__in_index(b), "free block %#llx not indexed",
+                  (unsigned long long)b->addr);
+        free_bytes += b->size;
+        nfree++;
+      } else if (b->state == CA__LIVE) {
+        CA__CHECK(ca__live_find(p, b->addr) == b, "live block %#llx unknown",
+                  (unsigned long long)b->addr);
+        live += b->size;
+        nlive++;
+      } else if (b->state == CA__QUICK) {
+        quick += b->size;
+      } else if (b->state == CA__GONE) {
+        CA__CHECK(s->has_gone, "segment %#llx hides a GONE block",
+                  (unsigned long long)s->addr);
+        gone += b->size;
+      } else {
+        held += b->size;
+      }
+      CA__CHECK(!b->keep_out || b->state != CA__FREE,
+                "kept-out block %#llx went back to the cache",
+                (unsigned long long)b->addr);
+      at += b->size;
+    }
+    CA__CHECK(at == s->addr + s->size, "segment %#llx not tiled",
+              (unsigned long long)s->addr);
+    CA__CHECK(s->in_lru == (!s->lost && ca__segment_is_free(s)),
+              "segment %#llx: LRU membership wrong",
+              (unsigned long long)s->addr);
+    CA__CHECK(s->lost || ca__segment_at(p, s->addr) == s,
+              "segment %#llx missing from the address index",
+              (unsigned long long)s->addr);
+    nlost += s->lost;
+    reserved += s->size;
+  }
+  CA__CHECK(p->nsegs + nlost == nseg, "address index holds %zu of %zu",
+            p->nsegs, nseg - nlost);
+  for (size_t i = 1; i < p->nsegs; i++)
+    CA__CHECK(p->by_addr[i - 1]->addr + p->by_addr[i - 1]->size <=
+                  p->by_addr[i]->addr,
+              "address index out of order at %zu", i);
+  CA__CHECK(nfree == ca__count_index(&p->small) + ca__count_index(&p->large),
+            "index holds blocks that are not free");
+  CA__CHECK(nlive + 1 == HASH_COUNT(p->live), "live table size %u != %zu",
+            HASH_COUNT(p->live) - 1, nlive);
+  CA__CHECK(held == p->held_bytes, "held bytes disagree");
+  CA__CHECK(quick == p->quick_bytes, "parked bytes disagree");
+  CA__CHECK(reserved == p->stats.reserved_bytes.current,
+            "reserved %llu != stats %llu", (unsigned long long)reserved,
+            (unsigned long long)p->stats.reserved_bytes.current);
+  CA__CHECK(live == p->stats.allocated_bytes.current,
+            "allocated %llu != stats %llu", (unsigned long long)live,
+            (unsigned long long)p->stats.allocated_bytes.current);
+  CA__CHECK(gone == p->gone_bytes, "gone bytes disagree");
+  CA__CHECK(reserved == live + free_bytes + held + quick + gone,
+            "reserved != live + cached + held + gone");
+  CA__CHECK(nlive == p->stats.blocks.current, "block count disagrees");
+  CA__CHECK(nseg == p->stats.segments.current, "segment count disagrees");
+  return true;
+}
+
+/* Every arena's invariants, then the pool's counts against theirs. */
+static bool ca__check_arenas(ca_pool *pool, ca__arena *const *all,
+                             unsigned n, char *why, size_t why_len) {
+  uint64_t reserved = 0;
+  for (unsigned i = 0; i < n; i++) {
+    CA__CHECK(all[i]->pool == pool &&
+                  ca__arena_at(pool, all[i]->index) == all[i],
+              "arena %u is not where it says", i);
+    if (!ca__check_locked(all[i], why, why_len))
+      return false;
+    reserved += all[i]->stats.reserved_bytes.current;
+  }
+  uint64_t counted = atomic_load(&pool->reserved);
+  CA__CHECK(reserved == counted, "arenas reserve %llu, the pool counts %llu",
+            (unsigned long long)reserved, (unsigned long long)counted);
+  /* Every booking is made and settled under its arena's lock. */
+  CA__CHECK(atomic_load(&pool->committed) == counted,
+            "booked bytes disagree with reserved ones");
+  CA__CHECK(atomic_load(&pool->reserved_peak) >= counted,
+            "reserved bytes above their peak");
+  return true;
+}
+
+/* All arenas locked at once, in index order, for one picture of the pool:
+ * no other code holds two arena locks, so this cannot deadlock. An arena
+ * made meanwhile is not seen: check while the pool is quiet. */
+bool ca_pool_check(ca_pool *pool, char *why, size_t why_len) {
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n = ca__arenas(pool, all);
+  for (unsigned i = 0; i < n; i++)
+    ca_lock_acquire(&all[i]->lock);
+  bool ok = ca__check_arenas(pool, all, n, why, why_len);
+  for (unsigned i = n; i-- > 0;)
+    ca_lock_release(&all[i]->lock);
+  return ok;
+}

@@ -1,0 +1,494 @@
+/*
+ * The entry points of pool.h.
+ *
+ * Part of the pool's one compilation unit (src/pool/pool.c includes the
+ * files in layer order); not compiled alone.
+ */
+/* ---- Public entry points -------------------------------------------------- */
+
+ca_pool *ca_pool_create(const ca_backend *backend, int device,
+                        const ca_pool_options *options) {
+  ca_pool *pool = ca__alloc_lines(sizeof(*pool));
+  if (!pool)
+    return NULL;
+  pool->backend = backend;
+  pool->device = device;
+  pool->opt = *options;
+  pool->budget = options->budget ? options->budget : &pool->unlimited;
+  /* Without markers a pool cannot order reuse after device work: it falls
+   * back to synchronizing at each free, or to reusing at once. */
+  if (pool->opt.reuse == CA_REUSE_SAFE && !backend->mark)
+    pool->opt.reuse = backend->synchronize ? CA_REUSE_DEVICE_SYNC
+                                           : CA_REUSE_IMMEDIATE;
+  if (pool->opt.reuse == CA_REUSE_DEVICE_SYNC && !backend->synchronize)
+    pool->opt.reuse = CA_REUSE_IMMEDIATE;
+  ca__arena *first = ca__arena_new(pool, 0);
+  if (!first) {
+    free(pool);
+    return NULL;
+  }
+  atomic_store_explicit(&pool->arenas[0], first, memory_order_release);
+  return pool;
+}
+
+void ca_pool_destroy(ca_pool *pool) {
+  if (!pool)
+    return;
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n = ca__arenas(pool, all);
+  for (unsigned i = 0; i < n; i++) {
+    uint64_t held = all[i]->stats.reserved_bytes.current;
+    ca__arena_free(all[i]); /* gives the segments back */
+    ca_budget_unbook(pool->budget, held);
+  }
+  free(pool);
+}
+
+static void ca__drop_all(ca__arena *p) {
+  ca_lock_acquire(&p->lock);
+  ca__pool_reserved_sub(p, p->stats.reserved_bytes.current);
+  ca__forget_all(p, 0);
+  ca__live_init(p);
+  p->stats.requested_bytes.current = 0;
+  p->stats.allocated_bytes.current = 0;
+  p->stats.reserved_bytes.current = 0;
+  p->stats.blocks.current = 0;
+  p->stats.segments.current = 0;
+  ca_lock_release(&p->lock);
+}
+
+void ca_pool_drop_all(ca_pool *pool) {
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n = ca__arenas(pool, all);
+  for (unsigned i = 0; i < n; i++)
+    ca__drop_all(all[i]);
+}
+
+/* Whether a large request should fence before taking `found`: when what is
+ * pending could serve it, is worth a fence (a share of the arena), and the
+ * cache offers only a poor fit. Large blocks must see the frees to merge,
+ * as under immediate reuse, or the pool fragments; but a fence costs driver
+ * calls, so it is made only when the cache would split a block much larger
+ * than the request, or has none, and CA__FENCE_EVERY large requests have
+ * come since the last fence. Counts the request. */
+static bool ca__fence_first(ca__arena *p, uint64_t size,
+                            const ca__block *found) {
+  if (size <= CA_SMALL_REQUEST || ++p->large_since_fence < CA__FENCE_EVERY)
+    return false;
+  return p->held_bytes >= size &&
+         p->held_bytes >= p->stats.reserved_bytes.current >> CA__FENCE_SHARE &&
+         (!found || found->size - size > size >> CA__FENCE_WASTE);
+}
+
+/* Finds a free block of at least `size` bytes in the cache: the quick lists
+ * first, then the bins, then both again after merging the parked blocks of
+ * the request's heap (the other heap's cannot serve it, and stay parked for
+ * the requests they can) and, last, after taking back the pending blocks:
+ * all of them behind a fence, else those whose device work has passed
+ * (never waiting for any). A large request may fence first
+ * (ca__fence_first). */
+static ca__block *ca__find_cached(ca__arena *p, uint64_t size) {
+  ca__block *b = ca__find(p, size);
+  if (ca__fence_first(p, size, b) && ca__fence_pending(p))
+    b = ca__find(p, size);
+  if (b)
+    return b;
+  ca__heap *h = ca__heap_for(p, size);
+  if (h->quick_fl_bitmap) {
+    ca__heap_flush(p, h);
+    b = ca__find(p, size);
+  }
+  if (!b && (p->held_head || p->batch_head) &&
+      (ca__fence_pending(p) || ca__recover_pending(p))) {
+    ca__heap_flush(p, h);
+    b = ca__find(p, size);
+  }
+  return b;
+}
+
+/* Finds or makes a free block of at least `size` bytes, out of every index. */
+static int ca__obtain(ca__arena *p, uint64_t size, ca__block **out) {
+  ca__block *b = ca__find_cached(p, size);
+  if (b) {
+    p->stats.cache_hits++;
+    ca__block_take(p, b, size);
+    *out = b;
+    return 0;
+  }
+  int rc = ca__grow(p, size, &b);
+  if (rc == 0) {
+    ca__block_take(p, b, size);
+    *out = b;
+  }
+  return rc;
+}
+
+/* For a request that p could not serve even after every arena gave back
+ * what it could: a block from another arena's cache. A nearly full device
+ * may keep its free memory in other arenas' partly used segments, which no
+ * arena can give back. The block lives on in that arena, where frees find
+ * it. Returns the arena locked now: the one that served *out, p released;
+ * or p, locked again, with *out NULL when none could. */
+static CA__COLD ca__arena *ca__obtain_elsewhere(ca__arena *p, uint64_t size,
+                                                ca__block **out) {
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n = ca__arenas(p->pool, all);
+  *out = NULL;
+  if (n < 2)
+    return p;
+  ca_lock_release(&p->lock);
+  for (unsigned i = 0; i < n; i++) {
+    ca__arena *o = all[i];
+    if (o == p)
+      continue;
+    ca_lock_acquire(&o->lock);
+    if ((*out = ca__find_cached(o, size))) {
+      o->stats.cache_hits++;
+      ca__block_take(o, *out, size);
+      return o;
+    }
+    ca_lock_release(&o->lock);
+  }
+  ca_lock_acquire(&p->lock);
+  return p;
+}
+
+/* Arenas draw allocation numbers from the pool in runs of this many: unique
+ * in the pool and, across arenas, in allocation order to within a run,
+ * without every allocation touching one counter all threads share. A pool
+ * of one arena numbers 1, 2, 3, ... */
+#define CA__SEQ_RUN 64
+
+static uint64_t ca__next_seq(ca__arena *p) {
+  if (p->next_seq == p->seq_end) {
+    p->next_seq = atomic_fetch_add_explicit(&p->pool->seq, CA__SEQ_RUN,
+                                            memory_order_relaxed);
+    p->seq_end = p->next_seq + CA__SEQ_RUN;
+  }
+  return ++p->next_seq;
+}
+
+int ca_pool_alloc(ca_pool *pool, uint64_t size, uint32_t tag, uint64_t *addr) {
+  if (size > CA__MAX_REQUEST)
+    return pool->backend->oom_code;
+  uint64_t rounded = ca__round_up(size ? size : 1, CA_GRANULE);
+  ca__arena *p = ca__enter(pool);
+  ca__block *b = ca__quick_take(p, rounded);
+  if (b) {
+    p->stats.cache_hits++;
+    b->state = CA__LIVE;
+  } else {
+    int rc = ca__obtain(p, rounded, &b);
+    if (rc == p->backend->oom_code) {
+      p = ca__obtain_elsewhere(p, rounded, &b);
+      rc = b ? 0 : rc;
+    }
+    if (rc != 0) {
+      p->stats.failed_allocs++;
+      ca_lock_release(&p->lock);
+      return rc;
+    }
+  }
+  b->requested = size;
+  b->tag = tag;
+  b->seq = ca__next_seq(p);
+  b->time_ns = ca__now_ns();
+  HASH_ADD(hh, p->live, addr, sizeof(uint64_t), b);
+  p->stats.allocs++;
+  ca__stat_add(&p->stats.requested_bytes, size);
+  ca__stat_add(&p->stats.allocated_bytes, b->size);
+  ca__stat_add(&p->stats.blocks, 1);
+  *addr = b->addr;
+  ca_lock_release(&p->lock);
+  return 0;
+}
+
+static ca__block *ca__live_find(ca__arena *p, uint64_t addr) {
+  ca__block *b = NULL;
+  if (addr != 0)
+    HASH_FIND(hh, p->live, &addr, sizeof(uint64_t), b);
+  return b;
+}
+
+/* A freed block's way back to the cache, by policy. device_sync waits
+ * under the lock: it is a debugging policy, and cudaFree itself stalls
+ * the whole device. */
+static void ca__retire(ca__arena *p, ca__block *b) {
+  if (p->opt.reuse == CA_REUSE_IMMEDIATE ||
+      (p->opt.reuse == CA_REUSE_DEVICE_SYNC &&
+       p->backend->synchronize(p->backend->ctx, p->device) == 0))
+    ca__cache(p, b);
+  else
+    ca__hold(p, b);
+}
+
+/* The arena that holds the live block at `addr`, locked; NULL when none
+ * does, not a pointer of this pool. `own`, an arena already asked (a free
+ * asks the calling thread's first), is skipped: NULL, or locked and
+ * released here. */
+static CA__COLD ca__arena *ca__owner(ca_pool *pool, ca__arena *own,
+                                     uint64_t addr) {
+  if (own)
+    ca_lock_release(&own->lock);
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n = ca__arenas(pool, all);
+  for (unsigned i = 0; i < n; i++) {
+    if (all[i] == own)
+      continue;
+    ca_lock_acquire(&all[i]->lock);
+    if (ca__live_find(all[i], addr))
+      return all[i];
+    ca_lock_release(&all[i]->lock);
+  }
+  return NULL;
+}
+
+/* The thread's own arena is asked first: threads mostly free what they
+ * allocated. */
+bool ca_pool_free(ca_pool *pool, uint64_t addr) {
+  ca__arena *p = ca__arena_at(pool, ca__thread_arena);
+  ca__block *b = NULL;
+  if (p) {
+    ca__enter_own(p);
+    b = ca__live_find(p, addr);
+  }
+  if (!b) {
+    if (!(p = ca__owner(pool, p, addr)))
+      return false;
+    b = ca__live_find(p, addr);
+  }
+  HASH_DELETE(hh, p->live, b);
+  b->seg->last_free = ++p->free_tick;
+  p->stats.frees++;
+  ca__stat_sub(&p->stats.requested_bytes, b->requested);
+  ca__stat_sub(&p->stats.allocated_bytes, b->size);
+  ca__stat_sub(&p->stats.blocks, 1);
+  ca__retire(p, b);
+  ca_lock_release(&p->lock);
+  return true;
+}
+
+static void ca__describe(const ca__arena *p, const ca__block *b,
+                         ca_live_block *out) {
+  out->addr = b->addr;
+  out->requested = b->requested;
+  out->size = b->size;
+  out->seq = b->seq;
+  out->time_ns = b->time_ns;
+  out->device = p->device;
+  out->tag = b->tag;
+}
+
+int ca_pool_device(const ca_pool *pool) { return pool->device; }
+
+bool ca_pool_lookup(ca_pool *pool, uint64_t addr, ca_live_block *out) {
+  ca__arena *p = ca__owner(pool, NULL, addr);
+  if (!p)
+    return false;
+  if (out)
+    ca__describe(p, ca__live_find(p, addr), out);
+  ca_lock_release(&p->lock);
+  return true;
+}
+
+bool ca_pool_holds_segment(ca_pool *pool, uint64_t addr) {
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n = ca__arenas(pool, all);
+  for (unsigned i = 0; i < n; i++) {
+    ca__segment *s = NULL;
+    ca_lock_acquire(&all[i]->lock);
+    HASH_FIND(hh, all[i]->segment_table, &addr, sizeof(uint64_t), s);
+    ca_lock_release(&all[i]->lock);
+    if (s)
+      return true;
+  }
+  return false;
+}
+
+/* The block of segment s holding addr: by the live table when addr is a
+ * live block's start (what queries mostly ask about), else by walking. */
+static ca__block *ca__block_at(ca__arena *p, ca__segment *s, uint64_t addr) {
+  ca__block *b = ca__live_find(p, addr);
+  if (b && b->seg == s)
+    return b;
+  for (b = s->first; b && addr - b->addr >= b->size; b = b->next)
+    ;
+  return b;
+}
+
+static void ca__span(ca__arena *p, ca__segment *s, uint64_t addr,
+                     ca_pool_span *out) {
+  ca__block *b = ca__block_at(p, s, addr);
+  memset(out, 0, sizeof(*out));
+  out->segment = s->addr;
+  out->segment_size = s->size;
+  out->live = b && b->state == CA__LIVE && addr - b->addr < b->requested;
+  if (out->live)
+    ca__describe(p, b, &out->block);
+}
+
+/* Runs fn on the arena and segment holding addr, under that arena's lock;
+ * returns false when no segment of the pool holds it. */
+static bool ca__at_segment(ca_pool *pool, uint64_t addr,
+                           void (*fn)(ca__arena *, ca__segment *, uint64_t,
+                                      void *),
+                           void *arg) {
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n = ca__arenas(pool, all);
+  for (unsigned i = 0; i < n; i++) {
+    ca_lock_acquire(&all[i]->lock);
+    ca__segment *s = ca__segment_at(all[i], addr);
+    if (s)
+      fn(all[i], s, addr, arg);
+    ca_lock_release(&all[i]->lock);
+    if (s)
+      return true;
+  }
+  return false;
+}
+
+static void ca__find_in(ca__arena *p, ca__segment *s, uint64_t addr,
+                        void *out) {
+  ca__span(p, s, addr, out);
+}
+
+bool ca_pool_find(ca_pool *pool, uint64_t addr, ca_pool_span *out) {
+  return ca__at_segment(pool, addr, ca__find_in, out);
+}
+
+static void ca__lose_at(ca__arena *p, ca__segment *s, uint64_t addr,
+                        void *unused) {
+  (void)addr, (void)unused;
+  ca__segment_lose(p, s);
+}
+
+bool ca_pool_segment_lost(ca_pool *pool, uint64_t addr) {
+  return ca__at_segment(pool, addr, ca__lose_at, NULL);
+}
+
+bool ca_pool_share(ca_pool *pool, uint64_t addr) {
+  ca__arena *p = ca__owner(pool, NULL, addr);
+  if (!p)
+    return false;
+  ca__live_find(p, addr)->keep_out = true;
+  ca_lock_release(&p->lock);
+  return true;
+}
+
+uint64_t ca_pool_releasable(ca_pool *pool) {
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n = ca__arenas(pool, all);
+  uint64_t bytes = 0;
+  for (unsigned i = 0; i < n; i++) {
+    ca_lock_acquire(&all[i]->lock);
+    for (const ca__segment *s = all[i]->segments; s; s = s->next)
+      if (!s->lost && ca__live_in(s) == 0)
+        bytes += s->size;
+    ca_lock_release(&all[i]->lock);
+  }
+  return bytes;
+}
+
+uint64_t ca_pool_empty_cache(ca_pool *pool) {
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n = ca__arenas(pool, all);
+  uint64_t released = 0, segments = 0;
+  for (unsigned i = 0; i < n; i++)
+    released += ca__give_back(all[i], 0, true, &segments);
+  return released;
+}
+
+static uint64_t ca__largest_free(const ca__arena *p) {
+  uint64_t largest = 0;
+  const ca__heap *heaps[2] = {&p->small, &p->large};
+  for (int i = 0; i < 2; i++) {
+    const ca__heap *h = heaps[i];
+    for (const ca__block *b = h->oversize; b; b = b->link_next)
+      largest = b->size > largest ? b->size : largest;
+    if (!h->fl_bitmap)
+      continue;
+    unsigned fl = 63u - (unsigned)__builtin_clzll(h->fl_bitmap);
+    unsigned sl = 31u - (unsigned)__builtin_clz(h->sl_bitmap[fl]);
+    for (const ca__block *b = h->bins[fl][sl]; b; b = b->link_next)
+      largest = b->size > largest ? b->size : largest;
+  }
+  return largest;
+}
+
+void ca_pool_stats_add(cudalloc_device_stats *sum,
+                       const cudalloc_device_stats *s) {
+#define CA__ADD_TRIPLE(field, row, bytes)                                      \
+  sum->field.current += s->field.current;                                      \
+  sum->field.peak += s->field.peak;                                            \
+  sum->field.total += s->field.total;
+#define CA__ADD(field) sum->field += s->field;
+#define CA__MAX(field)                                                         \
+  if (s->field > sum->field)                                                   \
+    sum->field = s->field;
+  CA_STATS_TRIPLES(CA__ADD_TRIPLE)
+  CA_STATS_COUNTERS(CA__ADD)
+  CA_STATS_LARGEST(CA__MAX)
+#undef CA__ADD_TRIPLE
+#undef CA__ADD
+#undef CA__MAX
+}
+
+/* One arena's figures, under its lock. */
+static void ca__arena_stats(ca__arena *p, cudalloc_device_stats *out) {
+  ca_lock_acquire(&p->lock);
+  ca__quick_flush(p);
+  *out = p->stats;
+  out->pending_free_bytes = p->held_bytes;
+  out->free_cached_bytes = p->stats.reserved_bytes.current -
+                           p->stats.allocated_bytes.current - p->held_bytes -
+                           p->gone_bytes;
+  out->largest_free_block = ca__largest_free(p);
+  ca_lock_release(&p->lock);
+}
+
+/* The arenas' figures added up, one arena locked at a time (never all
+ * threads stopped at once). Reserved memory is the pool's own exact count
+ * and peak; the other peaks are sums of the arenas' peaks, at least the
+ * pool's true peak, since arenas peak at different times. */
+void ca_pool_get_stats(ca_pool *pool, cudalloc_device_stats *out) {
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n = ca__arenas(pool, all);
+  memset(out, 0, sizeof(*out));
+  for (unsigned i = 0; i < n; i++) {
+    cudalloc_device_stats s;
+    ca__arena_stats(all[i], &s);
+    ca_pool_stats_add(out, &s);
+  }
+  out->device = pool->device;
+  out->reserved_bytes.current = atomic_load(&pool->reserved);
+  out->reserved_bytes.peak = atomic_load(&pool->reserved_peak);
+  out->fragmentation = ca_pool_fragmentation(out);
+}
+
+double ca_pool_fragmentation(const cudalloc_device_stats *s) {
+  return s->free_cached_bytes ? 1.0 - (double)s->largest_free_block /
+                                          (double)s->free_cached_bytes
+                              : 0.0;
+}
+
+size_t ca_pool_foreach_live(ca_pool *pool,
+                            void (*fn)(const ca_live_block *b, void *arg),
+                            void *arg) {
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n_arenas = ca__arenas(pool, all);
+  size_t n = 0;
+  for (unsigned i = 0; i < n_arenas; i++) {
+    ca__arena *p = all[i];
+    ca_lock_acquire(&p->lock);
+    for (ca__block *b = p->live; b; b = b->hh.next) {
+      if (b == &p->sentinel)
+        continue;
+      ca_live_block info;
+      ca__describe(p, b, &info);
+      fn(&info, arg);
+      n++;
+    }
+    ca_lock_release(&p->lock);
+  }
+  return n;
+}

@@ -1,0 +1,147 @@
+/*
+ * Frees waiting for the device: the open batch, closed batches and their
+ * markers, waiting, fences.
+ *
+ * Part of the pool's one compilation unit (src/pool/pool.c includes the
+ * files in layer order); not compiled alone.
+ */
+/* ---- Frees waiting for the device ---------------------------------------- */
+
+/* Puts a freed block in the open batch (CA__HELD until its marker passes). */
+static void ca__hold(ca__arena *p, ca__block *b) {
+  b->state = CA__HELD;
+  b->link_next = NULL;
+  b->link_prev = p->held_tail;
+  if (p->held_tail)
+    p->held_tail->link_next = b;
+  else
+    p->held_head = b;
+  p->held_tail = b;
+  p->open_bytes += b->size;
+  p->held_bytes += b->size;
+}
+
+/* Hands a list of pending blocks (linked by link_next) back to the cache. */
+static void ca__cache_list(ca__arena *p, ca__block *head) {
+  for (ca__block *b = head, *next; b; b = next) {
+    next = b->link_next;
+    b->link_prev = b->link_next = NULL;
+    ca__cache(p, b);
+  }
+}
+
+/* Hands the blocks of a passed batch back to the cache. */
+static void ca__release_batch(ca__arena *p, ca__batch *batch) {
+  ca__cache_list(p, batch->head);
+  p->held_bytes -= batch->bytes;
+  p->backend->forget(p->backend->ctx, p->device, batch->marker);
+  ca__slab_put(&p->batch_slab, batch);
+}
+
+/* Closes the open batch under a new marker. Returns false, leaving the
+ * batch open, when there is nothing to close or no marker may be made now
+ * (a stream capture): the blocks then simply wait longer. */
+static bool ca__close_batch(ca__arena *p) {
+  if (!p->held_head || !p->backend->mark)
+    return false;
+  ca__batch *batch = ca__slab_get(&p->batch_slab);
+  uint64_t marker = 0;
+  if (!batch)
+    return false;
+  if (p->backend->mark(p->backend->ctx, p->device, &marker) != 0) {
+    ca__slab_put(&p->batch_slab, batch);
+    return false;
+  }
+  *batch = (ca__batch){.marker = marker,
+                       .head = p->held_head,
+                       .tail = p->held_tail,
+                       .bytes = p->open_bytes};
+  p->held_head = p->held_tail = NULL;
+  p->open_bytes = 0;
+  if (p->batch_tail)
+    p->batch_tail->next = batch;
+  else
+    p->batch_head = batch;
+  p->batch_tail = batch;
+  return true;
+}
+
+static void ca__pop_batch(ca__arena *p) {
+  p->batch_head = p->batch_head->next;
+  if (!p->batch_head)
+    p->batch_tail = NULL;
+}
+
+/* Releases the closed batches whose markers have passed, oldest first,
+ * without waiting. Returns true when blocks came back. */
+static bool ca__reap(ca__arena *p) {
+  bool any = false;
+  while (p->batch_head &&
+         p->backend->poll(p->backend->ctx, p->device,
+                          p->batch_head->marker) == 0) {
+    ca__batch *batch = p->batch_head;
+    ca__pop_batch(p);
+    ca__release_batch(p, batch);
+    any = true;
+  }
+  return any;
+}
+
+/* Fences the device (see ca_backend.fence) and hands every pending block
+ * back to the cache at once. Returns false, changing nothing, when there is
+ * nothing pending or the backend cannot fence now. */
+static bool ca__fence_pending(ca__arena *p) {
+  if (!p->backend->fence || (!p->held_head && !p->batch_head) ||
+      p->backend->fence(p->backend->ctx, p->device) != 0)
+    return false;
+  ca__cache_list(p, p->held_head);
+  p->held_bytes -= p->open_bytes;
+  p->held_head = p->held_tail = NULL;
+  p->open_bytes = 0;
+  p->large_since_fence = 0;
+  while (p->batch_head) {
+    ca__batch *batch = p->batch_head;
+    ca__pop_batch(p);
+    ca__release_batch(p, batch);
+  }
+  return true;
+}
+
+/* On a miss: what has passed comes back; what was freed since the last
+ * marker gets one, which has often passed already (the program synchronized
+ * since). Returns true when blocks came back. */
+static bool ca__recover_pending(ca__arena *p) {
+  bool any = ca__reap(p);
+  if (ca__close_batch(p))
+    any |= ca__reap(p);
+  return any;
+}
+
+/* Waits for the oldest batch, the lock released meanwhile so that other
+ * threads keep allocating. Returns true when blocks came back; false when
+ * there was nothing to wait for, the wait was refused (a stream capture),
+ * or drop_all forgot the batch while we waited. */
+static bool ca__wait_oldest(ca__arena *p) {
+  if (!p->batch_head && !ca__close_batch(p))
+    return false;
+  ca__batch *batch = p->batch_head;
+  uint64_t generation = p->generation;
+  ca__pop_batch(p);
+  ca_lock_release(&p->lock);
+  int rc = p->backend->wait(p->backend->ctx, p->device, batch->marker);
+  ca_lock_acquire(&p->lock);
+  if (generation != p->generation) {
+    p->backend->forget(p->backend->ctx, p->device, batch->marker);
+    ca__slab_put(&p->batch_slab, batch);
+    return false;
+  }
+  if (rc != 0) { /* not now: back at the head, still the oldest */
+    batch->next = p->batch_head;
+    p->batch_head = batch;
+    if (!p->batch_tail)
+      p->batch_tail = batch;
+    return false;
+  }
+  ca__release_batch(p, batch);
+  return true;
+}

@@ -1,0 +1,207 @@
+/*
+ * The pool's records and the state of an arena and a pool, shared by the
+ * files of src/pool/ (the design: docs/POOL.md). Only those files include
+ * it.
+ */
+#ifndef CA_POOL_INTERNAL_H
+#define CA_POOL_INTERNAL_H
+
+#include "pool/pool.h"
+
+#include "fork.h"
+#include "lock.h"
+#include "stats.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Addresses are granule-aligned, so their low bits carry nothing: mix with a
+ * multiplicative hash and keep the high half. */
+static inline unsigned ca__hash_addr(uint64_t addr) {
+  return (unsigned)((addr * 0x9E3779B97F4A7C15ull) >> 32);
+}
+#define HASH_FUNCTION(keyptr, keylen, hashv)                                   \
+  ((hashv) = ca__hash_addr(*(const uint64_t *)(keyptr)))
+#define HASH_KEYCMP(a, b, len)                                                 \
+  (*(const uint64_t *)(a) != *(const uint64_t *)(b))
+/* A failed bucket expansion only makes chains longer; never abort. */
+#define HASH_NONFATAL_OOM 1
+#include <uthash.h>
+
+/* Size classes: CA__SL_COUNT per power of two of granules. */
+#define CA__SL_BITS 4
+#define CA__SL_COUNT (1u << CA__SL_BITS)
+#define CA__FL_COUNT 40
+/* Requests above this (64 TiB) cannot be real; refuse before any arithmetic
+ * on them can overflow. */
+#define CA__MAX_REQUEST (1ull << 46)
+/* How many blocks of the request's own size class are looked at for a
+ * tighter fit before falling back to the next class up. */
+#define CA__CLASS_SCAN 8
+/* A large request fences first only when the pending blocks are at least
+ * 1/2^CA__FENCE_SHARE of the pool and the cache's best block wastes more
+ * than 1/2^CA__FENCE_WASTE of the request (see ca__fence_first): on
+ * recorded ResNet traces, a seventh of the fences of fencing before every
+ * large request, for 0-3% more memory. */
+#define CA__FENCE_SHARE 5
+#define CA__FENCE_WASTE 2
+/* ... and at most once per this many large requests: on the same traces,
+ * 25-45% fewer fences than fencing whenever the rule above says so, a
+ * quarter of them on a random mix of sizes (tests/bench/bench_pool), for
+ * memory within 1%. */
+#define CA__FENCE_EVERY 16
+/* Off the hot path: a thread on its own arena, uncontended, never calls
+ * these, and the compiler lays out the hot path around them. */
+#define CA__COLD __attribute__((cold, noinline))
+/* Records allocated at once when a slab runs dry. */
+#define CA__SLAB_BATCH 128
+
+/* A block's state. GONE: freed, but its bytes are never handed out again
+ * while its segment lives (they were shared with another process, or the
+ * segment was freed behind the pool's back); it never merges. */
+enum { CA__FREE = 1, CA__LIVE, CA__HELD, CA__QUICK, CA__GONE };
+
+typedef struct ca__segment ca__segment;
+typedef struct ca__heap ca__heap;
+typedef struct ca__batch ca__batch;
+
+typedef struct ca__block {
+  uint64_t addr;
+  uint64_t size;
+  uint64_t requested;
+  uint64_t seq;
+  uint64_t time_ns;
+  struct ca__block *prev, *next;           /* neighbours in the segment */
+  struct ca__block *link_prev, *link_next; /* bin, oversize, held or quick */
+  ca__segment *seg;
+  int state;
+  /* GONE when freed: shared with another process, or pending in a lost
+   * segment (one flag, so a free checks one byte it already has). */
+  bool keep_out;
+  unsigned fl, sl; /* size class, while in the bins */
+  uint32_t tag;    /* the caller's, while CA__LIVE */
+  UT_hash_handle hh; /* in the live table while CA__LIVE */
+} ca__block;
+
+struct ca__segment {
+  uint64_t addr;
+  uint64_t size;
+  ca__heap *heap;
+  ca__block *first;
+  ca__segment *prev, *next;         /* all segments of the arena */
+  ca__segment *lru_prev, *lru_next; /* fully free segments, oldest first */
+  uint64_t last_free; /* free_tick of the latest free inside it */
+  int in_lru;
+  bool has_gone; /* holds GONE blocks: "fully free" means FREE or GONE */
+  bool lost;     /* freed behind the pool's back: never used or released
+                    again; its records go when its last block does */
+  UT_hash_handle hh; /* in the arena's segment table, keyed by base */
+};
+
+/* Blocks freed before one backend marker, waiting for it to pass. */
+struct ca__batch {
+  uint64_t marker;
+  ca__block *head, *tail;
+  uint64_t bytes;
+  ca__batch *next;
+};
+
+struct ca__heap {
+  uint64_t fl_bitmap;
+  uint32_t sl_bitmap[CA__FL_COUNT];
+  ca__block *bins[CA__FL_COUNT][CA__SL_COUNT];
+  ca__block *oversize;    /* ascending by size */
+  ca__block *quick[CA__FL_COUNT][CA__SL_COUNT]; /* freed, not yet merged */
+  uint64_t quick_fl_bitmap;
+  uint32_t quick_sl_bitmap[CA__FL_COUNT];
+  uint64_t oversize_from; /* blocks this large are oversize */
+  int large;
+};
+
+typedef struct ca__slab {
+  void *free;
+  void *chunks;
+  size_t obj_size;
+} ca__slab;
+
+/* A cache line. Arenas start on one and the pool's counters that arenas
+ * write sit on their own: a line that threads on different arenas write
+ * would pass from core to core at every call. */
+#define CA__LINE 64
+
+/* One lock's share of a pool. The functions below that serve requests work
+ * within one arena, named `p` as they would name a pool of one arena. */
+typedef struct ca__arena {
+  _Alignas(CA__LINE) ca_lock lock;
+  ca_pool *pool;
+  unsigned index; /* in pool->arenas */
+  /* The pool's, copied when the arena is made (they never change), so that
+   * the arena's code reads them in one step. */
+  const ca_backend *backend;
+  int device;
+  ca_pool_options opt;
+  ca__heap small, large;
+  ca__segment *segments;
+  ca__segment *segment_table; /* the same segments, by base address */
+  /* The same segments sorted by address, for "which holds this address"
+   * (pointer queries); lost ones leave it. */
+  ca__segment **by_addr;
+  size_t nsegs, segs_cap;
+  ca__segment *lru_head, *lru_tail;
+  ca__block *held_head, *held_tail; /* the open batch: no marker yet */
+  uint64_t open_bytes;
+  ca__batch *batch_head, *batch_tail; /* closed batches, oldest first */
+  uint64_t held_bytes; /* in the open batch and the closed ones */
+  unsigned large_since_fence; /* large requests since the last fence */
+  uint64_t quick_bytes;
+  uint64_t gone_bytes; /* in GONE blocks */
+  uint64_t generation; /* bumped by drop_all: lets a waiter see it */
+  uint64_t gc_budget;  /* bytes; 0 until known */
+  uint64_t next_seq, seq_end; /* the allocation numbers the arena holds */
+  uint64_t free_tick; /* counts frees: orders the LRU list */
+  ca__block *live;     /* the live table */
+  ca__block sentinel;  /* keeps the table allocated while it is empty */
+  ca__slab block_slab, segment_slab, batch_slab;
+  /* The arena's own figures. Its reserved_bytes count its own segments; the
+   * pool's count is pool->reserved. */
+  cudalloc_device_stats stats;
+} ca__arena;
+
+struct ca_pool {
+  /* Arena 0 is made with the pool, the others when a thread first needs
+   * them; each is published once and lives as long as the pool. */
+  _Atomic(ca__arena *) arenas[CA_POOL_ARENAS];
+  const ca_backend *backend;
+  int device;
+  ca_pool_options opt;
+  /* Bytes of the segments the arenas hold, and their peak: exact for the
+   * pool, whichever arenas reserve and release. */
+  _Alignas(CA__LINE) _Atomic uint64_t reserved;
+  _Atomic uint64_t reserved_peak;
+  /* reserved, plus the segments being asked of the backend right now: what
+   * the collection threshold weighs; booked in the device's budget too. */
+  _Atomic uint64_t committed;
+  ca_budget *budget; /* the device's (options), or `unlimited` */
+  ca_budget unlimited;
+  _Atomic uint64_t seq; /* allocation numbers handed to the arenas so far */
+};
+
+/* Arena `index` of the pool, or NULL when not made yet. */
+static inline ca__arena *ca__arena_at(ca_pool *pool, unsigned index) {
+  return atomic_load_explicit(&pool->arenas[index], memory_order_acquire);
+}
+
+/* The arenas made so far, in index order, into `out`; returns how many. */
+static unsigned ca__arenas(ca_pool *pool, ca__arena *out[CA_POOL_ARENAS]) {
+  unsigned n = 0;
+  for (unsigned i = 0; i < CA_POOL_ARENAS; i++)
+    if ((out[n] = ca__arena_at(pool, i)) != NULL)
+      n++;
+  return n;
+}
+
+#endif /* CA_POOL_INTERNAL_H */

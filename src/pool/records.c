@@ -1,0 +1,65 @@
+/*
+ * Records and slabs: small helpers, the statistics' arithmetic, and the
+ * slabs every block, segment and batch record comes from (so serving a
+ * request never calls malloc).
+ *
+ * Part of the pool's one compilation unit (src/pool/pool.c includes the
+ * files in layer order); not compiled alone.
+ */
+/* ---- Small helpers ------------------------------------------------------ */
+
+static inline uint64_t ca__round_up(uint64_t n, uint64_t to) {
+  return (n + to - 1) / to * to;
+}
+
+static uint64_t ca__clock_ns(clockid_t clock) {
+  struct timespec ts;
+  clock_gettime(clock, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* When a block was allocated: to within a few milliseconds is enough. */
+static uint64_t ca__now_ns(void) {
+  return ca__clock_ns(CLOCK_MONOTONIC_COARSE);
+}
+
+static void ca__stat_add(cudalloc_stat *s, uint64_t v) {
+  s->current += v;
+  s->total += v;
+  if (s->current > s->peak)
+    s->peak = s->current;
+}
+
+static void ca__stat_sub(cudalloc_stat *s, uint64_t v) { s->current -= v; }
+
+static void *ca__slab_get(ca__slab *s) {
+  if (!s->free) {
+    char *chunk = malloc(sizeof(void *) + s->obj_size * CA__SLAB_BATCH);
+    if (!chunk)
+      return NULL;
+    *(void **)chunk = s->chunks;
+    s->chunks = chunk;
+    char *objs = chunk + sizeof(void *);
+    for (size_t i = 0; i < CA__SLAB_BATCH; i++) {
+      *(void **)(objs + i * s->obj_size) = s->free;
+      s->free = objs + i * s->obj_size;
+    }
+  }
+  void *obj = s->free;
+  s->free = *(void **)obj;
+  return obj;
+}
+
+static void ca__slab_put(ca__slab *s, void *obj) {
+  *(void **)obj = s->free;
+  s->free = obj;
+}
+
+static void ca__slab_destroy(ca__slab *s) {
+  while (s->chunks) {
+    void *next = *(void **)s->chunks;
+    free(s->chunks);
+    s->chunks = next;
+  }
+  s->free = NULL;
+}

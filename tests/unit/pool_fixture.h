@@ -69,4 +69,19 @@ static inline void assert_consistent(fixture *fx) {
     fail_msg("pool inconsistent: %s", why);
 }
 
+/* A pool with the fake's markers (reuse_policy safe), whose device is
+ * busy until the test says otherwise. */
+static inline fixture *safe_fixture(uint64_t capacity, ca_pool_options opt) {
+  opt.reuse = CA_REUSE_SAFE;
+  fixture *fx = fixture_new(capacity, opt, true);
+  fx->fake.auto_pass = false;
+  return fx;
+}
+
+/* Four 512 KiB blocks fill one small segment. */
+static inline void fill_small_segment(fixture *fx, uint64_t a[4]) {
+  for (int i = 0; i < 4; i++)
+    a[i] = must_alloc(fx, 512 * KiB);
+}
+
 #endif /* CA_POOL_FIXTURE_H */

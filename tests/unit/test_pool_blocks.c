@@ -1,0 +1,199 @@
+/*
+ * Sizes, size classes, splitting and merging: where a request lands, and
+ * what a freed block becomes (src/pool/bins.c, blocks.c).
+ */
+#include "pool_fixture.h"
+
+/* Requests are rounded to 512 B; the program's own size is kept too. */
+static void rounds_requests_to_the_granule(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(1024 * MiB, default_options(), false);
+  uint64_t sizes[] = {0, 1, 511, 512, 513, 4096 + 1};
+  uint64_t rounded[] = {512, 512, 512, 512, 1024, 4608};
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    ca_live_block b;
+    uint64_t addr = must_alloc(fx, sizes[i]);
+    assert_true(ca_pool_lookup(fx->pool, addr, &b));
+    assert_int_equal(b.size, rounded[i]);
+    assert_int_equal(b.requested, sizes[i]);
+    assert_int_equal(addr % 512, 0);
+  }
+  cudalloc_device_stats s = stats_of(fx);
+  assert_int_equal(s.requested_bytes.current, 0 + 1 + 511 + 512 + 513 + 4097);
+  assert_int_equal(s.allocated_bytes.current, 512 * 4 + 1024 + 4608);
+  fixture_free(fx);
+}
+
+/* Small requests share 2 MiB segments; medium ones share 20 MiB segments;
+ * large ones get a segment of their own rounded to 2 MiB. */
+static void sizes_segments_like_pytorch(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(4096 * MiB, default_options(), false);
+  for (int i = 0; i < 4096; i++)
+    must_alloc(fx, 512); /* 4096 x 512 B fill one 2 MiB segment exactly */
+  assert_int_equal(fx->fake.reserves, 1);
+  must_alloc(fx, 1 * MiB);
+  assert_int_equal(fx->fake.reserves, 2);
+  assert_int_equal(fx->fake.segments[1].size, 2 * MiB);
+  must_alloc(fx, 1 * MiB + 1);
+  assert_int_equal(fx->fake.segments[2].size, 20 * MiB);
+  must_alloc(fx, 25 * MiB);
+  assert_int_equal(fx->fake.segments[3].size, 26 * MiB);
+  must_alloc(fx, 30 * MiB);
+  assert_int_equal(fx->fake.segments[4].size, 30 * MiB);
+  /* No coarser rounding: no unused tail (it was 52 MiB). */
+  must_alloc(fx, 49 * MiB);
+  assert_int_equal(fx->fake.segments[5].size, 50 * MiB);
+  assert_int_equal(stats_of(fx).segments.current, 6);
+  fixture_free(fx);
+}
+
+/* A freed block is served again without the backend. */
+static void serves_repeat_requests_from_the_cache(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(1024 * MiB, default_options(), false);
+  uint64_t sizes[] = {256, 64 * KiB, 3 * MiB, 64 * MiB};
+  for (size_t i = 0; i < 4; i++) {
+    uint64_t a = must_alloc(fx, sizes[i]);
+    assert_true(ca_pool_free(fx->pool, a));
+    int reserves = fx->fake.reserves;
+    for (int k = 0; k < 100; k++) {
+      uint64_t b = must_alloc(fx, sizes[i]);
+      assert_int_equal(b, a);
+      assert_true(ca_pool_free(fx->pool, b));
+    }
+    assert_int_equal(fx->fake.reserves, reserves);
+  }
+  cudalloc_device_stats s = stats_of(fx);
+  /* 64 KiB came from the segment the 256 B request opened; the 64 MiB
+   * miss merged the free 20 MiB segment of the 3 MiB request into its
+   * own. */
+  assert_int_equal(s.cache_hits, 401);
+  assert_int_equal(s.backend_allocs, 3);
+  assert_int_equal(s.backend_frees, 1);
+  assert_int_equal(s.allocs, 404);
+  assert_int_equal(s.frees, 404);
+  fixture_free(fx);
+}
+
+/* A same-sized request between class boundaries still finds the block it
+ * freed, rather than growing: repeated workloads must not leak segments. */
+static void reuses_exact_sizes_between_class_boundaries(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(1024 * MiB, default_options(), false);
+  uint64_t odd = 4 * MiB + 100 * KiB; /* not on a class boundary */
+  uint64_t a[4];
+  for (int i = 0; i < 4; i++)
+    a[i] = must_alloc(fx, odd); /* four blocks from one 20 MiB segment */
+  assert_int_equal(fx->fake.reserves, 1);
+  assert_true(ca_pool_free(fx->pool, a[1]));
+  assert_int_equal(must_alloc(fx, odd), a[1]);
+  assert_int_equal(fx->fake.reserves, 1);
+  fixture_free(fx);
+}
+
+/* Freed blocks merge with free neighbours; a fully free segment is one
+ * block again. */
+static void splits_and_merges_within_a_segment(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(1024 * MiB, default_options(), false);
+  uint64_t a = must_alloc(fx, 512 * KiB);
+  uint64_t b = must_alloc(fx, 512 * KiB);
+  uint64_t c = must_alloc(fx, 512 * KiB);
+  assert_int_equal(fx->fake.reserves, 1);
+  assert_int_equal(b, a + 512 * KiB);
+  assert_int_equal(c, b + 512 * KiB);
+  assert_true(ca_pool_free(fx->pool, b));
+  assert_int_equal(stats_of(fx).largest_free_block, 512 * KiB);
+  assert_true(ca_pool_free(fx->pool, a)); /* merges with b */
+  assert_int_equal(stats_of(fx).largest_free_block, 1 * MiB);
+  assert_consistent(fx);
+  assert_true(ca_pool_free(fx->pool, c)); /* merges both sides */
+  cudalloc_device_stats s = stats_of(fx);
+  assert_int_equal(s.largest_free_block, 2 * MiB);
+  assert_int_equal(s.free_cached_bytes, 2 * MiB);
+  assert_true(s.fragmentation == 0.0);
+  /* The whole segment can serve one 1 MiB request at its start. */
+  assert_int_equal(must_alloc(fx, 1 * MiB), a);
+  fixture_free(fx);
+}
+
+/* In the large pool a block splits only when more than 1 MiB would remain. */
+static void large_blocks_split_only_for_a_worthwhile_rest(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(1024 * MiB, default_options(), false);
+  uint64_t a = must_alloc(fx, 2 * MiB); /* from a new 20 MiB segment */
+  assert_true(ca_pool_free(fx->pool, a));
+  ca_live_block info;
+  uint64_t b = must_alloc(fx, 19 * MiB + 512 * KiB); /* 512 KiB would remain */
+  assert_true(ca_pool_lookup(fx->pool, b, &info));
+  assert_int_equal(info.size, 20 * MiB);
+  assert_true(ca_pool_free(fx->pool, b));
+  uint64_t c = must_alloc(fx, 18 * MiB); /* 2 MiB remain: split */
+  assert_true(ca_pool_lookup(fx->pool, c, &info));
+  assert_int_equal(info.size, 18 * MiB);
+  assert_int_equal(must_alloc(fx, 2 * MiB), c + 18 * MiB);
+  assert_int_equal(fx->fake.reserves, 1);
+  fixture_free(fx);
+}
+
+/* max_split_size: cached blocks that large are never split and serve only
+ * requests at or above it, wasting under 20 MiB. */
+static void honours_max_split_size(void **state) {
+  (void)state;
+  ca_pool_options opt = default_options();
+  opt.max_split_size = 40 * MiB;
+  fixture *fx = fixture_new(4096 * MiB, opt, false);
+  uint64_t big = must_alloc(fx, 50 * MiB);
+  assert_true(ca_pool_free(fx->pool, big));
+  /* A request below max_split_size does not take the oversize block. */
+  uint64_t small = must_alloc(fx, 30 * MiB);
+  assert_true(small != big);
+  assert_int_equal(fx->fake.reserves, 2);
+  /* A request above it takes the block whole when the waste is < 20 MiB. */
+  ca_live_block info;
+  uint64_t again = must_alloc(fx, 45 * MiB);
+  assert_int_equal(again, big);
+  assert_true(ca_pool_lookup(fx->pool, again, &info));
+  assert_int_equal(info.size, 50 * MiB);
+  assert_true(ca_pool_free(fx->pool, again));
+  /* Not when it would waste 20 MiB or more. */
+  uint64_t huge = must_alloc(fx, 100 * MiB);
+  assert_true(ca_pool_free(fx->pool, huge));
+  int reserves = fx->fake.reserves;
+  assert_true(must_alloc(fx, 60 * MiB) != huge);
+  assert_int_equal(fx->fake.reserves, reserves + 1);
+  assert_int_equal(must_alloc(fx, 85 * MiB), huge);
+  assert_int_equal(fx->fake.reserves, reserves + 1);
+  fixture_free(fx);
+}
+
+/* Large blocks merge with their free neighbours as they are freed, so the
+ * exact fit two of them form is found before a larger block is split. */
+static void large_blocks_merge_at_once(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(4096 * MiB, default_options(), false);
+  uint64_t a = must_alloc(fx, 4 * MiB), b = must_alloc(fx, 4 * MiB);
+  must_alloc(fx, 12 * MiB); /* fills the first 20 MiB segment */
+  must_alloc(fx, 6 * MiB);  /* a second one, 14 MiB of it free */
+  assert_true(ca_pool_free(fx->pool, a));
+  assert_true(ca_pool_free(fx->pool, b));
+  assert_int_equal(must_alloc(fx, 8 * MiB), a);
+  assert_int_equal(fx->fake.reserves, 2);
+  assert_consistent(fx);
+  fixture_free(fx);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(rounds_requests_to_the_granule),
+      cmocka_unit_test(sizes_segments_like_pytorch),
+      cmocka_unit_test(serves_repeat_requests_from_the_cache),
+      cmocka_unit_test(reuses_exact_sizes_between_class_boundaries),
+      cmocka_unit_test(splits_and_merges_within_a_segment),
+      cmocka_unit_test(large_blocks_split_only_for_a_worthwhile_rest),
+      cmocka_unit_test(honours_max_split_size),
+      cmocka_unit_test(large_blocks_merge_at_once),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -21,7 +21,7 @@
 #include "stacks.h"
 #include "streams.h"
 #include "track.h"
-#include "unwind.h"
+#include "unwind/unwind.h"
 
 static bool ca__enabled(void) { return ca_config_get()->enabled; }
 

@@ -11,7 +11,7 @@
 #include <stdbool.h>
 
 #include "pool/pool.h"
-#include "report.h"
+#include "report/report.h"
 
 /* The process has started to use device memory (a pool was made, or an
  * allocation passed through was recorded). Starts the SIGUSR1 watcher when

@@ -7,7 +7,8 @@ its backend, the backend the driver. Side modules (settings, output, locks,
 the stack depot, the report, ...) are called from anywhere and call only
 other side modules. This test reads every file of SRC_DIR and checks:
 
-  1. every module (a .c and its .h share a name; src/pool/ is one module)
+  1. every module (a .c and its .h share a name; a folder of src/ is one
+     module)
      is placed below, in a layer or among the side modules;
   2. every #include "..." goes down the layers (to a module of a lower
      rank) or to a side module, and a side module includes only side
@@ -41,10 +42,12 @@ SIDE = {
 
 
 def module_of(path, src):
+    """A file's module: its folder under src/, or its name without the
+    extension (a .c and its .h are one module)."""
     rel = os.path.relpath(path, src)
-    if rel.startswith("pool" + os.sep):
-        return "pool"
-    return os.path.splitext(os.path.basename(rel))[0]
+    if os.sep in rel:
+        return rel.split(os.sep)[0]
+    return os.path.splitext(rel)[0]
 
 
 def sources(src):
@@ -76,8 +79,7 @@ def main(argv):
         with open(path, encoding="utf-8") as f:
             text = f.read()
         for inc in re.findall(r'^#include "([^"]+)"', text, re.M):
-            target = "pool" if inc.startswith("pool/") else \
-                os.path.splitext(os.path.basename(inc))[0]
+            target = inc.split("/")[0] if "/" in inc else os.path.splitext(inc)[0]
             if target == mod:
                 continue
             if target not in LAYERED and target not in SIDE:

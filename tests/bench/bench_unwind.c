@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "unwind.h"
+#include "unwind/unwind.h"
 
 /* libgcc's unwinder, declared here: <unwind.h> would find src/unwind.h,
  * which comes first on the include path. */

@@ -21,7 +21,7 @@
 
 #include "config.h"
 #include "log.h"
-#include "report.h"
+#include "report/report.h"
 #include "stacks.h"
 #include "stats.h"
 

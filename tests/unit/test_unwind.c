@@ -22,7 +22,7 @@
 
 #include <cmocka.h>
 
-#include "unwind.h"
+#include "unwind/unwind.h"
 
 /* libgcc's unwinder, declared here: <unwind.h> would find src/unwind.h,
  * which comes first on the include path. */

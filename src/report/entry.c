@@ -1,0 +1,102 @@
+/*
+ * The entry points of report.h: preparing a report (sorting, grouping,
+ * symbolizing, suppressing) and printing it.
+ *
+ * Part of report's one compilation unit (src/report/report.c
+ * includes the files in order); not compiled alone.
+ */
+/* Sorts, groups, symbolizes and applies the suppressions. Returns false
+ * when scratch memory ran out (the report then says so and stops). */
+static bool ca__leaks_prepare(ca__leaks *l, const ca_config *cfg,
+                              ca_report_block **sorted, size_t *sorted_bytes,
+                              size_t *groups_bytes) {
+  const ca_report_input *in = l->in;
+  size_t n = in->nblocks;
+  if (n == 0)
+    return true;
+  *sorted_bytes = n * sizeof(ca_report_block);
+  *groups_bytes = n * sizeof(ca__group);
+  *sorted = ca__scratch(*sorted_bytes);
+  l->groups = ca__scratch(*groups_bytes);
+  if (*sorted == NULL || l->groups == NULL)
+    return false;
+  memcpy(*sorted, in->blocks, *sorted_bytes);
+  qsort(*sorted, n, sizeof(ca_report_block), ca__cmp_block);
+  l->blocks = *sorted;
+  l->ngroups = ca__make_groups(*sorted, n, l->groups);
+  qsort(l->groups, l->ngroups, sizeof(ca__group), ca__cmp_group);
+  ca__symbolize_groups(*sorted, l->groups, l->ngroups, &l->symbols);
+  ca__rules rules;
+  ca__load_rules(&rules, cfg->suppressions,
+                 cfg->report_format == CA_REPORT_JSON);
+  for (size_t i = 0; i < l->ngroups; i++) {
+    ca__group *g = &l->groups[i];
+    const uintptr_t *pcs;
+    size_t k = ca__stack_of(&(*sorted)[g->first], &pcs);
+    g->shown_from = ca__first_shown(pcs, k, &l->symbols);
+    g->suppressed = rules.n > 0 && ca__suppressed(&rules, pcs, k, &l->symbols);
+    uint64_t *bytes = g->suppressed ? &l->totals.suppressed_bytes
+                                    : &l->totals.bytes;
+    uint64_t *count = g->suppressed ? &l->totals.suppressed_count
+                                    : &l->totals.count;
+    *bytes += g->bytes;
+    *count += g->count;
+  }
+  ca__unscratch(rules.text, rules.text_bytes);
+  return true;
+}
+
+/* A report made ready to print (see ca_report_prepare). */
+struct ca_report_job {
+  ca__leaks l;
+  const ca_config *cfg;
+  ca_report_block *sorted;
+  size_t sorted_bytes, groups_bytes;
+  bool ok;
+};
+
+ca_report_job *ca_report_prepare(const ca_report_input *in) {
+  ca_report_job *job = ca__scratch(sizeof(*job));
+  if (job == NULL)
+    return NULL;
+  memset(job, 0, sizeof(*job));
+  job->cfg = in->config ? in->config : ca_config_get();
+  job->l = (ca__leaks){.in = in, .max_groups = SIZE_MAX};
+  if (job->cfg->max_leaks > 0)
+    job->l.max_groups = (size_t)job->cfg->max_leaks;
+  job->ok = !in->leaks ||
+            ca__leaks_prepare(&job->l, job->cfg, &job->sorted,
+                              &job->sorted_bytes, &job->groups_bytes);
+  return job;
+}
+
+ca_leak_totals ca_report_print(ca_report_job *job) {
+  ca_leak_totals none = {0, 0, 0, 0};
+  if (job == NULL) {
+    ca__report_warn(false, "report: out of memory");
+    return none;
+  }
+  const ca_report_input *in = job->l.in;
+  bool json = job->cfg->report_format == CA_REPORT_JSON;
+  if (!job->ok)
+    ca__report_warn(json, "leak report: out of memory for %zu live blocks",
+                    in->nblocks);
+  if (job->ok && json) {
+    ca__json(&job->l);
+  } else if (job->ok) {
+    for (size_t i = 0; i < in->nstats; i++)
+      ca__stats_text(&in->stats[i]);
+    if (in->leaks)
+      ca__leaks_text(&job->l);
+  }
+  ca_leak_totals totals = job->l.totals;
+  ca__symbols_free(&job->l.symbols);
+  ca__unscratch(job->sorted, job->sorted_bytes);
+  ca__unscratch(job->l.groups, job->groups_bytes);
+  ca__unscratch(job, sizeof(*job));
+  return totals;
+}
+
+ca_leak_totals ca_report(const ca_report_input *in) {
+  return ca_report_print(ca_report_prepare(in));
+}

@@ -1,0 +1,52 @@
+/*
+ * The leak report and the memory summary (see report.h, docs/LEAKS.md).
+ *
+ * A report is built in four steps: the live blocks are sorted into groups
+ * (same device, same allocating call, same stack; or same size when there
+ * is no stack), the groups are ordered by total bytes, every frame of every
+ * group is symbolized in one batch (each object file is parsed once), and
+ * the groups are printed, after the suppressions have set some aside.
+ *
+ * Compiled as one unit: the files of src/report/ are included below, each
+ * one concern, in the order they build on each other.
+ */
+#include "report/report.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+#include "stacks.h"
+#include "stats.h"
+#include "symbolize/symbolize.h"
+
+/* Allocation numbers listed per group without stacks, and in JSON. */
+#define CA__TEXT_SAMPLES 3
+#define CA__JSON_SAMPLES 8
+/* Suppression rules read from the file, at most. */
+#define CA__MAX_RULES 256
+/* A suppressions file larger than this is read only this far. */
+#define CA__MAX_RULES_FILE (1u << 20)
+
+#define CA__STR2(x) #x
+#define CA__STR(x) CA__STR2(x)
+#define CA__VERSION                                                            \
+  CA__STR(CUDALLOC_VERSION_MAJOR)                                              \
+  "." CA__STR(CUDALLOC_VERSION_MINOR) "." CA__STR(CUDALLOC_VERSION_PATCH)
+
+#include "report/out.c"
+#include "report/summary.c"
+#include "report/groups.c"
+#include "report/suppressions.c"
+#include "report/text.c"
+#include "report/json.c"
+#include "report/entry.c"

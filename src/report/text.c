@@ -1,0 +1,172 @@
+/*
+ * The report for people.
+ *
+ * Part of report's one compilation unit (src/report/report.c
+ * includes the files in order); not compiled alone.
+ */
+/* ---- Text ---------------------------------------------------------------- */
+
+/* " on device 3", or " on an unknown device". */
+static void ca__device_words(char *buf, size_t len, int device) {
+  if (device >= 0)
+    snprintf(buf, len, " on device %d", device);
+  else
+    snprintf(buf, len, " on an unknown device");
+}
+
+/* " (cuMemAllocManaged)" for passed-through calls, "" for the pool's. */
+static void ca__call_words(char *buf, size_t len, const char *call) {
+  if (strcmp(call, CA_REPORT_POOLED_CALL) == 0)
+    buf[0] = '\0';
+  else
+    snprintf(buf, len, " (%s)", call);
+}
+
+static void ca__text_frame(size_t index, uintptr_t pc, const ca_symbol *sym) {
+  if (sym == NULL || sym->module[0] == '\0') {
+    ca_log("    #%zu 0x%" PRIxPTR " in ??", index, pc);
+    return;
+  }
+  const char *module = ca__basename(sym->module);
+  if (sym->function[0] != '\0' && sym->line != 0)
+    ca_log("    #%zu 0x%" PRIxPTR " in %s %s:%u (%s+0x%" PRIx64 ")", index, pc,
+           sym->function, sym->file, sym->line, module, sym->module_offset);
+  else if (sym->function[0] != '\0')
+    ca_log("    #%zu 0x%" PRIxPTR " in %s+0x%" PRIx64 " (%s+0x%" PRIx64 ")",
+           index, pc, sym->function, sym->function_offset, module,
+           sym->module_offset);
+  else
+    ca_log("    #%zu 0x%" PRIxPTR " in ?? (%s+0x%" PRIx64 ")", index, pc,
+           module, sym->module_offset);
+}
+
+/* "allocations #1 at 0x..., #2 at 0x..., ... (97 more)" */
+static void ca__text_samples(const ca_report_block *b, const ca__group *g) {
+  char line[512];
+  size_t len = (size_t)snprintf(line, sizeof(line), "    allocation%s",
+                                g->count > 1 ? "s" : "");
+  size_t shown = g->count < CA__TEXT_SAMPLES ? g->count : CA__TEXT_SAMPLES;
+  for (size_t i = 0; i < shown && len < sizeof(line); i++) {
+    const ca_report_block *x = &b[g->first + i];
+    len += (size_t)snprintf(line + len, sizeof(line) - len,
+                            "%s #%" PRIu64 " at 0x%" PRIx64, i ? "," : "",
+                            x->seq, x->addr);
+  }
+  if (g->count > shown && len < sizeof(line))
+    snprintf(line + len, sizeof(line) - len, ", ... (%zu more)",
+             g->count - shown);
+  ca_log("%s", line);
+}
+
+static const char *ca__verb(ca_report_event event) {
+  return event == CA_EVENT_API ? "live" : "leaked";
+}
+
+static void ca__text_group(const ca_report_input *in,
+                           const ca_report_block *b, const ca__group *g,
+                           const ca__symbols *s) {
+  char on[48], call[64];
+  const ca_report_block *first = &b[g->first];
+  ca__device_words(on, sizeof(on), first->device);
+  ca__call_words(call, sizeof(call), first->call);
+  ca_log("%s", "");
+  const uintptr_t *pcs;
+  size_t n = ca__stack_of(first, &pcs);
+  if (n == 0) {
+    ca_log("%" PRIu64 " bytes %s in %zu allocation(s) of %" PRIu64
+           " bytes%s%s:",
+           g->bytes, ca__verb(in->event), g->count, first->bytes, on, call);
+    ca__text_samples(b, g);
+    return;
+  }
+  ca_log("%" PRIu64 " bytes %s in %zu allocation(s)%s%s, allocated from:",
+         g->bytes, ca__verb(in->event), g->count, on, call);
+  for (size_t i = g->shown_from; i < n; i++)
+    ca__text_frame(i - g->shown_from, pcs[i], ca__symbol(s, pcs[i]));
+}
+
+static void ca__text_header(const ca_report_input *in) {
+  int pid = (int)getpid();
+  if (in->event == CA_EVENT_API)
+    ca_log("==%d== live device allocations (on request)", pid);
+  else if (in->event == CA_EVENT_CONTEXT_RESET)
+    ca_log("==%d== device memory leak report (at context reset of device %d)",
+           pid, in->device);
+  else
+    ca_log("==%d== device memory leak report (at exit)", pid);
+}
+
+/* ---- Leak report ---------------------------------------------------------- */
+
+/* Everything the printers need about one report. */
+typedef struct ca__leaks {
+  const ca_report_input *in;
+  const ca_report_block *blocks; /* sorted into groups */
+  ca__group *groups;             /* ordered for printing */
+  size_t ngroups;
+  ca__symbols symbols;
+  ca_leak_totals totals;
+  size_t max_groups; /* printed at most; SIZE_MAX for all */
+} ca__leaks;
+
+/* The one line for a report with nothing to list. */
+static void ca__text_nothing(const ca__leaks *l) {
+  const ca_report_input *in = l->in;
+  const ca_leak_totals *t = &l->totals;
+  char how[128];
+  if (t->suppressed_count == 0)
+    snprintf(how, sizeof(how), "all freed");
+  else
+    snprintf(how, sizeof(how),
+             "%" PRIu64 " bytes in %" PRIu64 " allocations suppressed",
+             t->suppressed_bytes, t->suppressed_count);
+  if (in->event == CA_EVENT_API)
+    ca_log("no live device allocations%s%s%s", t->suppressed_count ? " (" : "",
+           t->suppressed_count ? how : "", t->suppressed_count ? ")" : "");
+  else if (in->event == CA_EVENT_EXIT)
+    ca_log("no device memory leaks (%" PRIu64 " allocations, %s)",
+           in->allocations, how);
+}
+
+static void ca__leaks_text(const ca__leaks *l) {
+  const ca_report_input *in = l->in;
+  if (l->totals.count == 0) {
+    ca__text_nothing(l);
+    return;
+  }
+  ca__text_header(in);
+  size_t printed = 0;
+  uint64_t rest_bytes = 0, rest_count = 0, rest_groups = 0;
+  bool stackless = false;
+  for (size_t i = 0; i < l->ngroups; i++) {
+    const ca__group *g = &l->groups[i];
+    if (g->suppressed)
+      continue;
+    if (printed == l->max_groups) {
+      rest_groups++;
+      rest_bytes += g->bytes;
+      rest_count += g->count;
+      continue;
+    }
+    ca__text_group(in, l->blocks, g, &l->symbols);
+    stackless |= l->blocks[g->first].stack == 0;
+    printed++;
+  }
+  if (rest_groups > 0)
+    ca_log("... %" PRIu64 " more group(s) (%" PRIu64
+           " bytes in %" PRIu64 " allocations); max_leaks:0 shows all",
+           rest_groups, rest_bytes, rest_count);
+  ca_log("%s", "");
+  const ca_leak_totals *t = &l->totals;
+  char apart[128] = "";
+  if (t->suppressed_count > 0)
+    snprintf(apart, sizeof(apart),
+             " (%" PRIu64 " bytes in %" PRIu64 " allocations suppressed)",
+             t->suppressed_bytes, t->suppressed_count);
+  ca_log("SUMMARY: %" PRIu64 " bytes %s in %" PRIu64 " allocations%s",
+         t->bytes, ca__verb(in->event), t->count, apart);
+  if (stackless)
+    ca_log("set CUDALLOC_CONF=backtrace_depth:16 to see where %s memory was "
+           "allocated",
+           in->event == CA_EVENT_API ? "live" : "leaked");
+}

@@ -10,8 +10,8 @@
  */
 #include "symbolize/symbolize.h"
 
-#include "bytes.h"
 #include "dl.h"
+#include "reader.h"
 
 #include <dlfcn.h>
 #include <elf.h>

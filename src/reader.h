@@ -5,8 +5,8 @@
  * bad, and every later read returns 0 or NULL, so parsers need only check
  * `bad` where a loop could otherwise keep going.
  */
-#ifndef CA_BYTES_H
-#define CA_BYTES_H
+#ifndef CA_READER_H
+#define CA_READER_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -84,4 +84,4 @@ static inline int64_t ca_rd_sleb(ca_rd *r) {
   return (int64_t)ca__rd_leb(r, true);
 }
 
-#endif /* CA_BYTES_H */
+#endif /* CA_READER_H */

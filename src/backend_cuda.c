@@ -267,5 +267,3 @@ static const ca_backend ca__backend = {
 };
 
 const ca_backend *ca_backend_cuda(void) { return &ca__backend; }
-
-const ca_backend *ca_test_backend_cuda(void) { return &ca__backend; }

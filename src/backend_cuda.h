@@ -29,10 +29,4 @@ void ca_backend_cuda_context_destroyed(CUcontext ctx);
  * a CUcontext runs every call in that context (one per pool). */
 const ca_backend *ca_backend_cuda(void);
 
-/* The same backend, exported under this name for tests/e2e/e2e_streams.c
- * only (found with dlsym in a preloaded process): it makes markers on
- * request and counts the mock's events, whatever the pool does. */
-__attribute__((visibility("default"))) const ca_backend *
-ca_test_backend_cuda(void);
-
 #endif /* CA_BACKEND_CUDA_H */

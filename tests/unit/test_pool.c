@@ -4,7 +4,7 @@
  * random walk checked after every step (src/pool/entry.c).
  */
 #include "pool_fixture.h"
-#include "stats.h"
+#include "stats_fill.h"
 
 /* Every statistic as current/peak/total, and fragmentation. */
 static void keeps_statistics(void **state) {
@@ -40,16 +40,7 @@ static void keeps_statistics(void **state) {
 static void statistics_add_every_field(void **state) {
   (void)state;
   cudalloc_device_stats s = {.device = 1}, sum = {.device = 1};
-  uint64_t v = 7;
-#define SET_TRIPLE(field, row, bytes)                                          \
-  s.field = (cudalloc_stat){v, v + 1, v + 2};                                  \
-  v += 10;
-#define SET(field)                                                             \
-  s.field = v;                                                                 \
-  v += 10;
-  CA_STATS_TRIPLES(SET_TRIPLE)
-  CA_STATS_COUNTERS(SET)
-  CA_STATS_LARGEST(SET)
+  stats_fill_distinct(&s, 7);
   ca_pool_stats_add(&sum, &s);
   ca_pool_stats_add(&sum, &s);
 #define CHECK_TRIPLE(field, row, bytes)                                        \

@@ -23,7 +23,7 @@
 #include "log.h"
 #include "report/report.h"
 #include "stacks.h"
-#include "stats.h"
+#include "stats_fill.h"
 
 static int count_of(const char *text, const char *needle) {
   int n = 0;
@@ -328,16 +328,7 @@ static void every_statistic_is_printed(void **state) {
   ca_config cfg;
   ca_config_defaults(&cfg);
   cudalloc_device_stats s = {.device = 3};
-  uint64_t v = 101;
-#define SET_TRIPLE(field, row, bytes)                                          \
-  s.field = (cudalloc_stat){v, v + 1, v + 2};                                  \
-  v += 10;
-#define SET(field)                                                             \
-  s.field = v;                                                                 \
-  v += 10;
-  CA_STATS_TRIPLES(SET_TRIPLE)
-  CA_STATS_COUNTERS(SET)
-  CA_STATS_LARGEST(SET)
+  stats_fill_distinct(&s, 101);
   ca_report_input in = {.event = CA_EVENT_EXIT, .device = -1, .stats = &s,
                         .nstats = 1, .config = &cfg};
   take_log();

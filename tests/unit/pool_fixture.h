@@ -38,6 +38,16 @@ static inline ca_pool_options default_options(void) {
   return (ca_pool_options){.max_split_size = UINT64_MAX};
 }
 
+/* The defaults under a memory limit of `limit` bytes, booked in *budget
+ * (which must outlive the pool: a test's static). */
+static inline ca_pool_options limited_options(ca_budget *budget,
+                                              uint64_t limit) {
+  *budget = (ca_budget){.limit = limit};
+  ca_pool_options opt = default_options();
+  opt.budget = budget;
+  return opt;
+}
+
 /* The pool is consistent, gives everything back when destroyed, and never
  * gave back what it did not hold. */
 static inline void fixture_free(fixture *fx) {

@@ -110,9 +110,7 @@ static void lists_live_blocks_of_every_arena(void **state) {
 static void memory_limit_covers_every_arena(void **state) {
   (void)state;
   static ca_budget budget;
-  budget = (ca_budget){.limit = 100 * MiB};
-  ca_pool_options opt = default_options();
-  opt.budget = &budget;
+  ca_pool_options opt = limited_options(&budget, 100 * MiB);
   fixture *fx = fixture_new(1000 * MiB, opt, false);
   uint64_t a = must_alloc(fx, 60 * MiB), addr = 0;
   ca_pool_set_thread_arena(1);

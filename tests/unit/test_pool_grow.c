@@ -35,11 +35,9 @@ static void garbage_collects_oldest_segments_first(void **state) {
 /* With memory_limit_mb the budget is the limit, not the device's size. */
 static void garbage_collection_budget_is_the_limit_when_set(void **state) {
   (void)state;
-  ca_pool_options opt = default_options();
   static ca_budget budget;
-  budget = (ca_budget){.limit = 200 * MiB};
+  ca_pool_options opt = limited_options(&budget, 200 * MiB);
   opt.gc_threshold = 0.5;
-  opt.budget = &budget;
   fixture *fx = fixture_new(1000 * MiB, opt, false);
   uint64_t a = must_alloc(fx, 80 * MiB);
   assert_true(ca_pool_free(fx->pool, a));
@@ -54,9 +52,7 @@ static void garbage_collection_budget_is_the_limit_when_set(void **state) {
 static void enforces_the_memory_limit(void **state) {
   (void)state;
   static ca_budget budget;
-  budget = (ca_budget){.limit = 100 * MiB};
-  ca_pool_options opt = default_options();
-  opt.budget = &budget;
+  ca_pool_options opt = limited_options(&budget, 100 * MiB);
   fixture *fx = fixture_new(1000 * MiB, opt, false);
   uint64_t big = must_alloc(fx, 90 * MiB);
   assert_true(ca_pool_free(fx->pool, big));
@@ -86,9 +82,7 @@ static void enforces_the_memory_limit(void **state) {
 static void limit_counts_memory_outside_the_pool(void **state) {
   (void)state;
   static ca_budget budget;
-  budget = (ca_budget){.limit = 100 * MiB};
-  ca_pool_options opt = default_options();
-  opt.budget = &budget;
+  ca_pool_options opt = limited_options(&budget, 100 * MiB);
   fixture *fx = fixture_new(1000 * MiB, opt, false);
   uint64_t a = must_alloc(fx, 30 * MiB), addr = 0;
   assert_true(ca_pool_free(fx->pool, a));
@@ -109,9 +103,7 @@ static void limit_counts_memory_outside_the_pool(void **state) {
 static void pools_of_one_device_share_its_limit(void **state) {
   (void)state;
   static ca_budget budget;
-  budget = (ca_budget){.limit = 64 * MiB};
-  ca_pool_options opt = default_options();
-  opt.budget = &budget;
+  ca_pool_options opt = limited_options(&budget, 64 * MiB);
   fixture *a = fixture_new(1000 * MiB, opt, false);
   fixture *b = fixture_new(1000 * MiB, opt, false);
   uint64_t in_a = must_alloc(a, 40 * MiB), addr = 0;

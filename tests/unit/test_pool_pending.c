@@ -195,9 +195,7 @@ static void capture_keeps_frees_pending(void **state) {
 static void limit_waits_for_pending_frees(void **state) {
   (void)state;
   static ca_budget budget;
-  budget = (ca_budget){.limit = 2 * MiB};
-  ca_pool_options opt = default_options();
-  opt.budget = &budget;
+  ca_pool_options opt = limited_options(&budget, 2 * MiB);
   fixture *fx = safe_fixture(1024 * MiB, opt);
   uint64_t a[4];
   fill_small_segment(fx, a);

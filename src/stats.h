@@ -1,9 +1,9 @@
 /*
  * The fields of cudalloc_device_stats (include/cudalloc.h), listed once:
- * adding up the pools of a device (pool.c), the JSON summary and the rows
- * of the text summary (report.c) are generated from these lists, and a
- * compile-time check below fails when the struct gains a field the lists
- * lack.
+ * adding up the pools of a device (pool/entry.c), the JSON summary and
+ * the rows of the text summary (report/summary.c) are generated from these
+ * lists, and a compile-time check below fails when the struct gains a
+ * field the lists lack.
  *
  * CA_STATS_TRIPLES(X): cudalloc_stat fields, X(field, row, bytes): `row` is
  *   the text summary's row name; `bytes` whether it counts bytes.

@@ -8,7 +8,7 @@
  * frames), captures 8 and 16 return addresses CAPTURES times (default
  * 200000) with each unwinder and prints nanoseconds per capture, the best of
  * five runs:
- *   ca_unwind           the caching unwinder (src/unwind.c), cache warm
+ *   ca_unwind           the caching unwinder (src/unwind/), cache warm
  *   ca_unwind (libgcc)  the same entry forced onto its libgcc fallback
  *   _Unwind_Backtrace   libgcc directly, one callback per frame
  *   backtrace()         glibc's, itself built on _Unwind_Backtrace

@@ -1,6 +1,6 @@
 /*
  * What the pool's unit tests share: a pool over the fake backend, and the
- * checks every test makes of it (test_pool.c, test_pool_span.c).
+ * checks every test makes of it (the test_pool*.c files).
  */
 #ifndef CA_POOL_FIXTURE_H
 #define CA_POOL_FIXTURE_H

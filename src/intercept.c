@@ -71,12 +71,6 @@ static bool ca__book_passed(int device, uint64_t size) {
          (ca__make_room(device) && ca_budget_book(b, size));
 }
 
-static void ca__unbook_passed(int device, uint64_t size) {
-  ca_budget *b = ca_registry_budget(device);
-  if (b != NULL)
-    ca_budget_unbook(b, size);
-}
-
 /* Records a passed-through allocation, booked already, for the report. The
  * driver gave out its address just now, so if a pooled segment still held
  * it, that segment was freed behind the library's back (the pool stops
@@ -88,7 +82,7 @@ static void ca__track(ca_track_kind kind, uint64_t key, uint64_t size,
   if (kind != CA_TRACK_VMM)
     ca_registry_lost(key);
   if (ca_track_add(kind, key, size, device, ctx, ca__stack_here(), &gone))
-    ca__unbook_passed(gone.device, gone.size);
+    ca_registry_unbook(gone.device, gone.size);
   ca_lifecycle_device_used();
 }
 
@@ -105,7 +99,7 @@ static void ca__track(ca_track_kind kind, uint64_t key, uint64_t size,
                                         : ca_track_forget_addr((key), &t_));   \
     CUresult r_ = (call);                                                      \
     if (had_ && r_ == CUDA_SUCCESS)                                            \
-      ca__unbook_passed(t_.device, t_.size);                                   \
+      ca_registry_unbook(t_.device, t_.size);                                   \
     else if (had_)                                                             \
       ca_track_restore(&t_);                                                   \
     r_;                                                                        \
@@ -196,8 +190,6 @@ CUresult ca_on_mem_free(CUdeviceptr dptr) {
  * since a limit cannot create memory. */
 static void ca__adjust_info(int device, uint64_t *free_bytes,
                             uint64_t *total_bytes) {
-  cudalloc_device_stats s;
-  ca_registry_device_stats(device, &s);
   uint64_t releasable = ca_registry_releasable(device);
   uint64_t free_now = *free_bytes + releasable;
   if (free_now > *total_bytes)
@@ -257,7 +249,7 @@ CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes) {
       if (r_ == CUDA_ERROR_OUT_OF_MEMORY && ca__make_room(device))             \
         r_ = (call);                                                           \
       if (r_ != CUDA_SUCCESS)                                                  \
-        ca__unbook_passed((device), (size));                                   \
+        ca_registry_unbook((device), (size));                                   \
     }                                                                          \
     r_;                                                                        \
   })
@@ -281,7 +273,7 @@ CUresult ca_on_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width,
   uint64_t got = (uint64_t)*pitch * height;
   if (got > asked && !ca__book_passed(device, got - asked)) {
     CA_REAL(mem_free, *dptr);
-    ca__unbook_passed(device, asked);
+    ca_registry_unbook(device, asked);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   ca__track(CA_TRACK_PITCH, (uint64_t)*dptr, got > asked ? got : asked,

@@ -229,12 +229,16 @@ void ca_registry_survived(ca_pool *pool) {
   pthread_mutex_unlock(&ca__slots_lock);
 }
 
+void ca_registry_unbook(int device, uint64_t bytes) {
+  ca_budget *b = ca_registry_budget(device);
+  if (b != NULL)
+    ca_budget_unbook(b, bytes);
+}
+
 /* A passed-through allocation died with its context: its booking ends. */
 static void ca__unbook_dead(const ca_tracked *t, void *arg) {
   (void)arg;
-  ca_budget *b = ca_registry_budget(t->device);
-  if (b != NULL)
-    ca_budget_unbook(b, t->size);
+  ca_registry_unbook(t->device, t->size);
 }
 
 void ca_registry_buried(void *ctx, ca_pool *pool) {

@@ -32,6 +32,10 @@ ca_pool *ca_registry_current_pool(bool *made);
  * against; NULL for a device outside [0, CUDALLOC_MAX_DEVICES). */
 ca_budget *ca_registry_budget(int device);
 
+/* Gives back `bytes` booked in `device`'s budget (nothing for a device
+ * outside the range, which has none). */
+void ca_registry_unbook(int device, uint64_t bytes);
+
 /* The pools of `device` (every device for -1), at most `max` into out;
  * returns how many there are. */
 size_t ca_registry_pools(int device, ca_pool **out, size_t max);

@@ -1,5 +1,5 @@
 /*
- * Growing a table by doubling, for the backend's small registries.
+ * Growing a table by doubling, for the library's small tables.
  */
 #ifndef CA_GROW_H
 #define CA_GROW_H

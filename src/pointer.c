@@ -12,8 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "driver.h"
 #include "config.h"
+#include "driver.h"
+#include "grow.h"
 #include "log.h"
 #include "registry.h"
 
@@ -95,12 +96,10 @@ static CUresult ca__segment_sync_update(uint64_t segment, bool was) {
 
 static bool ca__sync_add(const ca_registry_span *at) {
   if (ca__nsyncs_held == ca__syncs_cap) {
-    size_t cap = ca__syncs_cap ? 2 * ca__syncs_cap : 16;
-    ca__sync *v = realloc(ca__syncs, cap * sizeof(*v));
+    ca__sync *v = ca_grow(ca__syncs, &ca__syncs_cap, sizeof(*v));
     if (!v)
       return false;
     ca__syncs = v;
-    ca__syncs_cap = cap;
   }
   ca__syncs[ca__nsyncs_held++] = (ca__sync){
       at->span.block.addr, at->span.segment, ca__buffer_id(at)};

@@ -9,6 +9,7 @@
 #include "pool/pool.h"
 
 #include "fork.h"
+#include "grow.h"
 #include "lock.h"
 #include "stats.h"
 

@@ -114,12 +114,10 @@ static ca__segment *ca__segment_at(const ca__arena *p, uint64_t addr) {
 static bool ca__addr_room(ca__arena *p) {
   if (p->nsegs < p->segs_cap)
     return true;
-  size_t cap = p->segs_cap ? 2 * p->segs_cap : 16;
-  ca__segment **v = realloc(p->by_addr, cap * sizeof(*v));
+  ca__segment **v = ca_grow(p->by_addr, &p->segs_cap, sizeof(*v));
   if (!v)
     return false;
   p->by_addr = v;
-  p->segs_cap = cap;
   return true;
 }
 

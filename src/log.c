@@ -46,13 +46,6 @@ static int ca__file_pid;
 static bool ca__file_failed; /* this process could not open it: said once */
 static ca_lock ca__log_lock = CA_LOCK_INIT;
 
-/* Whether fd is open and refers to the file (dev, ino). */
-static bool ca__still(int fd, dev_t dev, ino_t ino) {
-  struct stat st;
-  return fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == dev &&
-         st.st_ino == ino;
-}
-
 static ca__sink ca__sink_of(int fd) {
   struct stat st;
   ca__sink s = {.fd = fd};
@@ -62,6 +55,12 @@ static ca__sink ca__sink_of(int fd) {
     s.ino = st.st_ino;
   }
   return s;
+}
+
+/* Whether the sink's descriptor still is the file it was when chosen. */
+static bool ca__still(const ca__sink *s) {
+  ca__sink now = ca__sink_of(s->fd);
+  return s->valid && now.valid && now.dev == s->dev && now.ino == s->ino;
 }
 
 /* The standard descriptors as the program starts: what "stderr" means to
@@ -144,7 +143,7 @@ static bool ca__output_channel(int fd) {
 /* Under the lock: the standard descriptor lines go to, or -1 for none. */
 static int ca__std_fd(void) {
   ca__sink *s = &ca__std[ca__target];
-  if (s->valid && ca__still(s->fd, s->dev, s->ino))
+  if (ca__still(s))
     return s->fd;
   return ca__output_channel(s->fd) ? s->fd : -1;
 }
@@ -169,6 +168,10 @@ static const char *ca__open_error(int err) {
     return "not a regular file (a FIFO with no reader)";
   return strerror(err);
 }
+
+static void ca__write_all(int fd, const char *buf, size_t len);
+static size_t ca__format_line(char line[1024], const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* Under the lock: opens this process's log file, safely. Never blocks (a
  * FIFO with no reader), never follows a symbolic link at the last
@@ -197,16 +200,11 @@ static void ca__open_file(int pid) {
     close(fd);
   if (!ca__file_failed) {
     ca__file_failed = true;
-    char line[700];
-    int n = snprintf(line, sizeof(line),
-                     CA_LOG_PREFIX "log_path: cannot write to '%.300s': %s; "
-                                   "writing to stderr instead\n",
-                     ca__template, why);
-    int err = ca__std_fd();
-    if (n > 0 && err >= 0 &&
-        write(err, line, (size_t)n < sizeof(line) ? (size_t)n
-                                                  : sizeof(line) - 1) < 0)
-      (void)0; /* Nowhere to say that the warning failed. */
+    char line[1024];
+    size_t n = ca__format_line(line, "log_path: cannot write to '%.300s': "
+                                     "%s; writing to stderr instead",
+                               ca__template, why);
+    ca__write_all(ca__std_fd(), line, n);
   }
 }
 
@@ -214,9 +212,7 @@ static void ca__open_file(int pid) {
 static int ca__fd_now(void) {
   if (ca__template != NULL) {
     int pid = (int)getpid();
-    if (pid != ca__file_pid ||
-        (ca__file.valid &&
-         !ca__still(ca__file.fd, ca__file.dev, ca__file.ino)))
+    if (pid != ca__file_pid || (ca__file.valid && !ca__still(&ca__file)))
       ca__open_file(pid); /* a new process, or the program took the number */
     if (ca__file.valid)
       return ca__file.fd;
@@ -245,9 +241,8 @@ static ssize_t ca__write_quietly(int fd, const char *buf, size_t len) {
   return n;
 }
 
-void ca_log_raw(const char *buf, size_t len) {
-  ca_lock_acquire(&ca__log_lock);
-  int fd = ca__fd_now();
+/* Writes all of buf to fd (nothing for -1), retrying short writes. */
+static void ca__write_all(int fd, const char *buf, size_t len) {
   while (fd >= 0 && len > 0) {
     ssize_t n = ca__write_quietly(fd, buf, len);
     if (n < 0 && errno == EINTR)
@@ -257,6 +252,11 @@ void ca_log_raw(const char *buf, size_t len) {
     buf += n;
     len -= (size_t)n;
   }
+}
+
+void ca_log_raw(const char *buf, size_t len) {
+  ca_lock_acquire(&ca__log_lock);
+  ca__write_all(ca__fd_now(), buf, len);
   ca_lock_release(&ca__log_lock);
 }
 
@@ -315,16 +315,32 @@ static size_t ca__escape(const char *text, size_t len, char *out, size_t cap) {
   return o;
 }
 
-void ca_logv(const char *fmt, va_list ap) {
-  char text[1024], line[1024];
+/* One line as ca_log prints it, into line: the prefix, the text escaped,
+ * a newline. Returns its length. */
+static size_t ca__format_vline(char line[1024], const char *fmt,
+                               va_list ap) {
+  char text[1024];
   int n = vsnprintf(text, sizeof(text), fmt, ap);
   size_t len = n < 0 ? 0 : (size_t)n < sizeof(text) ? (size_t)n
                                                        : sizeof(text) - 1;
   size_t prefix = sizeof(CA_LOG_PREFIX) - 1;
   memcpy(line, CA_LOG_PREFIX, prefix);
-  len = prefix + ca__escape(text, len, line + prefix,
-                            sizeof(line) - prefix - 1);
+  len = prefix + ca__escape(text, len, line + prefix, 1024 - prefix - 1);
   line[len++] = '\n';
+  return len;
+}
+
+static size_t ca__format_line(char line[1024], const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  size_t len = ca__format_vline(line, fmt, ap);
+  va_end(ap);
+  return len;
+}
+
+void ca_logv(const char *fmt, va_list ap) {
+  char line[1024];
+  size_t len = ca__format_vline(line, fmt, ap);
   ca_log_raw(line, len);
 }
 

@@ -179,7 +179,10 @@ def check_sigpipe(tmp):
     run_into_dead_pipe("", 0)
     run_into_dead_pipe("report_format:json", 0)
     run_into_dead_pipe("leak_exitcode:23", 23)
-    return "exit status 0 (23 with leak_exitcode:23) with stderr a closed pipe"
+    # The line refusing a log_path goes to stderr too, before any report.
+    run_into_dead_pipe("log_path:/dev/full", 0)
+    return ("exit status 0 (23 with leak_exitcode:23) with stderr a closed pipe, "
+            "a refused log_path's line included")
 
 
 def check_suppressions(tmp):

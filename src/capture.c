@@ -123,9 +123,9 @@ bool ca_capture_seen(void) { return atomic_load(&ca__captures_live) > 0; }
  * every fence pays for it. A capture on a non-blocking stream is invisible
  * to it, hence the registry. */
 bool ca_capture_active(void) {
-  const ca_driver_api *d = ca_driver();
   if (ca_capture_seen())
     return true;
+  const ca_driver_api *d = ca_driver();
   if (d->stream_is_capturing == NULL)
     return false;
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;

@@ -9,10 +9,10 @@ structure below mirrors cudalloc_device_stats in include/cudalloc.h field by
 field; ctypes applies the C alignment rules (4 bytes of padding after the
 leading int). Fields the header adds at the end are harmless (the caller
 passes its own size); a field inserted or renamed in the header moves the
-ones after it, so scripts/gpu-check.sh compares this layout with the C
-compiler's: --c-layout prints a C program that prints the header's size and
-offsets of these fields, --py-layout the same from ctypes; the two outputs
-must be equal.
+ones after it, so a test (stats_layout, in every CI run) compares this
+layout with the C compiler's: --c-layout prints a C program that prints the
+header's size and offsets of these fields (into FILE when one is given), --py-layout the same from ctypes,
+and --check-layout PROGRAM runs that program and compares the two.
 
 Standard library only.
 """
@@ -77,7 +77,7 @@ def get_stats(device=0):
 
 
 def pooled_line(stats):
-    """The line scripts/gpu-check.sh parses (same as the C checks print)."""
+    """The line the GPU checks parse (same as the C checks print)."""
     if stats is None:
         return "pooled: none (cudalloc_get_stats not found: library not loaded)"
     return ("pooled: allocs=%d backend_allocs=%d cache_hits=%d "
@@ -210,10 +210,28 @@ def _c_layout_program():
             + fields + '  return 0;\n}\n')
 
 
+def _check_layout(program):
+    """0 when the C program built from --c-layout prints this mirror's layout."""
+    import subprocess
+    c_lines = subprocess.run([program], capture_output=True, text=True,
+                             check=True).stdout.splitlines()
+    py_lines = _layout_lines()
+    if c_lines != py_lines:
+        import difflib
+        print("FAIL stats_layout: the ctypes mirror differs from include/cudalloc.h")
+        print("\n".join(difflib.unified_diff(c_lines, py_lines, "C", "ctypes", lineterm="")))
+        return 1
+    print("PASS stats_layout: %s, %d offsets match" % (c_lines[0], len(c_lines) - 1))
+    return 0
+
+
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--c-layout"]:
-        sys.stdout.write(_c_layout_program())
+    if sys.argv[1:2] == ["--c-layout"] and len(sys.argv) <= 3:
+        with open(sys.argv[2], "w") if len(sys.argv) == 3 else sys.stdout as f:
+            f.write(_c_layout_program())
     elif sys.argv[1:] == ["--py-layout"]:
         print("\n".join(_layout_lines()))
+    elif len(sys.argv) == 3 and sys.argv[1] == "--check-layout":
+        sys.exit(_check_layout(sys.argv[2]))
     else:
-        sys.exit("usage: cudalloc_stats.py --c-layout | --py-layout")
+        sys.exit("usage: cudalloc_stats.py --c-layout [FILE] | --py-layout | --check-layout PROGRAM")

@@ -1,0 +1,278 @@
+"""gpu_check: one GPU check, run and judged by content; a ctest test each.
+
+Why: the preload tests in CI run against a mock driver; these prove on real
+hardware that LD_PRELOAD=libcudalloc.so serves a program's device memory
+from the pool whichever way the program reaches the driver, that results do
+not change, that the leak report says what docs/LEAKS.md says, that reuse
+is stream-safe and that a pooled block answers as its own allocation. A
+check runs programs (tests/gpu, examples) without the library and under it
+and reads what they print: the program's own verdict line ("TAG: PASS"),
+its "pooled:" line, the hooks the library logs under verbose:2, the report.
+
+Each check writes its rows (check, runtime, preloaded, interception path,
+pooled allocs/backend allocs, result, notes) to OUT/results/CHECK.tsv, each
+run's output to OUT/logs/<row>.log, and prints one line per row. RESULT:
+PASS, FAIL (the exit status is 1), INFO (informative: compute-sanitizer,
+hazard under immediate reuse) or SKIP: without a GPU a check writes one SKIP
+row saying why and exits 77, which ctest reports as skipped
+(programs_linkage needs no GPU).
+
+Usage (tests/gpu/CMakeLists.txt gives the paths):
+  gpu_check.py --root SRC --lib LIB --bin DIR --examples DIR --out DIR CHECK
+The environment may set GPU_CHECK_OUT (instead of --out) and
+GPU_CHECK_DEADLINE (seconds since the epoch: no run starts past it, and each
+ends by it; scripts/gpu-check.sh sets both).
+"""
+
+import argparse
+import ctypes
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+SKIP = 77
+RUN_TIMEOUT = 120  # seconds, one program run at most
+
+
+def gpu_absent():
+    """Why this process sees no GPU to check on, or None when it sees one."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError as e:
+        return "libcuda.so.1 cannot be loaded (%s)" % e
+    if hasattr(cuda, "mockcuda_owns"):
+        return "libcuda.so.1 is the project's mock driver (LD_LIBRARY_PATH)"
+    rc = cuda.cuInit(0)
+    if rc != 0:
+        return "cuInit failed with CUresult %d" % rc
+    count = ctypes.c_int(0)
+    if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
+        return "the driver reports no CUDA device"
+    return None
+
+
+class Run:
+    """What one program run left: its log file, its output, its exit status
+    (124 when it was stopped at its time limit) and how long it took."""
+
+    def __init__(self, log, rc, secs, limit):
+        self.log, self.rc, self.secs, self.limit = log, rc, secs, limit
+        with open(log, errors="replace") as f:
+            self.text = f.read()
+        self.lines = self.text.splitlines()
+
+    def has(self, line):
+        return line in self.lines
+
+    def grep(self, pattern):
+        """The lines that match the regular expression `pattern` (re.search)."""
+        rx = re.compile(pattern)
+        return [l for l in self.lines if rx.search(l)]
+
+    def last(self, pattern, group=None, default=""):
+        """The last line that matches `pattern`, or its group `group`."""
+        found = [m for m in map(re.compile(pattern).search, self.lines) if m]
+        if not found:
+            return default
+        return found[-1].string if group is None else found[-1].group(group)
+
+    def library_lines(self):
+        return [l for l in self.lines if l.startswith("cudalloc: ")]
+
+
+class Check:
+    """One check: its paths, its rows, its runs."""
+
+    def __init__(self, name, args):
+        self.name = name
+        self.root, self.lib, self.bin = args.root, args.lib, args.bin
+        self.examples = args.examples
+        self.out = os.path.abspath(os.environ.get("GPU_CHECK_OUT") or args.out)
+        self.logs = os.path.join(self.out, "logs")
+        os.makedirs(self.logs, exist_ok=True)
+        os.makedirs(os.path.join(self.out, "results"), exist_ok=True)
+        self.results = os.path.join(self.out, "results", name + ".tsv")
+        open(self.results, "w").close()
+        deadline = os.environ.get("GPU_CHECK_DEADLINE", "")
+        self.deadline = float(deadline) if deadline else None
+        self.failed = 0
+
+    def program(self, name):
+        return os.path.join(self.bin, name)
+
+    def path(self, relative):
+        return os.path.join(self.root, relative)
+
+    def record(self, name, runtime, preloaded, path, pooled, result, note):
+        note = " ".join(str(note).replace("\t", " ").split("\n")).strip()
+        with open(self.results, "a") as f:
+            f.write("\t".join([name, runtime, preloaded, path, pooled, result,
+                               note]) + "\n")
+        if result == "FAIL":
+            self.failed += 1
+        print("[gpu-check] %s: %s%s" % (name, result, " (%s)" % note if note else ""),
+              flush=True)
+
+    def time_left(self, most=RUN_TIMEOUT):
+        """Seconds a run may still take: `most`, less near the deadline."""
+        if self.deadline is None:
+            return most
+        return max(1, min(most, int(self.deadline - time.time() - 10)))
+
+    def cannot_run(self, cmd, conf):
+        """Why `cmd` cannot run (None when it can): no library where it is to
+        be preloaded, a program not built, the deadline near."""
+        if conf is not None and not os.path.exists(self.lib):
+            return "library not built"
+        exe = cmd[0]
+        if os.sep in exe and not os.access(exe, os.X_OK):
+            return "%s not built" % os.path.basename(exe)
+        if self.time_left() < 15:
+            return "time budget spent"
+        return None
+
+    def run(self, row, cmd, conf=None, env=None, limit=None, kill=10, prefix=()):
+        """Runs `cmd` (from the repository root) with the library preloaded
+        under CUDALLOC_CONF=conf, or without it when conf is None; env adds
+        variables; prefix goes before cmd (compute-sanitizer), and LD_PRELOAD
+        reaches it too, as it passes it on. Output in logs/ROW.log."""
+        e = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "CUDALLOC_CONF")}
+        e.update(env or {})
+        if conf is not None:
+            e.update(LD_PRELOAD=self.lib, CUDALLOC_CONF=conf)
+        limit = self.time_left() if limit is None else min(limit, self.time_left())
+        log = os.path.join(self.logs, row + ".log")
+        setting = "(no library)" if conf is None else "LD_PRELOAD=%s CUDALLOC_CONF=%s" % (self.lib, conf)
+        extra = " ".join("%s=%s" % kv for kv in (env or {}).items())
+        print("[gpu-check] running %s (timeout %ds) -> %s" % (row, limit, log), flush=True)
+        with open(log, "w") as f:
+            f.write("# %s: %s %s %s\n" % (row, setting, extra, " ".join(list(prefix) + list(cmd))))
+            f.flush()
+            t0 = time.time()
+            proc = subprocess.Popen(list(prefix) + list(cmd), stdout=f, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=e, cwd=self.root,
+                                    start_new_session=True)
+            rc = wait_or_stop(proc, limit, kill)
+        return Run(log, rc, int(time.time() - t0), limit)
+
+
+def wait_or_stop(proc, limit, kill):
+    """proc's exit status; at `limit` seconds its process group gets SIGTERM,
+    `kill` seconds later SIGKILL, and the status is 124 (as timeout(1))."""
+    try:
+        return proc.wait(limit)
+    except subprocess.TimeoutExpired:
+        pass
+    for sig, grace in ((signal.SIGTERM, kill), (signal.SIGKILL, 30)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(grace)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    return 124
+
+
+def exit_problem(run):
+    """What a run's exit shows that no run may: a time-out or a non-zero status."""
+    if run.rc == 124:
+        return "timed out after %ds" % run.limit
+    if run.rc != 0:
+        return "exit status %d" % run.rc
+    return None
+
+
+def verdict_problem(run, tag):
+    """No "TAG: PASS" line: the program's first "TAG: FAIL" line, or that."""
+    if run.has("%s: PASS" % tag):
+        return None
+    fails = run.grep("^%s: FAIL" % re.escape(tag))
+    return fails[0] if fails else 'no "%s: PASS" line' % tag
+
+
+def no_library_problems(run, pooled):
+    """What a run without the library may not show: a "pooled:" line other
+    than "pooled: none", or any line of the library's."""
+    why = []
+    if not pooled.startswith("pooled: none"):
+        why.append("expected no library, saw: %s" % (pooled or "no pooled line"))
+    if run.library_lines():
+        why.append("library output in a run without it")
+    return why
+
+
+POOLED_RE = r"^pooled: allocs=(\d+) backend_allocs=(\d+) cache_hits=(\d+)"
+
+
+def pooled_numbers(run):
+    """The last "pooled:" line, and its allocs, backend_allocs, cache_hits
+    (None each when it shows none)."""
+    line = run.last(r"^pooled: ")
+    m = re.match(POOLED_RE, line)
+    return (line,) + (tuple(int(g) for g in m.groups()) if m else (None, None, None))
+
+
+def compare_numbers(label, a_file, b_file, key, rel_tol):
+    """PASS/FAIL and a note: the number lists `key` of two JSON files
+    (without, with the library) compared to a relative `rel_tol`."""
+    import json
+    import math
+    try:
+        a = json.load(open(a_file))[key]
+        b = json.load(open(b_file))[key]
+    except Exception as e:  # noqa: BLE001 - a missing or broken file is the finding
+        return "FAIL", "cannot read both %s files: %s" % (label, e)
+    if len(a) != len(b) or not a:
+        return "FAIL", "%d %s without the library, %d with" % (len(a), key, len(b))
+    worst = max(abs(x - y) / max(abs(x), abs(y), 1e-30) for x, y in zip(a, b))
+    bad = [i for i, (x, y) in enumerate(zip(a, b))
+           if not math.isclose(x, y, rel_tol=rel_tol, abs_tol=0.0)]
+    note = "%d %s, max relative difference %.3g, %s" % (
+        len(a), key, worst, "bit-identical" if a == b else "not bit-identical")
+    if bad:
+        note += ", first differing step %d of %d differing" % (bad[0], len(bad))
+    return ("FAIL" if bad else "PASS"), note
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for opt in ("--root", "--lib", "--bin", "--examples", "--out"):
+        ap.add_argument(opt, required=True)
+    ap.add_argument("check")
+    args = ap.parse_args()
+    # Keep tests/gpu free of __pycache__, here and in the Python checks run.
+    sys.dont_write_bytecode = True
+    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gpu_general
+    import gpu_identity
+    import gpu_leaks
+    import gpu_reuse
+    checks = {}
+    for part in (gpu_general, gpu_leaks, gpu_reuse, gpu_identity):
+        checks.update(part.CHECKS)
+    if args.check not in checks:
+        ap.error("unknown check %r (known: %s)" % (args.check, " ".join(checks)))
+    fn, needs_gpu = checks[args.check]
+    check = Check(args.check, args)
+    why = gpu_absent() if needs_gpu else None
+    if why:
+        check.record(args.check, "-", "-", "-", "-", "SKIP", "no GPU here: " + why)
+        return SKIP
+    try:
+        fn(check)
+    except Exception as e:  # noqa: BLE001 - a broken check is a failed one, with its rows
+        import traceback
+        traceback.print_exc()
+        check.record(args.check, "-", "-", "-", "-", "FAIL", "the check itself failed: %r" % e)
+    return 1 if check.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""The general GPU checks: each way in, each framework, served and correct.
+
+  preload_true       a preloaded process that never touches CUDA: silent, exit 0
+  alloc_fill_static  tests/gpu/alloc_fill.cu, static runtime: without the
+                     library, preloaded (pooling required), preloaded with
+                     enabled:0 (nothing pooled, still correct)
+  alloc_fill_shared  the same with -cudart=shared (libcudart.so)
+  driver_api         tests/gpu/driver_api.c, linked to libcuda: the same
+  torch_cnn          PyTorch, its caching allocator off: without and
+                     preloaded, losses compared to a relative 1e-5
+  cupy               CuPy, its pool off: without and preloaded
+  jax                JAX without preallocation: without, preloaded, and with
+                     the platform allocator (pooling recorded, not required)
+  sanitizer          alloc_fill under compute-sanitizer memcheck (INFO)
+  programs_linkage   each program links the runtime it is meant to (no GPU)
+
+Every preloaded run logs under verbose:2, so the row says which way the
+allocations reached the library (the look-up that handed out the
+cuMemAlloc_v2 hook, or "export" when the program bound the name at load).
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+from gpu_check import (exit_problem, no_library_problems, pooled_numbers,
+                       verdict_problem, compare_numbers)
+
+MIN_ALLOCS = 100
+
+# How each mode runs: (preloaded column, CUDALLOC_CONF or None, prefix, INFO only).
+SANITIZER = ("compute-sanitizer", "--tool", "memcheck")
+MODES = {
+    "plain": ("no", None, (), False),
+    "pool": ("yes", "verbose:2", (), False),
+    "off": ("yes, enabled:0", "enabled:0,verbose:2", (), False),
+    "sanitizer-plain": ("no", None, SANITIZER, True),
+    "sanitizer-pool": ("yes", "verbose:2", SANITIZER, True),
+}
+
+
+def path_of(run, allocs):
+    """How allocations reached the library, from the verbose:2 log."""
+    hook_re = r"^cudalloc: hooked cuMemAlloc_v2 via ([A-Za-z_]*)"
+    ways = sorted({re.match(hook_re, l).group(1) for l in run.grep(hook_re)})
+    if ways:
+        return "+".join(ways)
+    if allocs:
+        return "export"
+    any_re = r"^cudalloc: hooked .* via ([A-Za-z_]*)"
+    others = sorted({re.match(any_re, l).group(1) for l in run.grep(any_re)})
+    return "hooks via %s, no cuMemAlloc_v2" % "+".join(others) if others else "none seen"
+
+
+def run_check(check, row, runtime, mode, pooling, tag, cmd, env=None):
+    """One run of `cmd` in MODE, judged: its verdict line "TAG: PASS", the
+    library absent (plain), idle (off) or serving (pool; with pooling
+    "required", more than MIN_ALLOCS allocations at under 10% backend
+    allocations)."""
+    preloaded, conf, prefix, info = MODES[mode]
+    fail_word = "INFO" if info else "FAIL"
+    skip = check.cannot_run(cmd, conf)
+    if skip:
+        check.record(row, runtime, preloaded, "-", "-", fail_word, "not run: " + skip)
+        return None
+    run = check.run(row, cmd, conf=conf, env=env, prefix=prefix)
+    pooled, allocs, backend, hits = pooled_numbers(run)
+    why = [w for w in (exit_problem(run), verdict_problem(run, tag)) if w]
+    if conf is None:
+        why += no_library_problems(run, pooled)
+    elif allocs is None:
+        why.append("no pool statistics: %s" % (pooled or "no pooled line"))
+    elif mode == "off" and allocs != 0:
+        why.append("enabled:0 should pool nothing, saw: %s" % pooled)
+    elif mode == "pool" and pooling == "required":
+        if allocs <= MIN_ALLOCS:
+            why.append("only %d allocations pooled" % allocs)
+        if backend * 10 >= allocs:
+            why.append("backend_allocs %d not below 10%% of %d" % (backend, allocs))
+    note = ["%ds" % run.secs]
+    if hits is not None:
+        note.append("cache hits %d" % hits)
+    others = [l for l in run.library_lines() if not l.startswith("cudalloc: hooked ")]
+    if others:
+        note.append("%d other library line(s) in the log" % len(others))
+    if prefix:
+        summary = run.last(r"ERROR SUMMARY: \d+ error").lstrip("= ")
+        note.append("memcheck: %s" % (summary or "no ERROR SUMMARY line (tool incompatible?)"))
+    text = ", ".join(note) + "".join("; " + w for w in why)
+    path = path_of(run, allocs) if conf is not None else "-"
+    counts = "%s/%s" % ("-" if allocs is None else allocs, "-" if backend is None else backend)
+    check.record(row, runtime, preloaded, path, counts, fail_word if why else "PASS", text)
+    return run
+
+
+def preload_true(check):
+    proc = subprocess.run(["/bin/true"], env=dict(os.environ, LD_PRELOAD=check.lib),
+                          capture_output=True, text=True, timeout=30)
+    out = (proc.stdout + proc.stderr)[:200]
+    ok = proc.returncode == 0 and not out
+    check.record("preload_true", "none", "yes", "-", "-", "PASS" if ok else "FAIL",
+                 "/bin/true: silent, exit 0" if ok else
+                 "/bin/true: exit %d, output: %s" % (proc.returncode, out))
+
+
+def three_modes(name, runtime):
+    """A C program run without the library, pooled, and with enabled:0."""
+    def check_fn(check):
+        prog = check.program(name)
+        tag = "driver_api" if name == "driver_api" else "alloc_fill"
+        for mode, expect, pooling in (("plain", "plain", "recorded"),
+                                      ("pool", "pooled", "required"),
+                                      ("off", "passthrough", "recorded")):
+            run_check(check, "%s_%s" % (name, mode), runtime, mode, pooling, tag,
+                      [prog, expect])
+    return check_fn
+
+
+def torch_cnn(check):
+    env = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    files = {}
+    for mode, expect in (("plain", "plain"), ("pool", "pooled")):
+        files[mode] = os.path.join(check.out, "torch_%s.json" % mode)
+        if os.path.exists(files[mode]):
+            os.unlink(files[mode])
+        run_check(check, "torch_cnn_" + mode, "torch", mode,
+                  "required" if mode == "pool" else "recorded", "torch_cnn",
+                  [sys.executable, "tests/gpu/torch_cnn.py", files[mode], "--expect", expect], env)
+    result, note = compare_numbers("loss", files["plain"], files["pool"], "losses", 1e-5)
+    check.record("torch_cnn_losses_match", "torch", "no vs yes", "-", "-", result, note)
+
+
+def cupy(check):
+    for mode, expect in (("plain", "plain"), ("pool", "pooled")):
+        run_check(check, "cupy_" + mode, "cupy", mode,
+                  "required" if mode == "pool" else "recorded", "cupy_check",
+                  [sys.executable, "tests/gpu/cupy_check.py", "--expect", expect])
+
+
+def jax(check):
+    cmd = [sys.executable, "tests/gpu/jax_check.py", "--expect"]
+    no_prealloc = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    run_check(check, "jax_plain", "jax", "plain", "recorded", "jax_check", cmd + ["plain"],
+              no_prealloc)
+    run_check(check, "jax_pool", "jax", "pool", "recorded", "jax_check", cmd + ["any"],
+              no_prealloc)
+    run_check(check, "jax_platform_pool", "jax (platform allocator)", "pool", "recorded",
+              "jax_check", cmd + ["any"],
+              dict(no_prealloc, XLA_PYTHON_CLIENT_ALLOCATOR="platform"))
+
+
+def sanitizer(check):
+    """300 iterations, sizes below 4 MiB: compute-sanitizer is slow."""
+    if subprocess.run(["sh", "-c", "command -v compute-sanitizer"],
+                      capture_output=True).returncode != 0:
+        check.record("sanitizer_alloc_fill", "static", "-", "-", "-", "INFO",
+                     "compute-sanitizer not found")
+        return
+    prog = check.program("alloc_fill_static")
+    run_check(check, "sanitizer_alloc_fill_plain", "static", "sanitizer-plain", "recorded",
+              "alloc_fill", [prog, "plain", "300", "22"])
+    run_check(check, "sanitizer_alloc_fill_pool", "static", "sanitizer-pool", "recorded",
+              "alloc_fill", [prog, "any", "300", "22"])
+
+
+def needs(path, prefix):
+    """Whether the ELF file at `path` lists a DT_NEEDED library named prefix*."""
+    out = subprocess.run(["readelf", "-d", path], capture_output=True, text=True).stdout
+    return re.search(r"NEEDED.*\[%s" % re.escape(prefix), out) is not None
+
+
+def programs_linkage(check):
+    """Static-runtime programs must not link libcudart.so; the shared ones
+    and the driver-API ones must link what they are meant to."""
+    want = [(check.program(p), "libcudart.so", False) for p in
+            ("alloc_fill_static", "hazard", "graph_replay", "oom_limit", "reset_leak",
+             "ipc_check")]
+    want += [(check.program("alloc_fill_shared"), "libcudart.so", True),
+             (check.program("driver_api"), "libcuda.so.1", True),
+             (check.program("driver_probe_driver"), "libcuda.so.1", True),
+             (os.path.join(check.examples, "leaky_loop"), "libcudart.so", False),
+             (os.path.join(check.examples, "leaky_loop_shared"), "libcudart.so", True)]
+    why = []
+    for path, lib, linked in want:
+        if not os.access(path, os.X_OK):
+            why.append("%s not built" % os.path.basename(path))
+        elif needs(path, lib) != linked:
+            why.append("%s %s %s" % (os.path.basename(path),
+                                     "does not link" if linked else "links", lib))
+    check.record("programs_linkage", "-", "-", "-", "-", "FAIL" if why else "PASS",
+                 "; ".join(why) if why else
+                 "%d programs: static runtime, libcudart.so, libcuda.so.1 as meant" % len(want))
+
+
+CHECKS = {
+    "preload_true": (preload_true, True),
+    "alloc_fill_static": (three_modes("alloc_fill_static", "static"), True),
+    "alloc_fill_shared": (three_modes("alloc_fill_shared", "shared"), True),
+    "driver_api": (three_modes("driver_api", "driver"), True),
+    "torch_cnn": (torch_cnn, True),
+    "cupy": (cupy, True),
+    "jax": (jax, True),
+    "sanitizer": (sanitizer, True),
+    "programs_linkage": (programs_linkage, False),
+}

@@ -1,0 +1,121 @@
+"""A pooled block looks like its own allocation: what a program asks the
+driver about its memory gets the answer it would get without the pool.
+
+  ipc_check     tests/gpu/ipc_check.cu: CUDA IPC to a second process (blocks
+                at and after a segment's start; the importer with and without
+                the library; a block freed while an importer holds it is not
+                handed out again; a stream-ordered pool's pointer), pointer
+                queries on a 1000 B block, and cudaMemGetInfo's free memory,
+                less the margin the driver needs (searched for without the
+                library, then used with it), allocated in one piece
+  driver_facts  driver_probe (tests/mockcuda) against the real driver: its
+                output must be tests/mockcuda/driver_facts.txt, which the mock
+                is diffed against in CI (the new output is kept as
+                OUT/driver_facts.txt); preloaded, its answers about
+                allocations must be the same
+  torch_ipc     torch.multiprocessing, PyTorch's caching allocator on and
+                off: the run with the library ends as the run without it
+  cupy_ipc      the same with CuPy's pool off and on
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+from gpu_general import run_check
+
+IDENTITY_RE = (r"^(attribute|attributes|refused attributes|BUFFER_ID|SYNC_MEMOPS|set |"
+               r"P2P_TOKENS|address range, NULL|ipc:|import:|cuMemAlloc\(free - 4 MiB\))")
+
+
+def ipc_check(check):
+    prog = check.program("ipc_check")
+    plain = run_check(check, "ipc_check_plain", "static", "plain", "recorded", "ipc_check",
+                      [prog, "plain", "0"])
+    margin = plain.last(r"^ipc_check: free margin ([0-9]*) MiB", 1) if plain else ""
+    run_check(check, "ipc_check_pool", "static", "pool", "recorded", "ipc_check",
+              [prog, "any", margin or "4"])
+
+
+def identity_lines(text):
+    """The driver_probe lines about what describes an allocation."""
+    return [l for l in text.splitlines() if re.match(IDENTITY_RE, l)]
+
+
+def driver_facts(check):
+    probe = check.program("driver_probe_driver")
+    if not os.access(probe, os.X_OK):
+        check.record("driver_facts", "driver", "no", "-", "-", "FAIL", "driver_probe not built")
+        return
+    facts_file = os.path.join(check.out, "driver_facts.txt")
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "CUDALLOC_CONF")}
+    plain = subprocess.run([probe], capture_output=True, text=True, timeout=120, env=env)
+    with open(facts_file, "w") as f:
+        f.write(plain.stdout)
+    with open(os.path.join(check.logs, "driver_probe.log"), "w") as f:
+        f.write(plain.stderr)
+    with open(check.path("tests/mockcuda/driver_facts.txt")) as f:
+        recorded = f.read()
+    if plain.stdout == recorded:
+        check.record("driver_facts", "driver", "no", "-", "-", "PASS",
+                     "the driver answers as tests/mockcuda/driver_facts.txt says")
+    else:
+        check.record("driver_facts", "driver", "no", "-", "-", "FAIL",
+                     "answers differ from tests/mockcuda/driver_facts.txt: the new ones are "
+                     "in driver_facts.txt")
+    env.update(LD_PRELOAD=check.lib, CUDALLOC_CONF="leak_report:0")
+    pooled = subprocess.run([probe], capture_output=True, text=True, timeout=120, env=env)
+    with open(os.path.join(check.logs, "driver_probe_pool.log"), "w") as f:
+        f.write(pooled.stdout + pooled.stderr)
+    want, got = identity_lines(plain.stdout), identity_lines(pooled.stdout)
+    if want == got:
+        check.record("driver_probe_pool", "driver", "yes", "-", "-", "PASS",
+                     "%d answers about allocations the same as without the library" % len(want))
+    else:
+        first = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b), min(len(want), len(got)))
+        check.record("driver_probe_pool", "driver", "yes", "-", "-", "FAIL",
+                     "answers about allocations differ from the run without the library, "
+                     "first at answer %d: see logs/driver_probe_pool.log" % (first + 1))
+
+
+def verdict_of(run, tag):
+    """The verdict line a run ended with, addresses blanked; "none" if none."""
+    lines = run.grep(r"^%s: (PASS|UNSUPPORTED|FAIL)" % tag)
+    return re.sub(r"0x[0-9a-f]+", "0x?", lines[-1]) if lines else "none"
+
+
+def pair_run(check, row, runtime, tag, cmd, env=None):
+    """cmd without and with the library: PASS when the run with it ends with
+    the verdict of the run without it, and that is no FAIL."""
+    if not os.path.exists(check.lib):
+        check.record(row, runtime, "no vs yes", "-", "-", "FAIL", "not run: library not built")
+        return
+    plain = check.run(row + "_plain", cmd, conf=None, env=env, kill=5)
+    pooled = check.run(row + "_pool", cmd, conf="", env=env, kill=5)
+    a, b = verdict_of(plain, tag), verdict_of(pooled, tag)
+    ok = a == b and a != "none" and ": FAIL" not in a
+    strip = lambda v: v[len(tag) + 2:] if v.startswith(tag + ": ") else v  # noqa: E731
+    check.record(row, runtime, "no vs yes", "-", "-", "PASS" if ok else "FAIL",
+                 "%ds; without: %s; with: %s" % (plain.secs + pooled.secs, strip(a), strip(b)))
+
+
+def torch_ipc(check):
+    cmd = [sys.executable, "tests/gpu/torch_ipc.py"]
+    pair_run(check, "torch_ipc_caching", "torch", "torch_ipc", cmd)
+    pair_run(check, "torch_ipc_no_caching", "torch", "torch_ipc", cmd,
+             {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
+
+
+def cupy_ipc(check):
+    cmd = [sys.executable, "tests/gpu/cupy_ipc.py"]
+    pair_run(check, "cupy_ipc_pool_off", "cupy", "cupy_ipc", cmd)
+    pair_run(check, "cupy_ipc_pool_on", "cupy", "cupy_ipc", cmd + ["--pool"])
+
+
+CHECKS = {
+    "ipc_check": (ipc_check, True),
+    "driver_facts": (driver_facts, True),
+    "torch_ipc": (torch_ipc, True),
+    "cupy_ipc": (cupy_ipc, True),
+}

@@ -1,0 +1,311 @@
+"""The leak report on a GPU, judged against the form docs/LEAKS.md gives it.
+
+  leaky_loop_static  examples/leaky_loop.cu (static runtime): runs without
+                     the library; with backtrace_depth:16 one group whose
+                     frame #0 is the line marked "LEAK: this line", and the
+                     SUMMARY; --fixed reports no leaks; without stacks the
+                     group by size and the hint; the JSON document in a
+                     log_path file; leak_exitcode on a leak and only then
+  leaky_loop_shared  the same program with libcudart.so: plain, stacks, fixed
+  torch_leak         examples/torch_leak.py (no caching): the report it
+                     prints at the end of training shows a group of one
+                     allocation per step, --fixed none, and with
+                     examples/torch.supp nothing leaked at exit
+  reset_leak         cudaDeviceReset in mid-program (tests/gpu/reset_leak.cu):
+                     reported at the reset, correct after it
+
+leaky_loop leaks 100 buffers of 1 MiB from the marked line; --fixed frees
+them. torch_leak.py keeps two tensors per step and prints the report itself
+at the end of training (Python frees everything before exit).
+"""
+
+import glob
+import json
+import os
+import re
+import sys
+
+from gpu_check import exit_problem
+
+LEAK_BYTES = 104857600
+LEAK_COUNT = 100
+LEAK_GROUP_RE = r"^cudalloc: [0-9]+ bytes leaked in [0-9]+ allocation\(s\)"
+# The same groups in the report printed on request (cudalloc_print_report),
+# which calls the blocks live rather than leaked.
+LIVE_GROUP_RE = r"^cudalloc: ([0-9]+) bytes live in ([0-9]+) allocation\(s\)"
+SUMMARY = "cudalloc: SUMMARY: %d bytes leaked in %d allocations" % (LEAK_BYTES, LEAK_COUNT)
+TORCH_STEPS = 40
+STACKS = "backtrace_depth:16"
+
+
+class LeakRun:
+    """One run of a leak check and what it found wrong (`why`)."""
+
+    def __init__(self, check, row, runtime, conf, cmd, want_rc=0):
+        self.check, self.row, self.runtime, self.conf = check, row, runtime, conf
+        self.why = []
+        skip = check.cannot_run(cmd, conf)
+        if skip is None and marker_line(check) is None:
+            skip = "no single 'LEAK: this line' in examples/leaky_loop.cu"
+        self.skipped = skip is not None
+        if self.skipped:
+            self.verdict("", "not run: " + skip)
+            return
+        self.run = check.run(row, cmd, conf=conf)
+        if self.run.rc != want_rc:
+            self.why.append(exit_problem(self.run) if self.run.rc == 124 else
+                            "exit status %d, want %d" % (self.run.rc, want_rc))
+
+    def groups(self, want):
+        n = len(self.run.grep(LEAK_GROUP_RE))
+        if n != want:
+            self.why.append("%d leak group(s), want %d" % (n, want))
+
+    def want_line(self, line, why=None):
+        if not self.run.has(line):
+            self.why.append(why or 'no line "%s"' % line)
+
+    def verdict(self, passed, facts=""):
+        """The row: PASS when nothing was found wrong; FACTS either way."""
+        logs = self.check.logs
+        pre = "no" if self.conf is None else "yes" + (
+            ", " + self.conf.replace(logs, "logs") if self.conf else "")
+        if self.skipped or self.why:
+            note = "; ".join(([facts] if facts else []) + self.why)
+            self.check.record(self.row, self.runtime, pre, "-", "-", "FAIL", note)
+        else:
+            note = "; ".join(x for x in (passed, facts) if x)
+            self.check.record(self.row, self.runtime, pre, "-", "-", "PASS", note)
+
+
+def marker_line(check):
+    """The line number of examples/leaky_loop.cu marked "LEAK: this line"."""
+    with open(check.path("examples/leaky_loop.cu")) as f:
+        hits = [n for n, l in enumerate(f, 1) if "LEAK: this line" in l]
+    return hits[0] if len(hits) == 1 else None
+
+
+def leak_plain(check, row, runtime, prog):
+    r = LeakRun(check, row, runtime, None, [prog])
+    if r.skipped:
+        return
+    if not r.run.grep(r"^leaky_loop: 100 iterations"):
+        r.why.append("no 'leaky_loop: 100 iterations' line")
+    if r.run.library_lines():
+        r.why.append("library output in a run without it")
+    r.verdict("runs on the GPU")
+
+
+def leak_stacks(check, row, runtime, prog):
+    """With stacks: one group whose first frame is the marked line."""
+    r = LeakRun(check, row, runtime, STACKS, [prog])
+    if r.skipped:
+        return
+    head = ("cudalloc: %d bytes leaked in %d allocation(s) on device 0, allocated from:"
+            % (LEAK_BYTES, LEAK_COUNT))
+    r.groups(1)
+    frame0 = ""
+    if r.run.has(head):
+        i = r.run.lines.index(head)
+        frame0 = r.run.lines[i + 1] if i + 1 < len(r.run.lines) else ""
+        if not re.match(r"^cudalloc: +#0 .*leaky_loop\.cu:%d([^0-9]|$)" % marker_line(check),
+                        frame0):
+            r.why.append("frame #0 is not leaky_loop.cu:%d (shown above)" % marker_line(check))
+    else:
+        r.why.append('no line "%s"' % head)
+    r.want_line(SUMMARY)
+    r.verdict("", "frame #0: %s" % (frame0[len("cudalloc:"):].strip() or "-"))
+
+
+def leak_fixed(check, row, runtime, prog):
+    r = LeakRun(check, row, runtime, STACKS, [prog, "--fixed"])
+    if r.skipped:
+        return
+    line = (r.run.grep(r"^cudalloc: no device memory leaks") or [""])[0]
+    if not line:
+        r.why.append('no line "cudalloc: no device memory leaks ..."')
+    if r.run.grep(r"^cudalloc: SUMMARY: "):
+        r.why.append("a SUMMARY of leaks")
+    r.groups(0)
+    r.verdict(line[len("cudalloc: "):])
+
+
+def leak_nostack(check, row, runtime, prog):
+    """Without stacks, leaks are grouped by size, with the hint."""
+    r = LeakRun(check, row, runtime, "", [prog])
+    if r.skipped:
+        return
+    r.groups(1)
+    group = ("cudalloc: %d bytes leaked in %d allocation(s) of 1048576 bytes on device 0:"
+             % (LEAK_BYTES, LEAK_COUNT))
+    if not r.run.has(group) and not r.run.has(group[:-1]):
+        r.why.append('no line "%s"' % group)
+    if not r.run.grep(r"^cudalloc: .*CUDALLOC_CONF=backtrace_depth"):
+        r.why.append("no hint line about backtrace_depth")
+    r.want_line(SUMMARY)
+    r.verdict("grouped by size, hint present")
+
+
+def leak_json(check, row, runtime, prog):
+    """The JSON report, in the log_path file, one document per line."""
+    conf = "%s,report_format:json,log_path:%s/leak.%%p.json" % (STACKS, check.logs)
+    if "," in check.logs:  # CUDALLOC_CONF items are split at commas
+        check.record(row, runtime, "yes", "-", "-", "FAIL",
+                     "not run: the path of OUT contains a comma")
+        return
+    for old in glob.glob(check.logs + "/leak.*.json"):
+        os.unlink(old)
+    r = LeakRun(check, row, runtime, conf, [prog])
+    if r.skipped:
+        return
+    if r.run.library_lines():
+        r.why.append("library output on stderr despite log_path")
+    bad, facts = json_problems(check.logs, marker_line(check))
+    r.why += bad
+    r.verdict(facts)
+
+
+def json_problems(logs, marker):
+    """What the leak.<pid>.json files get wrong, and what they show."""
+    files = sorted(glob.glob(logs + "/leak.*.json"))
+    bad, docs = [], []
+    for name in files:
+        with open(name) as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        docs.append(json.loads(line))
+                    except ValueError as e:
+                        bad.append("%s line %d is not JSON (%s)" % (os.path.basename(name), n, e))
+    exits = [d for d in docs if isinstance(d, dict) and d.get("event") == "exit"]
+    if not files:
+        return ["no logs/leak.<pid>.json written"], ""
+    if len(exits) != 1:
+        return bad + ["%d documents with event exit in %d file(s), want 1"
+                      % (len(exits), len(files))], ""
+    doc = exits[0]
+    leaks = [g for g in doc.get("leaks", []) if not g.get("suppressed")]
+    if len(leaks) != 1:
+        bad.append("%d leak groups, want 1" % len(leaks))
+    groups = [g for g in leaks if g.get("count") == LEAK_COUNT and g.get("bytes") == LEAK_BYTES]
+    if not groups:
+        bad.append("no group of count %d and bytes %d: %s" % (
+            LEAK_COUNT, LEAK_BYTES, [(g.get("count"), g.get("bytes")) for g in leaks]))
+    else:
+        frames = groups[0].get("frames") or []
+        if not any(str(f.get("file") or "").endswith("leaky_loop.cu") and f.get("line") == marker
+                   for f in frames):
+            bad.append("no frame at leaky_loop.cu:%d; frames: %s" % (marker, [
+                "%s:%s" % (f.get("file"), f.get("line")) for f in frames[:4]]))
+    summary = doc.get("summary") or {}
+    if summary.get("bytes") != LEAK_BYTES or summary.get("count") != LEAK_COUNT:
+        bad.append("summary %s" % json.dumps(summary))
+    return bad, "%d document(s), one group of %d, a frame at leaky_loop.cu:%d" % (
+        len(docs), LEAK_COUNT, marker)
+
+
+def leak_exitcode(check, row, runtime, prog, want, args):
+    """leak_exitcode turns a leak into an exit status, and only a leak."""
+    r = LeakRun(check, row, runtime, "leak_exitcode:23", [prog] + args, want_rc=want)
+    if not r.skipped:
+        r.verdict("exit status %d" % r.run.rc)
+
+
+def leaky_loop_static(check):
+    prog = os.path.join(check.examples, "leaky_loop")
+    leak_plain(check, "leaky_loop_static_plain", "static", prog)
+    leak_stacks(check, "leak_static_stacks", "static", prog)
+    leak_fixed(check, "leak_static_fixed", "static", prog)
+    leak_nostack(check, "leak_static_nostack", "static", prog)
+    leak_json(check, "leak_static_json", "static", prog)
+    leak_exitcode(check, "leak_exitcode_leaky", "static", prog, 23, [])
+    leak_exitcode(check, "leak_exitcode_fixed", "static", prog, 0, ["--fixed"])
+
+
+def leaky_loop_shared(check):
+    prog = os.path.join(check.examples, "leaky_loop_shared")
+    leak_plain(check, "leaky_loop_shared_plain", "shared", prog)
+    leak_stacks(check, "leak_shared_stacks", "shared", prog)
+    leak_fixed(check, "leak_shared_fixed", "shared", prog)
+
+
+def torch_report(check, row, fixed):
+    """The report torch_leak.py prints at the end of training (not the one
+    at exit): a group of a multiple of TORCH_STEPS allocations, or none."""
+    cmd = [sys.executable, "examples/torch_leak.py", "--steps", str(TORCH_STEPS)]
+    r = LeakRun(check, row, "torch", STACKS, cmd + (["--fixed"] if fixed else []))
+    if r.skipped:
+        return
+    section, on = [], False
+    for line in r.run.lines:
+        if re.match(r"^torch_leak: cudalloc.s report", line):
+            on = True
+        elif re.search(r"==[0-9]+== .*\(at exit\)", line):
+            on = False
+        elif on:
+            section.append(line)
+    groups = [re.match(LIVE_GROUP_RE, l).groups() for l in section if re.match(LIVE_GROUP_RE, l)]
+    shown = " ".join("%sx%sB" % (count, size) for size, count in groups)
+    hits = [g for g in groups if int(g[1]) > 0 and int(g[1]) % TORCH_STEPS == 0]
+    growth = r.run.last(r"\(([-+][0-9.]*) MiB since step 1\)", 1, "?")
+    if not any(l.startswith("cudalloc: ") for l in section):
+        r.why.append("no report printed at the end of training")
+    elif fixed and hits:
+        r.why.append("%d group(s) of a multiple of %d allocations: %s" % (len(hits), TORCH_STEPS, shown))
+    elif not fixed and not hits:
+        r.why.append("no group of a multiple of %d allocations: %s" % (TORCH_STEPS, shown or "no groups"))
+    r.verdict("", "groups (count x bytes): %s; memory growth %s MiB over %d steps"
+              % (shown or "none", growth, TORCH_STEPS))
+
+
+def torch_leak(check):
+    torch_env = os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING")
+    os.environ["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
+    try:
+        torch_report(check, "leak_torch", False)
+        torch_report(check, "leak_torch_fixed", True)
+        torch_exit_suppressed(check)
+    finally:
+        if torch_env is None:
+            del os.environ["PYTORCH_NO_CUDA_MEMORY_CACHING"]
+
+
+def torch_exit_suppressed(check):
+    """At exit PyTorch still holds what it keeps to the end by design (cuBLAS
+    handles and workspaces); examples/torch.supp sets exactly that aside."""
+    cmd = [sys.executable, "examples/torch_leak.py", "--steps", str(TORCH_STEPS), "--fixed"]
+    r = LeakRun(check, "leak_torch_exit_suppressed", "torch",
+                STACKS + ",suppressions:examples/torch.supp", cmd)
+    if r.skipped:
+        return
+    line = (r.run.grep(r"^cudalloc: no device memory leaks \(") or [""])[-1]
+    if not line:
+        r.why.append("no 'no device memory leaks' line at exit")
+    if r.run.grep(r"^cudalloc: SUMMARY: [0-9]+ bytes leaked"):
+        r.why.append("a SUMMARY of leaks at exit")
+    r.verdict(line[len("cudalloc: "):])
+
+
+def reset_leak(check):
+    """The blocks a reset kills unfreed are reported at the reset, the pool
+    forgets their segments, and the program computes correctly after it."""
+    r = LeakRun(check, "leak_reset", "static", "", [check.program("reset_leak")])
+    if r.skipped:
+        return
+    r.want_line("reset_leak: PASS", "no 'reset_leak: PASS'")
+    if not r.run.grep(r"^cudalloc: ==[0-9]+== device memory leak report "
+                      r"\(at context reset of device 0\)$"):
+        r.why.append("no report at the context reset")
+    r.want_line("cudalloc: 2097152 bytes leaked in 2 allocation(s) of 1048576 bytes on device 0:",
+                "the reset report does not show the 2 unfreed blocks")
+    if not r.run.grep(r"^cudalloc: no device memory leaks \("):
+        r.why.append("no 'no device memory leaks' at exit")
+    r.verdict("reported at the reset, correct after it")
+
+
+CHECKS = {
+    "leaky_loop_static": (leaky_loop_static, True),
+    "leaky_loop_shared": (leaky_loop_shared, True),
+    "torch_leak": (torch_leak, True),
+    "reset_leak": (reset_leak, True),
+}

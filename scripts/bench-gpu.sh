@@ -38,10 +38,11 @@
 # on; the exit status is then 1. It is 2 when nothing could be measured
 # (bad knobs, the library does not build).
 #
-#   scripts/bench-gpu.sh [build-dir]      (default: build-gpu)
+#   scripts/bench-gpu.sh [build-dir]      (default: build-bench)
 #
-# Builds what it needs: libcudalloc.so with CMake (Release) when build-dir
-# lacks it, and the benchmark programs with nvcc into build-dir/bench-gpu.
+# Builds the library and the benchmark programs with CMake (Release; the
+# programs are tests/bench's CUDA targets, static runtime unless _shared),
+# with what it shares with gpu-check.sh (scripts/gpu-lib.sh).
 # Knobs (environment):
 #   REPEAT=5           runs of each setting: latency, mixed, threads, stacks
 #   RESNET_REPEAT=3    runs of each setting: resnet
@@ -51,7 +52,7 @@
 #                      without any cache, is slow: leave it out to save time)
 #   RESNET_ARGS=""     more arguments for resnet_step.py (--steps, --batch)
 #   BENCH_OUT=<dir>    where the results go (default: a new temporary folder)
-#   NVCC_ARCH=sm_90    the GPU architecture the programs are built for
+#   CUDAARCHS=90       the GPU architectures the programs are built for
 #   PYTHON=python3     the interpreter that runs resnet_step.py
 # Writes into BENCH_OUT: <part>.csv (every run), <part>.log (every run's
 # full output, with its command), summary.md (the tables), env.txt (the
@@ -64,20 +65,22 @@
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-$root/build-gpu}
+build=${1:-$root/build-bench}
 repeat=${REPEAT:-5}
 resnet_repeat=${RESNET_REPEAT:-3}
 parts=${PARTS:-latency mixed threads stacks fence resnet}
 resnet_cases=${RESNET_CASES:-resnet50-fp32 resnet50-bf16 resnet152-fp32 resnet152-bf16}
 resnet_keys=${RESNET_SETTINGS:-caching nocache async safe immediate}
 resnet_args=${RESNET_ARGS:-}
-arch=${NVCC_ARCH:-sm_90}
 python=${PYTHON:-python3}
 out=${BENCH_OUT:-}
-lib="" bin="" tee_pid=""
+lib="" bin=""
 failed=0
 CMD=()
 RUN_OUT=""
+CA_GPU_TAG=bench-gpu
+# shellcheck source=scripts/gpu-lib.sh
+. "$root/scripts/gpu-lib.sh"
 
 # The programs measured must see no setting but the one a run gives them.
 unset LD_PRELOAD CUDALLOC_CONF PYTORCH_NO_CUDA_MEMORY_CACHING PYTORCH_CUDA_ALLOC_CONF
@@ -89,26 +92,16 @@ open_folders() {
   mkdir -p "$build" || return 1
   build=$(cd "$build" && pwd)
   lib=$build/libcudalloc.so
-  bin=$build/bench-gpu
+  bin=$build/tests/bench
   if [[ -z $out ]]; then
     out=$(mktemp -d "${TMPDIR:-/tmp}/bench-gpu.XXXXXX") || return 1
   fi
   mkdir -p "$out" || return 1
   out=$(cd "$out" && pwd)
-  exec > >(tee "$out/bench-gpu.log") 2>&1
-  tee_pid=$!
+  ca_gpu_log_to "$out/bench-gpu.log"
 }
 
-# finish STATUS: ends the script once tee has written everything.
-finish() {
-  if [[ -n $tee_pid ]]; then
-    exec >&- 2>&-
-    wait "$tee_pid" 2>/dev/null
-  fi
-  exit "$1"
-}
-
-say() { printf 'bench-gpu: %s\n' "$*"; }
+say() { ca_gpu_say "$@"; }
 
 # ---------------------------------------------------------------------------
 # Numbers: medians, ratios and verdicts, in awk (the shell has no floats).
@@ -257,76 +250,27 @@ preload() {
 }
 
 # ---------------------------------------------------------------------------
-# Building.
+# Building: CMake brings the library and every benchmark program up to date
+# on each invocation (ca_gpu_build), so no stale program is measured.
 
-# build_library: libcudalloc.so in the build folder, unless it is there.
-# Tests, examples and the CPU benchmarks stay off: the GPU machine has no
-# cmocka, and only the library is measured. uthash comes from .deps/include
-# where the system has none.
-build_library() {
-  [[ -f $lib ]] && return 0
-  local gen=()
-  if [[ ! -f $build/CMakeCache.txt ]] && command -v ninja >/dev/null; then
-    gen=(-G Ninja)
-  fi
-  say "building libcudalloc.so (Release) in $build -> $out/build.log"
-  cmake -S "$root" -B "$build" ${gen[@]+"${gen[@]}"} -DCMAKE_BUILD_TYPE=Release \
-    -DCUDALLOC_BUILD_TESTS=OFF -DCUDALLOC_BUILD_EXAMPLES=OFF \
-    -DCUDALLOC_BUILD_BENCH=OFF -DCUDALLOC_UTHASH_DIR="$root/.deps/include" \
-    >>"$out/build.log" 2>&1 &&
-    cmake --build "$build" --target cudalloc -j "$(nproc)" >>"$out/build.log" 2>&1 &&
-    [[ -f $lib ]]
-}
-
-# The CUDA library folder, for the shared-runtime builds' RUNPATH (not
-# RPATH, so that LD_LIBRARY_PATH still comes first).
-cuda_libdir() {
-  local nvcc_bin home
-  nvcc_bin=$(command -v nvcc) || return 1
-  home=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$nvcc_bin")")")}
-  if [[ -d $home/lib64 ]]; then echo "$home/lib64"; else echo "$home/lib"; fi
-}
-
-# build_prog NAME SOURCE RUNTIME [LINK...]: the benchmark program NAME in
-# $bin, from tests/bench/SOURCE, with the static or shared CUDA runtime (and
-# the link options LINK, e.g. -lcuda for a program that calls the driver). Built afresh
-# once per invocation, so a program left from another checkout or another
-# NVCC_ARCH is never measured.
-declare -A built=()
-build_prog() {
-  local name=$1 src=$root/tests/bench/$2 runtime=$3 extra=("${@:4}")
-  [[ -n ${built[$name]:-} ]] && return 0
-  mkdir -p "$bin" || return 1
-  if [[ $runtime == shared ]]; then
-    extra+=(-Xlinker --enable-new-dtags -Xlinker -rpath -Xlinker "$(cuda_libdir)")
-  fi
-  say "building $name ($runtime CUDA runtime, $arch)"
-  if nvcc -O2 -g -arch="$arch" -cudart="$runtime" -Xcompiler -Wall,-pthread \
-    ${extra[@]+"${extra[@]}"} -o "$bin/$name" "$src" >>"$out/build.log" 2>&1; then
-    built[$name]=1
-    return 0
-  fi
-  failed=1
-  say "error: building $name failed (see $out/build.log)"
-  return 1
+# need PROGRAM...: whether the build made them; says which it did not.
+need() {
+  local p ok=0
+  for p in "$@"; do
+    [[ -x $bin/$p ]] && continue
+    say "error: $bin/$p was not built (see $out/build.log)"
+    failed=1 ok=1
+  done
+  return "$ok"
 }
 
 # ---------------------------------------------------------------------------
 # The machine, the commit, the library.
 
 facts() {
-  local commit type gpu
-  commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
-  git -C "$root" diff --quiet HEAD -- src include CMakeLists.txt 2>/dev/null ||
-    commit="$commit (src, include or CMakeLists.txt modified)"
+  local type
   type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null)
-  echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-  echo "commit: $commit"
-  gpu=$(timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total \
-    --format=csv,noheader 2>/dev/null | head -n 1)
-  echo "gpu: ${gpu:-unknown (nvidia-smi gave nothing)}"
-  echo "nvcc: $(nvcc --version 2>/dev/null | tail -n 1)"
-  echo "cpu: $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
+  ca_gpu_facts "$root"
   echo "library: $lib (CMAKE_BUILD_TYPE ${type:-unknown})"
   echo "repeats: REPEAT=$repeat RESNET_REPEAT=$resnet_repeat"
 }
@@ -395,7 +339,7 @@ latency_table() {
 }
 
 part_latency() {
-  build_prog bench_latency bench_latency.cu static || return
+  need bench_latency || return
   csv_begin latency "setting,bytes,run,ns_per_pair"
   local r s
   for r in $(seq "$repeat"); do
@@ -415,7 +359,8 @@ mixed_runtimes=(static shared)
 
 # mixed_cmd RUNTIME SETTING: the command, in CMD.
 mixed_cmd() {
-  local prog=$bin/bench_mixed_$1
+  local prog=$bin/bench_mixed
+  [[ $1 == shared ]] && prog=$bin/bench_mixed_shared
   case $2 in
   cudaMalloc) CMD=("$prog" sync) ;;
   cudaMallocAsync) CMD=("$prog" async) ;;
@@ -459,8 +404,7 @@ mixed_table() {
 }
 
 part_mixed() {
-  build_prog bench_mixed_static bench_mixed.cu static || return
-  build_prog bench_mixed_shared bench_mixed.cu shared || return
+  need bench_mixed bench_mixed_shared || return
   csv_begin mixed "runtime,setting,run,us_per_op"
   local r rt s
   for r in $(seq "$repeat"); do
@@ -537,7 +481,7 @@ threads_table() {
 }
 
 part_threads() {
-  build_prog bench_threads bench_threads.cu static || return
+  need bench_threads || return
   csv_begin threads "setting,threads,run,ops_per_s"
   local r t s
   for r in $(seq "$repeat"); do
@@ -558,7 +502,7 @@ stack_ops=20000
 
 stacks_run() {
   local d=$1 r=$2 rc v n
-  preload "backtrace_depth:$d,leak_report:0" "$bin/bench_mixed_static" --deep sync "$stack_ops"
+  preload "backtrace_depth:$d,leak_report:0" "$bin/bench_mixed" --deep sync "$stack_ops"
   run_cmd stacks 300
   rc=$?
   v=$(pick 's/^bench_mixed: \([0-9.]*\) us per op.*/\1/p')
@@ -597,7 +541,7 @@ stacks_table() {
 }
 
 part_stacks() {
-  build_prog bench_mixed_static bench_mixed.cu static || return
+  need bench_mixed || return
   csv_begin stacks "setting,run,us_per_op,allocations_per_round"
   local r d
   for r in $(seq "$repeat"); do
@@ -645,7 +589,7 @@ fence_table() {
 }
 
 part_fence() {
-  build_prog bench_fence bench_fence.cu static -lcuda || return
+  need bench_fence || return
   csv_begin fence "case,run,ns_per_call"
   local r
   for r in $(seq "$repeat"); do
@@ -780,18 +724,20 @@ check_knobs() {
 }
 
 main() {
-  check_knobs || finish 2
-  open_folders || finish 2
+  check_knobs || ca_gpu_finish 2
+  open_folders || ca_gpu_finish 2
   say "results go to $out"
   : >"$out/summary.md"
   : >"$out/build.log"
   if [[ " $parts " =~ \ (latency|mixed|threads|stacks|fence)\  ]] && ! command -v nvcc >/dev/null; then
     say "nvcc not found: put the CUDA toolkit's bin folder on PATH"
-    finish 2
+    ca_gpu_finish 2
   fi
-  if ! build_library; then
-    say "building libcudalloc.so failed: see $out/build.log"
-    finish 2
+  ca_gpu_build "$root" "$build" Release "$out/build.log" ||
+    say "the build had errors (see $out/build.log): parts whose programs are missing fail"
+  if [[ ! -f $lib ]]; then
+    say "libcudalloc.so was not built: see $out/build.log"
+    ca_gpu_finish 2
   fi
   facts | tee "$out/env.txt"
   { echo '```'; cat "$out/env.txt"; echo '```'; } >>"$out/summary.md"
@@ -810,7 +756,7 @@ main() {
   echo
   say "results in $out (summary.md, <part>.csv, <part>.log)"
   ((failed)) && say "some runs failed: see the 'error' rows above"
-  finish "$failed"
+  ca_gpu_finish "$failed"
 }
 
 main

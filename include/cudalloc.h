@@ -89,6 +89,12 @@ CUDALLOC_API void cudalloc_print_stats(void);
  * prints the same) to the library's log. */
 CUDALLOC_API void cudalloc_print_report(void);
 
+/* Marks a point in the program's run (the end of a training step, say):
+ * with growth_report:1, live memory by allocation site is snapshotted
+ * here, and from the first mark on only at marks, so that growth is
+ * measured per iteration. Costs one pass over the allocation sites. */
+CUDALLOC_API void cudalloc_mark(void);
+
 #ifdef __cplusplus
 }
 #endif

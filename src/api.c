@@ -7,6 +7,7 @@
 #include "cudalloc.h"
 #include "lifecycle.h"
 #include "registry.h"
+#include "sites.h"
 
 #define CA__STR2(x) #x
 #define CA__STR(x) CA__STR2(x)
@@ -43,3 +44,5 @@ void cudalloc_print_stats(void) {
 void cudalloc_print_report(void) {
   ca_lifecycle_report(CA_EVENT_API, true, false);
 }
+
+void cudalloc_mark(void) { ca_sites_mark(); }

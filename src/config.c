@@ -162,6 +162,13 @@ static const ca__key ca__keys[] = {
      "immediate, at once "
      "(right only if all device work runs on one stream); device_sync, "
      "after synchronizing the device at every free, as cudaFree does."},
+    {"growth_report", CA__BOOL_AT(growth_report), 0, 1, {.integer = 0}, "0",
+     CA__BOOL_ACCEPTED,
+     "1 snapshots live memory by allocation site as the program runs (every "
+     "64 allocations at first, less often as it goes, or at each "
+     "cudalloc_mark()) and reports, at exit and on SIGUSR1, the sites that "
+     "kept growing, even if freed at the end. Needs stacks: with "
+     "backtrace_depth 0 it keeps 16 frames."},
 };
 
 #define CA__NKEYS (sizeof(ca__keys) / sizeof(ca__keys[0]))

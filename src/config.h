@@ -49,6 +49,7 @@ typedef struct ca_config {
   bool stats;              /* stats; the memory summary at exit */
   bool stats_signal;       /* stats_signal; the summary on SIGUSR1 */
   int reuse_policy;        /* reuse_policy; a ca_reuse_setting */
+  bool growth_report;      /* growth_report; sites that kept growing */
 } ca_config;
 
 /* Fills *c with every key's default. */

@@ -18,6 +18,7 @@
 #include "pointer.h"
 #include "pool/pool.h"
 #include "registry.h"
+#include "sites.h"
 #include "stacks.h"
 #include "streams.h"
 #include "track.h"
@@ -39,7 +40,10 @@ static int ca__where(CUcontext *ctx) {
  * for stacks: the frames from the program's call inwards to the first one
  * outside this library. */
 static uint32_t ca__stack_here(void) {
-  int depth = ca_config_get()->backtrace_depth;
+  const ca_config *cfg = ca_config_get();
+  int depth = cfg->backtrace_depth;
+  if (depth <= 0 && cfg->growth_report)
+    depth = CA_SITES_DEPTH;
   if (depth <= 0)
     return 0;
   uintptr_t pcs[CA_STACK_MAX_FRAMES];
@@ -152,21 +156,30 @@ CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
   if (status == CUDA_ERROR_OUT_OF_MEMORY && ca_config_get()->memory_limit &&
       ca__make_room(ca_pool_device(pool)))
     status = ca_pool_alloc(pool, (uint64_t)size, stack, &addr);
-  if (status == 0)
+  if (status == 0) {
     *dptr = (CUdeviceptr)addr;
-  else if (status == CUDA_ERROR_OUT_OF_MEMORY)
+    ca_sites_alloc(stack, (uint64_t)size);
+  } else if (status == CUDA_ERROR_OUT_OF_MEMORY)
     ca__say_out_of_memory(pool, size);
   return (CUresult)status;
+}
+
+/* Gives a pooled block back: whether one was live at `dptr`. */
+static bool ca__free_pooled(CUdeviceptr dptr) {
+  ca_live_block b;
+  if (!ca_registry_free((uint64_t)dptr, &b))
+    return false;
+  ca_sites_free(b.tag, b.requested);
+  ca_pointer_freed((uint64_t)dptr);
+  return true;
 }
 
 CUresult ca_on_mem_free(CUdeviceptr dptr) {
   /* cuMemFree(0) gets the driver's own answer, whatever it is. */
   if (!ca__enabled() || dptr == 0)
     return CA_REAL(mem_free, dptr);
-  if (ca_registry_free((uint64_t)dptr)) {
-    ca_pointer_freed((uint64_t)dptr);
+  if (ca__free_pooled(dptr))
     return CUDA_SUCCESS;
-  }
   /* A pooled block freed twice, at a segment's base: the driver would free
    * the whole segment under the pool. It answers a double free this way. */
   if (ca_registry_holds_segment((uint64_t)dptr))
@@ -335,10 +348,8 @@ CUresult ca_on_mem_free_async(CUdeviceptr dptr, CUstream stream, bool ptsz) {
    * queued on `stream` before the free, so it is taken back like
    * cuMemFree. (Under immediate, as documented, it is not.) */
   if (ca__enabled() && dptr != 0) {
-    if (ca_registry_free((uint64_t)dptr)) {
-      ca_pointer_freed((uint64_t)dptr);
+    if (ca__free_pooled(dptr))
       return CUDA_SUCCESS;
-    }
     if (ca_registry_holds_segment((uint64_t)dptr))
       return CUDA_ERROR_INVALID_VALUE; /* as in ca_on_mem_free */
   }

@@ -17,6 +17,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -26,6 +27,7 @@
 #include "log.h"
 #include "pool/pool.h"
 #include "registry.h"
+#include "sites.h"
 #include "track.h"
 
 /* ---- Gathering the live blocks ------------------------------------------ */
@@ -115,9 +117,35 @@ static void ca__report_lock_give(void) {
   pthread_mutex_unlock(&ca__report_lock);
 }
 
+/* Growing sites listed at most. */
+#define CA__GROWTH_SHOWN 10
+
+/* Memory over time (sites.h) for a report with leaks, at exit or on
+ * SIGUSR1: the peak (with leaks, or under growth_report) and the growing
+ * sites (under growth_report). The report prints the peak only when stacks
+ * counted anything. */
+static void ca__over_time(ca_report_input *in, ca_sites_peak *peak,
+                          ca_site_growth *growth) {
+  if (!in->leaks && in->event != CA_EVENT_SIGNAL && in->event != CA_EVENT_EXIT)
+    return;
+  bool growth_on = ca_config_get()->growth_report;
+  if (in->leaks || growth_on) {
+    ca_sites_peak_get(peak);
+    in->peak = peak;
+  }
+  if (growth_on) {
+    in->growth = growth;
+    in->growth_found = ca_sites_growth(growth, CA__GROWTH_SHOWN, &in->snapshots);
+    in->ngrowth = in->growth_found < CA__GROWTH_SHOWN ? in->growth_found
+                                                      : CA__GROWTH_SHOWN;
+  }
+}
+
 static ca_leak_totals ca__report_all(ca_report_event event, bool leaks,
                                      bool stats) {
   cudalloc_device_stats all[CUDALLOC_MAX_DEVICES];
+  ca_sites_peak peak;
+  ca_site_growth growth[CA__GROWTH_SHOWN];
   ca_locks_note(1);
   ca__report_lock_take();
   uint64_t allocs = ca_track_total();
@@ -136,6 +164,7 @@ static ca_leak_totals ca__report_all(ca_report_event event, bool leaks,
                         .allocations = allocs,
                         .stats = all,
                         .nstats = stats ? nstats : 0};
+  ca__over_time(&in, &peak, growth);
   ca_report_job *job = ca_report_prepare(&in);
   ca__report_lock_take();
   ca_leak_totals totals = ca_report_print(job);
@@ -161,6 +190,11 @@ void ca_lifecycle_context_gone(void *ctx, ca_pool *pool, int device) {
     ca_pool_foreach_live(pool, ca__gather_pooled, &g);
   ca_track_foreach_in(ctx, ca__gather_tracked, &g);
   ca__report_lock_give();
+  /* The pool's blocks die here; the passed-through ones leave the live
+   * bytes by site when the registry drops them. */
+  for (size_t i = 0; i < g.n; i++)
+    if (strcmp(g.blocks[i].call, CA_REPORT_POOLED_CALL) == 0)
+      ca_sites_free(g.blocks[i].stack, g.blocks[i].bytes);
   ca_report_input in = {.event = CA_EVENT_CONTEXT_RESET,
                         .device = pool ? ca_pool_device(pool) : device,
                         .leaks = true,
@@ -202,7 +236,7 @@ static void ca__at_exit(int status, void *arg) {
   if (atomic_exchange(&ca__exit_reported_by, pid) == pid)
     return;
   const ca_config *cfg = ca_config_get();
-  if (!cfg->leak_report && !cfg->stats)
+  if (!cfg->leak_report && !cfg->stats && !cfg->growth_report)
     return;
   ca_leak_totals t = ca__report_all(CA_EVENT_EXIT, cfg->leak_report,
                                     cfg->stats);
@@ -248,7 +282,7 @@ static void *ca__watch_signal(void *arg) {
   for (;;) {
     while (sem_wait(&ca__signal_sem) != 0 && errno == EINTR)
       ;
-    ca__report_all(CA_EVENT_SIGNAL, false, true);
+    ca__report_all(CA_EVENT_SIGNAL, false, ca_config_get()->stats_signal);
   }
   return NULL;
 }
@@ -269,8 +303,8 @@ static void ca__start_watcher(void) {
   pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (rc != 0) {
-    ca_log("stats_signal: cannot start the watcher thread; SIGUSR1 is left "
-           "to the program");
+    ca_log("SIGUSR1 reports (stats_signal, growth_report): cannot start the "
+           "watcher thread; SIGUSR1 is left to the program");
     return;
   }
   struct sigaction sa = {.sa_sigaction = ca__on_sigusr1,
@@ -299,6 +333,8 @@ void ca_lifecycle_device_used(void) {
   ca_fork_register(CA_FORK_LIFECYCLE, &ca__lifecycle_fork);
   if (atomic_exchange(&ca__used_seen, true))
     return;
-  if (ca_config_get()->stats_signal)
+  const ca_config *cfg = ca_config_get();
+  ca_sites_set_growth(cfg->growth_report);
+  if (cfg->stats_signal || cfg->growth_report)
     ca__start_watcher();
 }

@@ -9,6 +9,7 @@
 
 #include "fork.h"
 #include "lock.h"
+#include "sites.h"
 #include "uthash.h"
 
 typedef struct ca__entry {
@@ -110,7 +111,7 @@ const char *ca_track_kind_call(ca_track_kind kind) {
 
 /* Under the lock: stores *t at its key, replacing an entry live there
  * (copied into *replaced). Returns whether one was. Host out of memory:
- * nothing is stored. */
+ * nothing is stored. The live bytes by site follow the table. */
 static bool ca__track_put(const ca_tracked *t, ca_tracked *replaced) {
   ca__entry **head = t->kind == CA_TRACK_VMM ? &ca__by_handle : &ca__by_addr;
   ca__entry *e = NULL;
@@ -118,11 +119,14 @@ static bool ca__track_put(const ca_tracked *t, ca_tracked *replaced) {
   bool was_live = e != NULL;
   if (was_live) {
     *replaced = e->t;
+    ca_sites_free(e->t.stack, e->t.size);
     e->t = *t;
   } else if ((e = ca__take_entry()) != NULL) {
     e->t = *t;
     HASH_ADD(hh, *head, t.key, sizeof(e->t.key), e);
   }
+  if (e != NULL)
+    ca_sites_alloc(t->stack, t->size);
   return was_live;
 }
 
@@ -156,6 +160,7 @@ static bool ca__forget(ca__entry **head, uint64_t key, ca_tracked *out) {
   if (e != NULL) {
     if (out != NULL)
       *out = e->t;
+    ca_sites_free(e->t.stack, e->t.size);
     HASH_DEL(*head, e);
     ca__give_entry(e);
   }
@@ -205,6 +210,7 @@ static size_t ca__each_in(void *ctx, void (*fn)(const ca_tracked *t, void *arg),
     if (fn != NULL)
       fn(&e->t, arg);
     if (drop) {
+      ca_sites_free(e->t.stack, e->t.size);
       HASH_DEL(ca__by_addr, e);
       ca__give_entry(e);
     }

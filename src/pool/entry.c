@@ -243,9 +243,20 @@ static CA__COLD ca__arena *ca__owner(ca_pool *pool, ca__arena *own,
   return NULL;
 }
 
+static void ca__describe(const ca__arena *p, const ca__block *b,
+                         ca_live_block *out) {
+  out->addr = b->addr;
+  out->requested = b->requested;
+  out->size = b->size;
+  out->seq = b->seq;
+  out->time_ns = b->time_ns;
+  out->device = p->device;
+  out->tag = b->tag;
+}
+
 /* The thread's own arena is asked first: threads mostly free what they
  * allocated. */
-bool ca_pool_free(ca_pool *pool, uint64_t addr) {
+bool ca_pool_free(ca_pool *pool, uint64_t addr, ca_live_block *freed) {
   ca__arena *p = ca__arena_at(pool, ca__thread_arena);
   ca__block *b = NULL;
   if (p) {
@@ -257,6 +268,8 @@ bool ca_pool_free(ca_pool *pool, uint64_t addr) {
       return false;
     b = ca__live_find(p, addr);
   }
+  if (freed)
+    ca__describe(p, b, freed);
   HASH_DELETE(hh, p->live, b);
   b->seg->last_free = ++p->free_tick;
   p->stats.frees++;
@@ -266,17 +279,6 @@ bool ca_pool_free(ca_pool *pool, uint64_t addr) {
   ca__retire(p, b);
   ca_lock_release(&p->lock);
   return true;
-}
-
-static void ca__describe(const ca__arena *p, const ca__block *b,
-                         ca_live_block *out) {
-  out->addr = b->addr;
-  out->requested = b->requested;
-  out->size = b->size;
-  out->seq = b->seq;
-  out->time_ns = b->time_ns;
-  out->device = p->device;
-  out->tag = b->tag;
 }
 
 int ca_pool_device(const ca_pool *pool) { return pool->device; }

@@ -113,9 +113,10 @@ void ca_pool_drop_all(ca_pool *pool);
  * library stores the allocation's stack id there). */
 int ca_pool_alloc(ca_pool *pool, uint64_t size, uint32_t tag, uint64_t *addr);
 
-/* Takes back the live block starting at `addr`. Returns false, changing
- * nothing, when no live block of this pool starts there. */
-bool ca_pool_free(ca_pool *pool, uint64_t addr);
+/* Takes back the live block starting at `addr`, describing it in *freed
+ * (when not NULL) as it was. Returns false, changing nothing, when no live
+ * block of this pool starts there. */
+bool ca_pool_free(ca_pool *pool, uint64_t addr, ca_live_block *freed);
 
 /* The device the pool serves. */
 int ca_pool_device(const ca_pool *pool);

@@ -5,11 +5,10 @@
  * Part of report's one compilation unit (src/report/report.c
  * includes the files in order); not compiled alone.
  */
-/* Sorts, groups, symbolizes and applies the suppressions. Returns false
+/* Sorts the live blocks into groups, ordered for printing. Returns false
  * when scratch memory ran out (the report then says so and stops). */
-static bool ca__leaks_prepare(ca__leaks *l, const ca_config *cfg,
-                              ca_report_block **sorted, size_t *sorted_bytes,
-                              size_t *groups_bytes) {
+static bool ca__leaks_group(ca__leaks *l, ca_report_block **sorted,
+                            size_t *sorted_bytes, size_t *groups_bytes) {
   const ca_report_input *in = l->in;
   size_t n = in->nblocks;
   if (n == 0)
@@ -25,14 +24,40 @@ static bool ca__leaks_prepare(ca__leaks *l, const ca_config *cfg,
   l->blocks = *sorted;
   l->ngroups = ca__make_groups(*sorted, n, l->groups);
   qsort(l->groups, l->ngroups, sizeof(ca__group), ca__cmp_group);
-  ca__symbolize_groups(*sorted, l->groups, l->ngroups, &l->symbols);
+  return true;
+}
+
+/* Every stack the report shows: the groups', the peak's sites', the
+ * growing sites'; symbolized in one batch. */
+static void ca__symbolize_all(ca__leaks *l) {
+  const ca_report_input *in = l->in;
+  size_t n = l->ngroups + in->ngrowth + (in->peak ? in->peak->nsites : 0);
+  size_t bytes = n * sizeof(uint32_t), k = 0;
+  uint32_t *ids = n ? ca__scratch(bytes) : NULL;
+  if (ids == NULL) {
+    l->symbols = (ca__symbols){0};
+    return;
+  }
+  for (size_t i = 0; i < l->ngroups; i++)
+    ids[k++] = l->blocks[l->groups[i].first].stack;
+  for (size_t i = 0; i < in->ngrowth; i++)
+    ids[k++] = in->growth[i].stack;
+  for (size_t i = 0; in->peak && i < in->peak->nsites; i++)
+    ids[k++] = in->peak->sites[i].stack;
+  ca__symbolize_stacks(ids, k, &l->symbols);
+  ca__unscratch(ids, bytes);
+}
+
+/* Where each group's shown frames begin, and which groups the
+ * suppressions set aside; the totals. */
+static void ca__leaks_suppress(ca__leaks *l, const ca_config *cfg) {
   ca__rules rules;
   ca__load_rules(&rules, cfg->suppressions,
                  cfg->report_format == CA_REPORT_JSON);
   for (size_t i = 0; i < l->ngroups; i++) {
     ca__group *g = &l->groups[i];
     const uintptr_t *pcs;
-    size_t k = ca__stack_of(&(*sorted)[g->first], &pcs);
+    size_t k = ca__stack_of(&l->blocks[g->first], &pcs);
     g->shown_from = ca__first_shown(pcs, k, &l->symbols);
     g->suppressed = rules.n > 0 && ca__suppressed(&rules, pcs, k, &l->symbols);
     uint64_t *bytes = g->suppressed ? &l->totals.suppressed_bytes
@@ -43,7 +68,6 @@ static bool ca__leaks_prepare(ca__leaks *l, const ca_config *cfg,
     *count += g->count;
   }
   ca__unscratch(rules.text, rules.text_bytes);
-  return true;
 }
 
 /* A report made ready to print (see ca_report_prepare). */
@@ -64,9 +88,12 @@ ca_report_job *ca_report_prepare(const ca_report_input *in) {
   job->l = (ca__leaks){.in = in, .max_groups = SIZE_MAX};
   if (job->cfg->max_leaks > 0)
     job->l.max_groups = (size_t)job->cfg->max_leaks;
-  job->ok = !in->leaks ||
-            ca__leaks_prepare(&job->l, job->cfg, &job->sorted,
-                              &job->sorted_bytes, &job->groups_bytes);
+  job->ok = !in->leaks || ca__leaks_group(&job->l, &job->sorted,
+                                          &job->sorted_bytes, &job->groups_bytes);
+  if (job->ok) {
+    ca__symbolize_all(&job->l);
+    ca__leaks_suppress(&job->l, job->cfg);
+  }
   return job;
 }
 
@@ -88,6 +115,7 @@ ca_leak_totals ca_report_print(ca_report_job *job) {
       ca__stats_text(&in->stats[i]);
     if (in->leaks)
       ca__leaks_text(&job->l);
+    ca__over_time_text(&job->l);
   }
   ca_leak_totals totals = job->l.totals;
   ca__symbols_free(&job->l.symbols);

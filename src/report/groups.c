@@ -68,7 +68,7 @@ static size_t ca__make_groups(const ca_report_block *b, size_t n,
 
 /* ---- Symbols -------------------------------------------------------------- */
 
-/* Every distinct frame of every group, sorted, with its symbol. */
+/* Every distinct frame of every stack shown, sorted, with its symbol. */
 typedef struct ca__symbols {
   uintptr_t *pcs;
   ca_symbol *syms;
@@ -84,24 +84,23 @@ static size_t ca__stack_of(const ca_report_block *b, const uintptr_t **pcs) {
   return ca_stacks_get(b->stack, pcs);
 }
 
-static void ca__symbolize_groups(const ca_report_block *blocks,
-                                 const ca__group *groups, size_t ng,
+/* Symbolizes the frames of the stacks ids[0..n) in one batch (each
+ * object file is parsed once). */
+static void ca__symbolize_stacks(const uint32_t *ids, size_t n,
                                  ca__symbols *s) {
   *s = (ca__symbols){0};
   size_t total = 0;
-  for (size_t g = 0; g < ng; g++) {
-    const uintptr_t *pcs;
-    total += ca__stack_of(&blocks[groups[g].first], &pcs);
-  }
+  const uintptr_t *pcs;
+  for (size_t i = 0; i < n; i++)
+    total += ca_stacks_get(ids[i], &pcs);
   if (total == 0)
     return;
   s->pcs_bytes = total * sizeof(uintptr_t);
   s->pcs = ca__scratch(s->pcs_bytes);
   if (s->pcs == NULL)
     return;
-  for (size_t g = 0; g < ng; g++) {
-    const uintptr_t *pcs;
-    size_t k = ca__stack_of(&blocks[groups[g].first], &pcs);
+  for (size_t i = 0; i < n; i++) {
+    size_t k = ca_stacks_get(ids[i], &pcs);
     memcpy(s->pcs + s->n, pcs, k * sizeof(uintptr_t));
     s->n += k;
   }

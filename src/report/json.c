@@ -57,6 +57,9 @@ static const char *ca__event_name(ca_report_event event) {
   return "?";
 }
 
+/* "peak" and "growth" (report/over_time.c). */
+static void ca__over_time_json(ca__out *o, const ca__leaks *l);
+
 /* One document on one line: tools read a log file line by line. */
 static void ca__json(const ca__leaks *l) {
   const ca_report_input *in = l->in;
@@ -95,6 +98,7 @@ static void ca__json(const ca__leaks *l) {
     }
     ca__out_put(&o, "]", 1);
   }
+  ca__over_time_json(&o, l);
   ca__out_put(&o, "}\n", 2);
   ca__flush(&o);
 }

@@ -4,8 +4,10 @@
  * A report is built in four steps: the live blocks are sorted into groups
  * (same device, same allocating call, same stack; or same size when there
  * is no stack), the groups are ordered by total bytes, every frame of every
- * group is symbolized in one batch (each object file is parsed once), and
- * the groups are printed, after the suppressions have set some aside.
+ * stack shown (the groups', the peak's and the growing sites') is
+ * symbolized in one batch (each object file is parsed once), and the
+ * groups are printed, after the suppressions have set some aside, then
+ * memory over time: the peak and the sites that kept growing.
  *
  * Compiled as one unit: the files of src/report/ are included below, each
  * one concern, in the order they build on each other.
@@ -49,4 +51,5 @@
 #include "report/suppressions.c"
 #include "report/text.c"
 #include "report/json.c"
+#include "report/over_time.c"
 #include "report/entry.c"

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "cudalloc.h"
+#include "sites.h"
 
 
 /* Why a report is printed. */
@@ -60,6 +61,14 @@ typedef struct ca_report_input {
   /* The memory summary, printed before the leaks; nstats 0 for none. */
   const cudalloc_device_stats *stats;
   size_t nstats;
+  /* Memory over time (sites.h), printed after the leaks: the peak, when
+   * `peak` is set and counted anything; the sites that kept growing, when
+   * `growth` is set: the largest ngrowth of growth_found, out of
+   * `snapshots` snapshots. */
+  const ca_sites_peak *peak;
+  const ca_site_growth *growth;
+  size_t ngrowth, growth_found;
+  uint64_t snapshots;
   /* The settings (format, max_leaks, suppressions); NULL for the
    * process's own. */
   const struct ca_config *config;

@@ -75,7 +75,7 @@ static double run_mixed(ca_pool *pool, long ops) {
   for (long i = 0; i < ops; i++) {
     uint64_t *s = &slot[next_random(&rng) % SLOTS];
     if (*s) {
-      if (!ca_pool_free(pool, *s))
+      if (!ca_pool_free(pool, *s, NULL))
         die("free", 0);
       *s = 0;
     } else {
@@ -87,7 +87,7 @@ static double run_mixed(ca_pool *pool, long ops) {
   double elapsed = now_ns() - start;
   for (int i = 0; i < SLOTS; i++)
     if (slot[i])
-      ca_pool_free(pool, slot[i]);
+      ca_pool_free(pool, slot[i], NULL);
   return elapsed / (double)ops;
 }
 
@@ -99,14 +99,14 @@ static double run_pairs(ca_pool *pool, long pairs) {
   for (int i = 0; i < 4; i++) { /* warm: one segment per size */
     if (ca_pool_alloc(pool, sizes[i], 0, &addr))
       die("alloc", 0);
-    ca_pool_free(pool, addr);
+    ca_pool_free(pool, addr, NULL);
   }
   double start = now_ns();
   for (long i = 0; i < pairs; i++) {
     int rc = ca_pool_alloc(pool, sizes[i & 3], 0, &addr);
     if (rc)
       die("alloc", rc);
-    ca_pool_free(pool, addr);
+    ca_pool_free(pool, addr, NULL);
   }
   return (now_ns() - start) / (double)pairs;
 }

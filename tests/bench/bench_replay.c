@@ -119,7 +119,7 @@ static void replay_op(ca_pool *pool, const trace_op *op) {
       die("the pool failed an allocation");
     e->from = op->addr;
   } else {
-    if (e->from == 0 || !ca_pool_free(pool, e->to))
+    if (e->from == 0 || !ca_pool_free(pool, e->to, NULL))
       die("a free of an address not allocated");
     map_remove(e);
   }

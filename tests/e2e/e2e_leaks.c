@@ -32,10 +32,18 @@
  *   e2e_leaks stderrlog LOG
  *                      leaks 1 MiB, points stderr at LOG opened to append
  *                      (a log of the program's own), exits
+ *   e2e_leaks growth [marks]
+ *                      40 "training steps": each allocates and frees 20
+ *                      temporaries of 64 KiB (scratch_step) and keeps one
+ *                      1 MiB block (keep_step); with "marks", calls
+ *                      cudalloc_mark() after each step; frees everything
+ *                      at the end, so nothing leaks at exit
+ *   e2e_leaks steady   the same steps, keeping nothing
  *
  * stdout: "key=value" lines the checker reads: preloaded=0|1 (whether
  * cudalloc is loaded), big_line=/small_line= (the source lines of the two
- * leaking cuMemAlloc calls), leak=0x... (each leaked address),
+ * leaking cuMemAlloc calls), keep_line= (keep_step's cuMemAlloc), leak=0x...
+ * (each leaked address),
  * allocations=N (device allocations made), child_pid=N, log_fd=N (the
  * descriptor the library's log was at), data_fd=N, done=MODE.
  * Failures: "FAIL e2e_leaks: ..." on stderr and exit status 1 (the library
@@ -302,6 +310,52 @@ static int mode_stderr_log(const char *log) {
   return 0;
 }
 
+/* A step's temporaries: allocated, some live at once, all freed. */
+NOINLINE static void scratch_step(void) {
+  CUdeviceptr t[4] = {0};
+  for (int i = 0; i < 20; i++) {
+    if (t[i % 4])
+      CHECK(cuMemFree(t[i % 4]));
+    CHECK(cuMemAlloc(&t[i % 4], 65536));
+    allocations++;
+  }
+  for (int i = 0; i < 4; i++)
+    CHECK(cuMemFree(t[i]));
+}
+
+/* What a leaky training loop keeps each step (a loss tensor "for later"). */
+NOINLINE static CUdeviceptr keep_step(int *line) {
+  CUdeviceptr p = 0;
+  CUresult rc = cuMemAlloc(&p, 1u << 20); *line = __LINE__;
+  if (rc != CUDA_SUCCESS)
+    fail("cuMemAlloc(1 MiB) in keep_step", (int)rc);
+  allocations++;
+  return p;
+}
+
+#define GROWTH_STEPS 40
+
+static int mode_growth(int keep, int marks) {
+  setup();
+  void (*mark)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "cudalloc_mark");
+  CUdeviceptr kept[GROWTH_STEPS] = {0};
+  int line = 0;
+  for (int s = 0; s < GROWTH_STEPS; s++) {
+    scratch_step();
+    if (keep)
+      kept[s] = keep_step(&line);
+    if (marks && mark)
+      mark();
+  }
+  for (int s = 0; s < GROWTH_STEPS; s++)
+    if (kept[s])
+      CHECK(cuMemFree(kept[s]));
+  if (keep)
+    printf("keep_line=%d\n", line);
+  printf("allocations=%d\n", allocations);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   /* The same test as the library sees it: is it in this process? */
@@ -325,9 +379,14 @@ int main(int argc, char **argv) {
     rc = mode_stderr_file(argv[2]);
   else if (!strcmp(mode, "stderrlog") && argc > 2)
     rc = mode_stderr_log(argv[2]);
+  else if (!strcmp(mode, "growth"))
+    rc = mode_growth(1, argc > 2 && !strcmp(argv[2], "marks"));
+  else if (!strcmp(mode, "steady"))
+    rc = mode_growth(0, 0);
   else {
     fprintf(stderr, "usage: e2e_leaks leaks|clean|fork|reset|signal [LOG]|"
-                    "none|daemon DATA|stderrfile DATA|stderrlog LOG\n");
+                    "none|daemon DATA|stderrfile DATA|stderrlog LOG|"
+                    "growth [marks]|steady\n");
     return 2;
   }
   if (rc == 0)

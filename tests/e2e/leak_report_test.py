@@ -145,10 +145,38 @@ def lines_of(r, text, where="stderr"):
     return lines
 
 
+# Memory over time, after a report's leaks: "peak: ..." and "growth: ..."
+# sections, each after a blank line, of site lines and their frames.
+OVER_TIME = re.compile(r"^(peak|growth): ")
+OVER_TIME_LINE = re.compile(r"^(\S.* in \d+ allocation\(s\), allocated from:"
+                            r"|\+.* over \d+ consecutive snapshots .*allocated from:"
+                            r"|    #\d+ .*|\.\.\. \d+ more growing site\(s\))$")
+
+
+def split_over_time(lines):
+    """The lines without their memory-over-time sections, and those sections'
+    lines (each section's first line is its "peak:" or "growth:" line)."""
+    rest, sections, inside = [], [], False
+    for line in lines:
+        if OVER_TIME.match(line):
+            if rest and rest[-1] == "":
+                rest.pop()
+            sections.append([line])
+            inside = True
+        elif inside and OVER_TIME_LINE.match(line):
+            sections[-1].append(line)
+        else:
+            inside = False
+            rest.append(line)
+    return rest, sections
+
+
 def parse_reports(r, lines):
     """Splits library lines into leak reports. Returns (reports, the lines
     outside any report). A report: pid, when, groups, more, summary, hint,
-    lines. A report ends with its SUMMARY line, or the hint after it."""
+    lines, and the memory-over-time sections printed with it (over_time). A
+    report ends with its SUMMARY line, or the hint after it."""
+    lines, over_time = split_over_time(lines)
     reports, other, cur = [], [], None
     for line in lines:
         m = HEADER.match(line)
@@ -196,6 +224,10 @@ def parse_reports(r, lines):
             cur["summary"] = line
             continue
         raise CheckFailed(f"unexpected line inside a leak report: {line!r}", [r])
+    if reports:
+        reports[-1]["over_time"] = over_time
+    else:
+        other += [line for section in over_time for line in section]
     for rep in reports:
         expect(rep["summary"] is not None, f"the report of pid {rep['pid']} has no SUMMARY line", r)
     return reports, other

@@ -10,7 +10,10 @@
   torch_leak         examples/torch_leak.py (no caching): the report it
                      prints at the end of training shows a group of one
                      allocation per step, --fixed none, and with
-                     examples/torch.supp nothing leaked at exit
+                     examples/torch.supp nothing leaked at exit; under
+                     growth_report:1 the report at exit names a site that
+                     grew over every marked step, though Python freed it
+                     all, and --fixed none
   reset_leak         cudaDeviceReset in mid-program (tests/gpu/reset_leak.cu):
                      reported at the reset, correct after it
 
@@ -258,6 +261,32 @@ def torch_report(check, row, fixed):
               % (shown or "none", growth, TORCH_STEPS))
 
 
+GROWTH_SITE_RE = (r"^cudalloc: \+\S+ \S+ \(([0-9]+) bytes\), .* over ([0-9]+) consecutive "
+                  r"snapshots")
+
+
+def torch_growth(check, row, fixed):
+    """growth_report:1 (the script marks each step): at exit, a site that
+    grew by at least a MiB per step over the steps; with --fixed, none."""
+    cmd = [sys.executable, "examples/torch_leak.py", "--steps", str(TORCH_STEPS)]
+    r = LeakRun(check, row, "torch", "growth_report:1", cmd + (["--fixed"] if fixed else []))
+    if r.skipped:
+        return
+    head = r.run.last(r"^cudalloc: growth: ")
+    sites = [re.match(GROWTH_SITE_RE, l).groups() for l in r.run.grep(GROWTH_SITE_RE)]
+    big = [(int(b), int(n)) for b, n in sites
+           if int(b) >= (TORCH_STEPS - 2) << 20 and int(n) >= TORCH_STEPS - 1]
+    if not head:
+        r.why.append("no growth section at exit")
+    elif fixed and sites:
+        r.why.append("%d growing site(s) in the fixed loop: %s" % (len(sites), head))
+    elif not fixed and not big:
+        r.why.append("no site grew a MiB a step over the %d marked steps: %s %s"
+                     % (TORCH_STEPS, head, sites))
+    r.verdict(head[len("cudalloc: "):], "largest: %s" % (
+        "%d bytes over %d snapshots" % max((int(b), int(n)) for b, n in sites) if sites else "-"))
+
+
 def torch_leak(check):
     torch_env = os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING")
     os.environ["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
@@ -265,6 +294,8 @@ def torch_leak(check):
         torch_report(check, "leak_torch", False)
         torch_report(check, "leak_torch_fixed", True)
         torch_exit_suppressed(check)
+        torch_growth(check, "leak_torch_growth", False)
+        torch_growth(check, "leak_torch_growth_fixed", True)
     finally:
         if torch_env is None:
             del os.environ["PYTORCH_NO_CUDA_MEMORY_CACHING"]

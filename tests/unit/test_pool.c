@@ -13,8 +13,8 @@ static void keeps_statistics(void **state) {
   uint64_t a[4];
   for (int i = 0; i < 4; i++)
     a[i] = must_alloc(fx, 512 * KiB - 100);
-  assert_true(ca_pool_free(fx->pool, a[0]));
-  assert_true(ca_pool_free(fx->pool, a[2]));
+  assert_true(ca_pool_free(fx->pool, a[0], NULL));
+  assert_true(ca_pool_free(fx->pool, a[2], NULL));
   cudalloc_device_stats s = stats_of(fx);
   assert_int_equal(s.device, 0);
   assert_int_equal(s.requested_bytes.current, 2 * (512 * KiB - 100));
@@ -59,11 +59,11 @@ static void refuses_pointers_it_does_not_own(void **state) {
   (void)state;
   fixture *fx = fixture_new(1024 * MiB, default_options(), false);
   uint64_t a = must_alloc(fx, 4 * KiB);
-  assert_false(ca_pool_free(fx->pool, 0));
-  assert_false(ca_pool_free(fx->pool, a + 512)); /* interior pointer */
-  assert_false(ca_pool_free(fx->pool, 0x1234));
-  assert_true(ca_pool_free(fx->pool, a));
-  assert_false(ca_pool_free(fx->pool, a)); /* double free */
+  assert_false(ca_pool_free(fx->pool, 0, NULL));
+  assert_false(ca_pool_free(fx->pool, a + 512, NULL)); /* interior pointer */
+  assert_false(ca_pool_free(fx->pool, 0x1234, NULL));
+  assert_true(ca_pool_free(fx->pool, a, NULL));
+  assert_false(ca_pool_free(fx->pool, a, NULL)); /* double free */
   assert_int_equal(stats_of(fx).frees, 1);
   fixture_free(fx);
 }
@@ -106,14 +106,14 @@ static void keeps_devices_apart(void **state) {
   uint64_t a = must_alloc(fx, 4 * KiB), b = 0;
   assert_int_equal(ca_pool_alloc(other, 4 * KiB, 0, &b), 0);
   assert_true(ca_fake_owns(&fx->fake, 1, b, 4 * KiB));
-  assert_false(ca_pool_free(other, a));
-  assert_false(ca_pool_free(fx->pool, b));
+  assert_false(ca_pool_free(other, a, NULL));
+  assert_false(ca_pool_free(fx->pool, b, NULL));
   cudalloc_device_stats s;
   ca_pool_get_stats(other, &s);
   assert_int_equal(s.device, 1);
   assert_int_equal(s.blocks.current, 1);
   assert_int_equal(stats_of(fx).blocks.current, 1);
-  assert_true(ca_pool_free(other, b));
+  assert_true(ca_pool_free(other, b, NULL));
   ca_pool_destroy(other);
   fixture_free(fx);
 }
@@ -131,7 +131,7 @@ static void drop_all_forgets_without_releasing(void **state) {
   assert_int_equal(s.reserved_bytes.current, 0);
   assert_int_equal(s.blocks.current, 0);
   assert_int_equal(s.blocks.peak, 2);
-  assert_false(ca_pool_free(fx->pool, a));
+  assert_false(ca_pool_free(fx->pool, a, NULL));
   assert_consistent(fx);
   fx->fake.nsegments = 0; /* the "driver" freed them */
   must_alloc(fx, 4 * KiB);
@@ -152,7 +152,7 @@ static void survives_random_operations(void **state) {
     rng = rng * 6364136223846793005ull + 1442695040888963407ull;
     int i = (int)((rng >> 33) % 64);
     if (slot[i]) {
-      assert_true(ca_pool_free(fx->pool, slot[i]));
+      assert_true(ca_pool_free(fx->pool, slot[i], NULL));
       slot[i] = 0;
     } else {
       /* log-uniform from 256 B to 64 MiB */
@@ -175,8 +175,8 @@ static void knows_its_segment_bases(void **state) {
   uint64_t b = must_alloc(fx, 4 * KiB);
   assert_true(ca_pool_holds_segment(fx->pool, a));
   assert_false(ca_pool_holds_segment(fx->pool, b)); /* interior */
-  assert_true(ca_pool_free(fx->pool, a));
-  assert_true(ca_pool_free(fx->pool, b));
+  assert_true(ca_pool_free(fx->pool, a, NULL));
+  assert_true(ca_pool_free(fx->pool, b, NULL));
   assert_true(ca_pool_holds_segment(fx->pool, a)); /* cached, still ours */
   ca_pool_empty_cache(fx->pool);
   assert_false(ca_pool_holds_segment(fx->pool, a));

@@ -17,7 +17,7 @@ static void one_thread_stays_on_arena_zero(void **state) {
   (void)state;
   fixture *fx = fixture_new(1024 * MiB, default_options(), false);
   for (int i = 0; i < 10000; i++)
-    assert_true(ca_pool_free(fx->pool, must_alloc(fx, 4 * KiB << (i % 8))));
+    assert_true(ca_pool_free(fx->pool, must_alloc(fx, 4 * KiB << (i % 8)), NULL));
   assert_int_equal(ca_pool_thread_arena(), 0);
   fixture_free(fx);
 }
@@ -30,8 +30,8 @@ static void frees_a_block_another_arena_served(void **state) {
   ca_pool_set_thread_arena(1);
   uint64_t a = must_alloc(fx, 64 * KiB);
   ca_pool_set_thread_arena(0);
-  assert_true(ca_pool_free(fx->pool, a));
-  assert_false(ca_pool_free(fx->pool, a)); /* no arena holds it now */
+  assert_true(ca_pool_free(fx->pool, a, NULL));
+  assert_false(ca_pool_free(fx->pool, a, NULL)); /* no arena holds it now */
   assert_int_equal(stats_of(fx).frees, 1);
   assert_true(must_alloc(fx, 64 * KiB) != a);
   assert_int_equal(fx->fake.reserves, 2);
@@ -52,8 +52,8 @@ static void statistics_add_up_the_arenas(void **state) {
     a[i] = must_alloc(fx, 1 * MiB); /* a 2 MiB segment in each arena */
   }
   ca_pool_set_thread_arena(0);
-  assert_true(ca_pool_free(fx->pool, a[0]));
-  assert_true(ca_pool_free(fx->pool, a[2]));
+  assert_true(ca_pool_free(fx->pool, a[0], NULL));
+  assert_true(ca_pool_free(fx->pool, a[2], NULL));
   cudalloc_device_stats s = stats_of(fx);
   assert_int_equal(s.allocs, 3);
   assert_int_equal(s.frees, 2);
@@ -117,7 +117,7 @@ static void memory_limit_covers_every_arena(void **state) {
   assert_int_equal(ca_pool_alloc(fx->pool, 60 * MiB, 0, &addr), CA_FAKE_OOM);
   assert_true(stats_of(fx).reserved_bytes.peak <= 100 * MiB);
   ca_pool_set_thread_arena(0);
-  assert_true(ca_pool_free(fx->pool, a)); /* cached in arena 0 */
+  assert_true(ca_pool_free(fx->pool, a, NULL)); /* cached in arena 0 */
   ca_pool_set_thread_arena(1);
   must_alloc(fx, 60 * MiB);
   assert_int_equal(fx->fake.releases, 1);
@@ -135,7 +135,7 @@ static void collection_threshold_weighs_every_arena(void **state) {
   ca_pool_options opt = default_options();
   opt.gc_threshold = 0.5;
   fixture *fx = fixture_new(1000 * MiB, opt, false); /* budget: 500 MiB */
-  assert_true(ca_pool_free(fx->pool, must_alloc(fx, 400 * MiB)));
+  assert_true(ca_pool_free(fx->pool, must_alloc(fx, 400 * MiB), NULL));
   ca_pool_set_thread_arena(1);
   must_alloc(fx, 200 * MiB);
   cudalloc_device_stats s = stats_of(fx);
@@ -150,7 +150,7 @@ static void collection_threshold_weighs_every_arena(void **state) {
 static void out_of_memory_takes_back_other_arenas_cache(void **state) {
   (void)state;
   fixture *fx = fixture_new(64 * MiB, default_options(), false);
-  assert_true(ca_pool_free(fx->pool, must_alloc(fx, 40 * MiB)));
+  assert_true(ca_pool_free(fx->pool, must_alloc(fx, 40 * MiB), NULL));
   ca_pool_set_thread_arena(1);
   must_alloc(fx, 40 * MiB);
   cudalloc_device_stats s = stats_of(fx);
@@ -164,7 +164,7 @@ static void out_of_memory_takes_back_other_arenas_cache(void **state) {
 static void out_of_memory_waits_for_other_arenas_frees(void **state) {
   (void)state;
   fixture *fx = safe_fixture(64 * MiB, default_options());
-  assert_true(ca_pool_free(fx->pool, must_alloc(fx, 40 * MiB)));
+  assert_true(ca_pool_free(fx->pool, must_alloc(fx, 40 * MiB), NULL));
   ca_pool_set_thread_arena(1);
   must_alloc(fx, 40 * MiB);
   assert_int_equal(fx->fake.marks, 1);
@@ -182,14 +182,14 @@ static void borrows_from_another_arenas_cache(void **state) {
   fixture *fx = fixture_new(2 * MiB, default_options(), false);
   uint64_t a[4];
   fill_small_segment(fx, a); /* the whole device, in arena 0 */
-  assert_true(ca_pool_free(fx->pool, a[2]));
+  assert_true(ca_pool_free(fx->pool, a[2], NULL));
   ca_pool_set_thread_arena(1);
   assert_int_equal(must_alloc(fx, 512 * KiB), a[2]);
   cudalloc_device_stats s = stats_of(fx);
   assert_int_equal(s.failed_allocs, 0);
   assert_int_equal(s.cache_hits, 3 + 1); /* the fill's splits, then a[2] */
   assert_int_equal(s.segments.current, 1);
-  assert_true(ca_pool_free(fx->pool, a[2]));
+  assert_true(ca_pool_free(fx->pool, a[2], NULL));
   ca_pool_set_thread_arena(0);
   assert_int_equal(must_alloc(fx, 512 * KiB), a[2]);
   fixture_free(fx);
@@ -207,7 +207,7 @@ static void empty_cache_and_drop_all_reach_every_arena(void **state) {
   }
   ca_pool_set_thread_arena(0);
   for (int i = 0; i < 3; i++)
-    assert_true(ca_pool_free(fx->pool, a[i]));
+    assert_true(ca_pool_free(fx->pool, a[i], NULL));
   assert_int_equal(ca_pool_empty_cache(fx->pool), 3 * 64 * MiB);
   assert_int_equal(fx->fake.nsegments, 0);
   uint64_t b = must_alloc(fx, 4 * KiB);
@@ -218,8 +218,8 @@ static void empty_cache_and_drop_all_reach_every_arena(void **state) {
   cudalloc_device_stats s = stats_of(fx);
   assert_int_equal(s.reserved_bytes.current, 0);
   assert_int_equal(s.blocks.current, 0);
-  assert_false(ca_pool_free(fx->pool, b));
-  assert_false(ca_pool_free(fx->pool, c));
+  assert_false(ca_pool_free(fx->pool, b, NULL));
+  assert_false(ca_pool_free(fx->pool, c, NULL));
   assert_false(ca_pool_holds_segment(fx->pool, c));
   assert_consistent(fx);
   fx->fake.nsegments = 0; /* the "driver" freed them */

@@ -55,12 +55,12 @@ static void serves_repeat_requests_from_the_cache(void **state) {
   uint64_t sizes[] = {256, 64 * KiB, 3 * MiB, 64 * MiB};
   for (size_t i = 0; i < 4; i++) {
     uint64_t a = must_alloc(fx, sizes[i]);
-    assert_true(ca_pool_free(fx->pool, a));
+    assert_true(ca_pool_free(fx->pool, a, NULL));
     int reserves = fx->fake.reserves;
     for (int k = 0; k < 100; k++) {
       uint64_t b = must_alloc(fx, sizes[i]);
       assert_int_equal(b, a);
-      assert_true(ca_pool_free(fx->pool, b));
+      assert_true(ca_pool_free(fx->pool, b, NULL));
     }
     assert_int_equal(fx->fake.reserves, reserves);
   }
@@ -86,7 +86,7 @@ static void reuses_exact_sizes_between_class_boundaries(void **state) {
   for (int i = 0; i < 4; i++)
     a[i] = must_alloc(fx, odd); /* four blocks from one 20 MiB segment */
   assert_int_equal(fx->fake.reserves, 1);
-  assert_true(ca_pool_free(fx->pool, a[1]));
+  assert_true(ca_pool_free(fx->pool, a[1], NULL));
   assert_int_equal(must_alloc(fx, odd), a[1]);
   assert_int_equal(fx->fake.reserves, 1);
   fixture_free(fx);
@@ -103,12 +103,12 @@ static void splits_and_merges_within_a_segment(void **state) {
   assert_int_equal(fx->fake.reserves, 1);
   assert_int_equal(b, a + 512 * KiB);
   assert_int_equal(c, b + 512 * KiB);
-  assert_true(ca_pool_free(fx->pool, b));
+  assert_true(ca_pool_free(fx->pool, b, NULL));
   assert_int_equal(stats_of(fx).largest_free_block, 512 * KiB);
-  assert_true(ca_pool_free(fx->pool, a)); /* merges with b */
+  assert_true(ca_pool_free(fx->pool, a, NULL)); /* merges with b */
   assert_int_equal(stats_of(fx).largest_free_block, 1 * MiB);
   assert_consistent(fx);
-  assert_true(ca_pool_free(fx->pool, c)); /* merges both sides */
+  assert_true(ca_pool_free(fx->pool, c, NULL)); /* merges both sides */
   cudalloc_device_stats s = stats_of(fx);
   assert_int_equal(s.largest_free_block, 2 * MiB);
   assert_int_equal(s.free_cached_bytes, 2 * MiB);
@@ -123,12 +123,12 @@ static void large_blocks_split_only_for_a_worthwhile_rest(void **state) {
   (void)state;
   fixture *fx = fixture_new(1024 * MiB, default_options(), false);
   uint64_t a = must_alloc(fx, 2 * MiB); /* from a new 20 MiB segment */
-  assert_true(ca_pool_free(fx->pool, a));
+  assert_true(ca_pool_free(fx->pool, a, NULL));
   ca_live_block info;
   uint64_t b = must_alloc(fx, 19 * MiB + 512 * KiB); /* 512 KiB would remain */
   assert_true(ca_pool_lookup(fx->pool, b, &info));
   assert_int_equal(info.size, 20 * MiB);
-  assert_true(ca_pool_free(fx->pool, b));
+  assert_true(ca_pool_free(fx->pool, b, NULL));
   uint64_t c = must_alloc(fx, 18 * MiB); /* 2 MiB remain: split */
   assert_true(ca_pool_lookup(fx->pool, c, &info));
   assert_int_equal(info.size, 18 * MiB);
@@ -145,7 +145,7 @@ static void honours_max_split_size(void **state) {
   opt.max_split_size = 40 * MiB;
   fixture *fx = fixture_new(4096 * MiB, opt, false);
   uint64_t big = must_alloc(fx, 50 * MiB);
-  assert_true(ca_pool_free(fx->pool, big));
+  assert_true(ca_pool_free(fx->pool, big, NULL));
   /* A request below max_split_size does not take the oversize block. */
   uint64_t small = must_alloc(fx, 30 * MiB);
   assert_true(small != big);
@@ -156,10 +156,10 @@ static void honours_max_split_size(void **state) {
   assert_int_equal(again, big);
   assert_true(ca_pool_lookup(fx->pool, again, &info));
   assert_int_equal(info.size, 50 * MiB);
-  assert_true(ca_pool_free(fx->pool, again));
+  assert_true(ca_pool_free(fx->pool, again, NULL));
   /* Not when it would waste 20 MiB or more. */
   uint64_t huge = must_alloc(fx, 100 * MiB);
-  assert_true(ca_pool_free(fx->pool, huge));
+  assert_true(ca_pool_free(fx->pool, huge, NULL));
   int reserves = fx->fake.reserves;
   assert_true(must_alloc(fx, 60 * MiB) != huge);
   assert_int_equal(fx->fake.reserves, reserves + 1);
@@ -176,8 +176,8 @@ static void large_blocks_merge_at_once(void **state) {
   uint64_t a = must_alloc(fx, 4 * MiB), b = must_alloc(fx, 4 * MiB);
   must_alloc(fx, 12 * MiB); /* fills the first 20 MiB segment */
   must_alloc(fx, 6 * MiB);  /* a second one, 14 MiB of it free */
-  assert_true(ca_pool_free(fx->pool, a));
-  assert_true(ca_pool_free(fx->pool, b));
+  assert_true(ca_pool_free(fx->pool, a, NULL));
+  assert_true(ca_pool_free(fx->pool, b, NULL));
   assert_int_equal(must_alloc(fx, 8 * MiB), a);
   assert_int_equal(fx->fake.reserves, 2);
   assert_consistent(fx);

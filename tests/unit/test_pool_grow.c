@@ -17,7 +17,7 @@ static void garbage_collects_oldest_segments_first(void **state) {
     a[i] = must_alloc(fx, 40 * MiB);
   int order[10] = {3, 7, 1, 9, 0, 2, 4, 5, 6, 8};
   for (int i = 0; i < 10; i++)
-    assert_true(ca_pool_free(fx->pool, a[order[i]]));
+    assert_true(ca_pool_free(fx->pool, a[order[i]], NULL));
   /* 400 MiB cached; 200 MiB more needs reserved <= 300 MiB first: the
    * three oldest go. The seven left, each too small, then merge into one
    * segment of 280 MiB, which serves the request: within the threshold. */
@@ -40,7 +40,7 @@ static void garbage_collection_budget_is_the_limit_when_set(void **state) {
   opt.gc_threshold = 0.5;
   fixture *fx = fixture_new(1000 * MiB, opt, false);
   uint64_t a = must_alloc(fx, 80 * MiB);
-  assert_true(ca_pool_free(fx->pool, a));
+  assert_true(ca_pool_free(fx->pool, a, NULL));
   must_alloc(fx, 90 * MiB); /* 80 + 90 > 100: the cached 80 MiB goes */
   assert_int_equal(fx->fake.releases, 1);
   assert_int_equal(fx->fake.mem_infos, 0);
@@ -55,7 +55,7 @@ static void enforces_the_memory_limit(void **state) {
   ca_pool_options opt = limited_options(&budget, 100 * MiB);
   fixture *fx = fixture_new(1000 * MiB, opt, false);
   uint64_t big = must_alloc(fx, 90 * MiB);
-  assert_true(ca_pool_free(fx->pool, big));
+  assert_true(ca_pool_free(fx->pool, big, NULL));
   /* Small requests need 2 MiB segments: the cached 90 MiB must make room. */
   for (int i = 0; i < 12; i++)
     must_alloc(fx, 1 * MiB);
@@ -85,7 +85,7 @@ static void limit_counts_memory_outside_the_pool(void **state) {
   ca_pool_options opt = limited_options(&budget, 100 * MiB);
   fixture *fx = fixture_new(1000 * MiB, opt, false);
   uint64_t a = must_alloc(fx, 30 * MiB), addr = 0;
-  assert_true(ca_pool_free(fx->pool, a));
+  assert_true(ca_pool_free(fx->pool, a, NULL));
   assert_true(ca_budget_book(&budget, 50 * MiB)); /* passed through */
   assert_int_equal(ca_pool_alloc(fx->pool, 40 * MiB, 0, &addr), 0);
   assert_int_equal(fx->fake.releases, 1); /* the cached 30 MiB made room */
@@ -109,7 +109,7 @@ static void pools_of_one_device_share_its_limit(void **state) {
   uint64_t in_a = must_alloc(a, 40 * MiB), addr = 0;
   assert_int_equal(ca_pool_alloc(b->pool, 40 * MiB, 0, &addr), CA_FAKE_OOM);
   must_alloc(b, 20 * MiB);
-  assert_true(ca_pool_free(a->pool, in_a)); /* cached by a: still booked */
+  assert_true(ca_pool_free(a->pool, in_a, NULL)); /* cached by a: still booked */
   assert_int_equal(ca_pool_alloc(b->pool, 40 * MiB, 0, &addr), CA_FAKE_OOM);
   assert_int_equal(ca_pool_empty_cache(a->pool), 40 * MiB);
   must_alloc(b, 40 * MiB);
@@ -127,7 +127,7 @@ static void retries_once_after_out_of_memory(void **state) {
   (void)state;
   fixture *fx = fixture_new(21 * MiB, default_options(), false);
   uint64_t a = must_alloc(fx, 19 * MiB);
-  assert_true(ca_pool_free(fx->pool, a));
+  assert_true(ca_pool_free(fx->pool, a, NULL));
   must_alloc(fx, 4 * KiB); /* needs 2 MiB more than the device has */
   cudalloc_device_stats s = stats_of(fx);
   assert_int_equal(s.oom_retries, 1);
@@ -159,8 +159,8 @@ static void empty_cache_gives_back_free_segments_only(void **state) {
   uint64_t keep = must_alloc(fx, 4 * KiB);
   uint64_t drop1 = must_alloc(fx, 64 * MiB);
   uint64_t drop2 = must_alloc(fx, 2 * MiB);
-  assert_true(ca_pool_free(fx->pool, drop1));
-  assert_true(ca_pool_free(fx->pool, drop2));
+  assert_true(ca_pool_free(fx->pool, drop1, NULL));
+  assert_true(ca_pool_free(fx->pool, drop2, NULL));
   assert_int_equal(ca_pool_empty_cache(fx->pool), 64 * MiB + 20 * MiB);
   cudalloc_device_stats s = stats_of(fx);
   assert_int_equal(s.reserved_bytes.current, 2 * MiB);
@@ -175,10 +175,10 @@ static void free_two_large_segments(fixture *fx, uint64_t *a, uint64_t *b,
                                     int small_frees) {
   *a = must_alloc(fx, 40 * MiB);
   *b = must_alloc(fx, 40 * MiB);
-  assert_true(ca_pool_free(fx->pool, *a));
-  assert_true(ca_pool_free(fx->pool, *b));
+  assert_true(ca_pool_free(fx->pool, *a, NULL));
+  assert_true(ca_pool_free(fx->pool, *b, NULL));
   for (int i = 0; i < small_frees; i++)
-    assert_true(ca_pool_free(fx->pool, must_alloc(fx, 4 * KiB)));
+    assert_true(ca_pool_free(fx->pool, must_alloc(fx, 4 * KiB), NULL));
   assert_int_equal(stats_of(fx).reserved_bytes.peak, 82 * MiB);
 }
 
@@ -224,7 +224,7 @@ static void merges_free_segments_at_a_miss(void **state) {
   assert_int_equal(must_alloc(fx, 10 * MiB), x + 70 * MiB);
   /* A request larger than all it merges gets a segment of its own size:
    * the free 30 MiB go into the 100 MiB one, and the pool grows by 70. */
-  assert_true(ca_pool_free(fx->pool, must_alloc(fx, 30 * MiB)));
+  assert_true(ca_pool_free(fx->pool, must_alloc(fx, 30 * MiB), NULL));
   must_alloc(fx, 100 * MiB);
   assert_int_equal(fx->fake.releases, 3);
   s = stats_of(fx);
@@ -243,9 +243,9 @@ static void merges_below_max_split_size(void **state) {
   fixture *fx = fixture_new(4096 * MiB, opt, false);
   uint64_t a = must_alloc(fx, 40 * MiB), b = must_alloc(fx, 40 * MiB);
   uint64_t c = must_alloc(fx, 40 * MiB);
-  assert_true(ca_pool_free(fx->pool, a));
-  assert_true(ca_pool_free(fx->pool, b));
-  assert_true(ca_pool_free(fx->pool, c));
+  assert_true(ca_pool_free(fx->pool, a, NULL));
+  assert_true(ca_pool_free(fx->pool, b, NULL));
+  assert_true(ca_pool_free(fx->pool, c, NULL));
   uint64_t x = must_alloc(fx, 60 * MiB); /* a and b merge; c would pass */
   assert_int_equal(fx->fake.releases, 2);
   assert_int_equal(stats_of(fx).reserved_bytes.current, 120 * MiB);

@@ -12,8 +12,8 @@ static void safe_reuses_after_marker_passes(void **state) {
   fixture *fx = safe_fixture(1024 * MiB, default_options());
   uint64_t a[4];
   fill_small_segment(fx, a);
-  assert_true(ca_pool_free(fx->pool, a[1]));
-  assert_true(ca_pool_free(fx->pool, a[3]));
+  assert_true(ca_pool_free(fx->pool, a[1], NULL));
+  assert_true(ca_pool_free(fx->pool, a[3], NULL));
   cudalloc_device_stats s = stats_of(fx);
   assert_int_equal(s.pending_free_bytes, 1 * MiB);
   assert_int_equal(s.free_cached_bytes, 0);
@@ -39,7 +39,7 @@ static void one_marker_per_batch(void **state) {
   for (int i = 0; i < 64; i++)
     a[i] = must_alloc(fx, 64 * KiB + (uint64_t)i * 512);
   for (int i = 0; i < 64; i++)
-    assert_true(ca_pool_free(fx->pool, a[i]));
+    assert_true(ca_pool_free(fx->pool, a[i], NULL));
   assert_int_equal(fx->fake.marks, 0);
   must_alloc(fx, 4 * KiB); /* the segment's free tail serves it: no miss */
   int reserves = fx->fake.reserves;
@@ -59,8 +59,8 @@ static void waits_for_pending_frees_before_growing(void **state) {
   fixture *fx = safe_fixture(1024 * MiB, default_options());
   uint64_t a[4];
   fill_small_segment(fx, a);
-  assert_true(ca_pool_free(fx->pool, a[0]));
-  assert_true(ca_pool_free(fx->pool, a[1]));
+  assert_true(ca_pool_free(fx->pool, a[0], NULL));
+  assert_true(ca_pool_free(fx->pool, a[1], NULL));
   assert_int_equal(must_alloc(fx, 1 * MiB), a[0]); /* a[0] and a[1], merged */
   assert_int_equal(fx->fake.marks, 1);
   assert_int_equal(fx->fake.waits, 1);
@@ -84,13 +84,13 @@ static void fence_hands_pending_blocks_back_at_once(void **state) {
   uint64_t big = must_alloc(fx, 16 * MiB);
   uint64_t a[4];
   fill_small_segment(fx, a);
-  assert_true(ca_pool_free(fx->pool, big));
-  assert_true(ca_pool_free(fx->pool, a[0]));
+  assert_true(ca_pool_free(fx->pool, big, NULL));
+  assert_true(ca_pool_free(fx->pool, a[0], NULL));
   assert_int_equal(fx->fake.fences, 0); /* a free costs no driver call */
   assert_int_equal(must_alloc(fx, 16 * MiB), big);
   assert_int_equal(fx->fake.fences, 1);
   assert_int_equal(stats_of(fx).pending_free_bytes, 0);
-  assert_true(ca_pool_free(fx->pool, a[1]));
+  assert_true(ca_pool_free(fx->pool, a[1], NULL));
   assert_int_equal(must_alloc(fx, 512 * KiB), a[0]); /* a quick hit */
   assert_int_equal(fx->fake.fences, 1);
   assert_int_equal(must_alloc(fx, 512 * KiB), a[1]); /* a miss: fences */
@@ -120,16 +120,16 @@ static void fences_first_once_per_sixteen_large_requests(void **state) {
   for (int i = 0; i < 4; i++)
     p[i] = must_alloc(fx, 10 * MiB);
   uint64_t big = must_alloc(fx, 400 * MiB);
-  assert_true(ca_pool_free(fx->pool, big));
+  assert_true(ca_pool_free(fx->pool, big, NULL));
   for (int i = 0; i < 4; i++)
-    assert_true(ca_pool_free(fx->pool, p[i]));
+    assert_true(ca_pool_free(fx->pool, p[i], NULL));
   /* A miss fences: every block is cached, and the p blocks, exact fits,
    * come back (in some order). */
   for (int i = 0; i < 4; i++)
     assert_true(is_one_of(must_alloc(fx, 10 * MiB), p, 4));
   assert_int_equal(fx->fake.fences, 1);
   for (int i = 0; i < 4; i++)
-    assert_true(ca_pool_free(fx->pool, p[i]));
+    assert_true(ca_pool_free(fx->pool, p[i], NULL));
   /* 40 MiB pending, the big block cached: the 4th to the 15th large
    * request since the fence (the miss's own request reset the count) take
    * slices of the big block. */
@@ -154,7 +154,7 @@ static void capture_refuses_fences(void **state) {
   fx->fake.backend.fence = ca_fake_fence;
   uint64_t a[4], b[4];
   fill_small_segment(fx, a);
-  assert_true(ca_pool_free(fx->pool, a[0]));
+  assert_true(ca_pool_free(fx->pool, a[0], NULL));
   fx->fake.refuse_sync = true;
   fill_small_segment(fx, b);
   assert_true(fx->fake.refused_fences > 0);
@@ -175,7 +175,7 @@ static void capture_keeps_frees_pending(void **state) {
   fx->fake.auto_pass = true;
   uint64_t a[4], b[4];
   fill_small_segment(fx, a);
-  assert_true(ca_pool_free(fx->pool, a[0]));
+  assert_true(ca_pool_free(fx->pool, a[0], NULL));
   fx->fake.refuse_sync = true;
   fill_small_segment(fx, b); /* the miss's poll and its wait each ask */
   assert_int_equal(fx->fake.refused_marks, 2);
@@ -200,7 +200,7 @@ static void limit_waits_for_pending_frees(void **state) {
   uint64_t a[4];
   fill_small_segment(fx, a);
   for (int i = 0; i < 4; i++)
-    assert_true(ca_pool_free(fx->pool, a[i]));
+    assert_true(ca_pool_free(fx->pool, a[i], NULL));
   uint64_t x = must_alloc(fx, 512 * KiB);
   assert_int_equal(fx->fake.waits, 1);
   assert_int_equal(fx->fake.reserves, 1);
@@ -217,7 +217,7 @@ static void out_of_memory_waits_for_pending_frees(void **state) {
   uint64_t a[4];
   fill_small_segment(fx, a);
   for (int i = 0; i < 4; i++)
-    assert_true(ca_pool_free(fx->pool, a[i]));
+    assert_true(ca_pool_free(fx->pool, a[i], NULL));
   must_alloc(fx, 1 * MiB);
   assert_int_equal(fx->fake.waits, 1);
   assert_int_equal(fx->fake.reserves, 1);
@@ -235,7 +235,7 @@ static void immediate_reuses_at_once(void **state) {
   opt.reuse = CA_REUSE_IMMEDIATE;
   fixture *fx = fixture_new(1024 * MiB, opt, true);
   uint64_t a = must_alloc(fx, 1 * MiB);
-  assert_true(ca_pool_free(fx->pool, a));
+  assert_true(ca_pool_free(fx->pool, a, NULL));
   assert_int_equal(must_alloc(fx, 1 * MiB), a);
   assert_int_equal(fx->fake.marks + fx->fake.syncs, 0);
   fixture_free(fx);
@@ -249,11 +249,11 @@ static void device_sync_waits_at_each_free(void **state) {
   opt.reuse = CA_REUSE_DEVICE_SYNC;
   fixture *fx = fixture_new(1024 * MiB, opt, true);
   uint64_t a = must_alloc(fx, 1 * MiB), b = must_alloc(fx, 1 * MiB);
-  assert_true(ca_pool_free(fx->pool, a));
+  assert_true(ca_pool_free(fx->pool, a, NULL));
   assert_int_equal(fx->fake.syncs, 1);
   assert_int_equal(must_alloc(fx, 1 * MiB), a);
   fx->fake.refuse_sync = true;
-  assert_true(ca_pool_free(fx->pool, b));
+  assert_true(ca_pool_free(fx->pool, b, NULL));
   assert_int_equal(stats_of(fx).pending_free_bytes, 1 * MiB);
   fx->fake.refuse_sync = false;
   assert_int_equal(must_alloc(fx, 1 * MiB), b); /* marked, passed */
@@ -267,7 +267,7 @@ static void empty_cache_waits_for_pending(void **state) {
   (void)state;
   fixture *fx = safe_fixture(1024 * MiB, default_options());
   uint64_t a = must_alloc(fx, 64 * MiB);
-  assert_true(ca_pool_free(fx->pool, a));
+  assert_true(ca_pool_free(fx->pool, a, NULL));
   assert_int_equal(ca_pool_empty_cache(fx->pool), 64 * MiB);
   assert_int_equal(fx->fake.waits, 1);
   assert_int_equal(fx->fake.forgets, 1);
@@ -281,9 +281,9 @@ static void drop_all_forgets_pending_markers(void **state) {
   fixture *fx = safe_fixture(1024 * MiB, default_options());
   uint64_t a[4], b[4];
   fill_small_segment(fx, a);
-  assert_true(ca_pool_free(fx->pool, a[0]));
+  assert_true(ca_pool_free(fx->pool, a[0], NULL));
   fill_small_segment(fx, b); /* marks a[0]'s batch, grows */
-  assert_true(ca_pool_free(fx->pool, b[0])); /* a new open batch */
+  assert_true(ca_pool_free(fx->pool, b[0], NULL)); /* a new open batch */
   ca_pool_drop_all(fx->pool);
   assert_int_equal(fx->fake.forgets, fx->fake.marks);
   assert_int_equal(stats_of(fx).pending_free_bytes, 0);

@@ -65,7 +65,7 @@ static void finds_the_block_holding_an_address(void **state) {
   assert_int_equal(sa.segment, sb.segment); /* small blocks share 2 MiB */
   assert_int_equal(sa.segment_size, 2 * MiB);
   assert_int_equal(sc.segment_size, 20 * MiB);
-  assert_true(ca_pool_free(fx->pool, b));
+  assert_true(ca_pool_free(fx->pool, b, NULL));
   assert_in_no_block(fx, b);
   assert_in_no_block(fx, b + 100);
   ca_pool_span outside;
@@ -98,7 +98,7 @@ static void shared_block_never_comes_back(void **state) {
     uint64_t seg = span_of(fx, b).segment, more[64];
     assert_true(ca_pool_share(fx->pool, b));
     assert_false(ca_pool_share(fx->pool, b + 512)); /* not a block's start */
-    assert_true(ca_pool_free(fx->pool, b));
+    assert_true(ca_pool_free(fx->pool, b, NULL));
     assert_in_no_block(fx, b);
     alloc_around(fx, 64 * KiB, 64, b, 64 * KiB, more);
     assert_consistent(fx);
@@ -107,8 +107,8 @@ static void shared_block_never_comes_back(void **state) {
                      s.allocated_bytes.current + s.free_cached_bytes +
                          s.pending_free_bytes + 64 * KiB);
     for (int i = 0; i < 64; i++)
-      assert_true(ca_pool_free(fx->pool, more[i]));
-    assert_true(ca_pool_free(fx->pool, a));
+      assert_true(ca_pool_free(fx->pool, more[i], NULL));
+    assert_true(ca_pool_free(fx->pool, a, NULL));
     assert_true(ca_pool_empty_cache(fx->pool) >= 2 * MiB);
     assert_false(ca_pool_holds_segment(fx->pool, seg));
     assert_int_equal(warnings, 0);
@@ -125,13 +125,13 @@ static void free_neighbours_do_not_merge_over_a_shared_block(void **state) {
   uint64_t x = must_alloc(fx, 3 * MiB), y = must_alloc(fx, 3 * MiB);
   uint64_t z = must_alloc(fx, 3 * MiB);
   assert_true(ca_pool_share(fx->pool, y));
-  assert_true(ca_pool_free(fx->pool, x));
-  assert_true(ca_pool_free(fx->pool, y));
-  assert_true(ca_pool_free(fx->pool, z));
+  assert_true(ca_pool_free(fx->pool, x, NULL));
+  assert_true(ca_pool_free(fx->pool, y, NULL));
+  assert_true(ca_pool_free(fx->pool, z, NULL));
   uint64_t big[1];
   alloc_around(fx, 9 * MiB, 1, y, 3 * MiB, big);
   assert_consistent(fx);
-  assert_true(ca_pool_free(fx->pool, big[0]));
+  assert_true(ca_pool_free(fx->pool, big[0], NULL));
   fixture_free(fx);
 }
 
@@ -150,10 +150,10 @@ static void counts_releasable_segments(void **state) {
       blocks[i] = must_alloc(fx, 1 * MiB); /* two per 2 MiB segment */
     assert_int_equal(ca_pool_releasable(fx->pool), 0);
     for (int i = 0; i < 400; i += 2)
-      assert_true(ca_pool_free(fx->pool, blocks[i]));
+      assert_true(ca_pool_free(fx->pool, blocks[i], NULL));
     assert_int_equal(ca_pool_releasable(fx->pool), 0);
     for (int i = 1; i < 20; i += 2)
-      assert_true(ca_pool_free(fx->pool, blocks[i]));
+      assert_true(ca_pool_free(fx->pool, blocks[i], NULL));
     uint64_t releasable = ca_pool_releasable(fx->pool);
     assert_int_equal(releasable, 20 * MiB);
     uint64_t free_bytes = fx->fake.capacity[0] - fx->fake.used[0];
@@ -173,7 +173,7 @@ static void segment_handed_out_again_is_lost(void **state) {
   fixture *fx = fixture_new(1024 * MiB, warning_options(CA_REUSE_IMMEDIATE),
                             false);
   uint64_t a = must_alloc(fx, 4 * KiB), b = must_alloc(fx, 4 * KiB);
-  assert_true(ca_pool_free(fx->pool, b));
+  assert_true(ca_pool_free(fx->pool, b, NULL));
   uint64_t seg = span_of(fx, a).segment, small[600];
   assert_int_equal(ca_fake_free_behind(&fx->fake, 0, seg), 2 * MiB);
   fx->fake.next_reserve_at = seg;
@@ -211,7 +211,7 @@ static void segment_reported_lost_leaves_the_pool(void **state) {
   ca_fake_free_behind(&fx->fake, 0, seg);
   uint64_t fresh[8];
   alloc_around(fx, 4 * KiB, 8, seg, 2 * MiB, fresh);
-  assert_false(ca_pool_free(fx->pool, a));
+  assert_false(ca_pool_free(fx->pool, a, NULL));
   cudalloc_device_stats st = stats_of(fx);
   assert_int_equal(st.reserved_bytes.current, 2 * MiB); /* the fresh one */
   assert_int_equal(st.blocks.current, 8);

@@ -83,7 +83,7 @@ static int stamp_intact(const slot *s) {
 static void step(worker *w) {
   slot *s = &w->slots[next_random(&w->rng) % SLOTS];
   if (s->addr) {
-    if (!stamp_intact(s) || !ca_pool_free(w->pool, s->addr))
+    if (!stamp_intact(s) || !ca_pool_free(w->pool, s->addr, NULL))
       w->failures++;
     s->addr = 0;
     return;
@@ -275,7 +275,7 @@ static void *run_spreader(void *arg) {
     for (int i = 0; i < 1000; i++) {
       uint64_t addr = 0;
       if (ca_pool_alloc(w->pool, 4096, 0, &addr) != 0 ||
-          !ca_pool_free(w->pool, addr))
+          !ca_pool_free(w->pool, addr, NULL))
         w->failures++;
     }
     if (ca_pool_thread_arena() != 0)

@@ -14,25 +14,29 @@ tensor is its own device allocation that cudalloc sees:
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUDALLOC_CONF=backtrace_depth:16 \\
       LD_PRELOAD=build/libcudalloc.so python3 examples/torch_leak.py [--fixed]
 
-Each step prints the device memory in use. At the end of training the
-script asks cudalloc for its report of live allocations (see below): the
-leaky run shows groups of --steps allocations (one per step: the kept
-outputs, the kept losses); the fixed run shows no such group.
+Each step prints the device memory in use and marks the step's end for
+cudalloc (cudalloc.mark()). At the end of training the script asks cudalloc
+for its report of live allocations (cudalloc.report()): the leaky run shows
+groups of --steps allocations (one per step: the kept outputs, the kept
+losses); the fixed run shows no such group.
 
-Why the script calls the report itself: Python frees every tensor while the
-interpreter shuts down, so by the time cudalloc's report at exit runs, the
-kept tensors are gone and it (truthfully) finds no leak. The moment a user
-would look is the end of training, so that is where the script looks, through
-the library's public cudalloc_print_report() (include/cudalloc.h), found
-with ctypes when the library is preloaded. Without cudalloc it just trains.
+Python frees every tensor while the interpreter shuts down, so by the time
+cudalloc's report at exit runs, the kept tensors are gone and it
+(truthfully) finds no leak. Two ways to see the growth anyway: the report
+asked for at the end of training, as here, or CUDALLOC_CONF=growth_report:1,
+whose report at exit names the sites whose live memory grew step after step
+(one snapshot per mark), freed or not. Both go through scripts/cudalloc.py,
+the library's Python helper; without cudalloc the script just trains.
 """
 import argparse
-import ctypes
 import os
 import sys
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import cudalloc  # noqa: E402  the library's Python helper
 
 FEATURES, HIDDEN, CLASSES = 512, 1024, 256
 BATCH = 1024  # one output is BATCH x CLASSES floats: exactly 1 MiB
@@ -60,17 +64,12 @@ def device_memory_in_use():
 def print_cudalloc_report():
     """Prints cudalloc's report of live device allocations, when cudalloc is
     loaded (LD_PRELOAD); says how to get it otherwise."""
-    lib = ctypes.CDLL(None)  # the process's global symbols, preloads included
-    report = getattr(lib, "cudalloc_print_report", None)
-    if report is None:
+    if not cudalloc.loaded():
         print("torch_leak: cudalloc is not loaded; run with "
               "LD_PRELOAD=build/libcudalloc.so to see where the memory went")
         return
-    report.restype = None
-    report.argtypes = []
     print("torch_leak: cudalloc's report of the device memory still allocated:")
-    sys.stdout.flush()  # the report is written by C code, after our buffered lines
-    report()
+    cudalloc.report()
     sys.stderr.flush()
 
 
@@ -101,6 +100,7 @@ def train(steps, fixed):
             losses.append(loss)
             outputs.append(logits)
         torch.cuda.synchronize()
+        cudalloc.mark()  # the step's end: growth_report:1 snapshots here
         used = device_memory_in_use()
         start = used if start is None else start
         print("step %3d: loss %.4f, device memory in use %8.1f MiB (%+.1f MiB since step 1)"

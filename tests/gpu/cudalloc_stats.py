@@ -1,79 +1,29 @@
-"""Reads libcudalloc's pool statistics from inside a Python process.
+"""Reads libcudalloc's pool statistics from inside a Python process, and
+judges them.
 
 Shared by the Python GPU checks (torch_cnn.py, cupy_check.py, jax_check.py,
 torch_ipc.py, cupy_ipc.py).
 Why: when the library is only preloaded, the Python program itself is the one
 place that can ask the pool what it served, the way any user program would:
-dlsym(RTLD_DEFAULT, "cudalloc_get_stats") through ctypes.CDLL(None). The
-structure below mirrors cudalloc_device_stats in include/cudalloc.h field by
-field; ctypes applies the C alignment rules (4 bytes of padding after the
-leading int). Fields the header adds at the end are harmless (the caller
-passes its own size); a field inserted or renamed in the header moves the
-ones after it, so a test (stats_layout, in every CI run) compares this
-layout with the C compiler's: --c-layout prints a C program that prints the
-header's size and offsets of these fields (into FILE when one is given), --py-layout the same from ctypes,
-and --check-layout PROGRAM runs that program and compares the two.
+through scripts/cudalloc.py, the library's Python helper, whose ctypes
+mirror of cudalloc_device_stats (include/cudalloc.h) is used here. Fields
+the header adds at the end are harmless (the caller passes its own size); a
+field inserted or renamed in the header moves the ones after it, so a test
+(stats_layout, in every CI run) compares that layout with the C compiler's:
+--c-layout prints a C program that prints the header's size and offsets of
+these fields (into FILE when one is given), --py-layout the same from
+ctypes, and --check-layout PROGRAM runs that program and compares the two.
 
 Standard library only.
 """
 
 import ctypes
+import os
 import sys
 import traceback
 
-
-class CudallocStat(ctypes.Structure):
-    _fields_ = [
-        ("current", ctypes.c_uint64),
-        ("peak", ctypes.c_uint64),
-        ("total", ctypes.c_uint64),
-    ]
-
-
-class CudallocDeviceStats(ctypes.Structure):
-    _fields_ = [
-        ("device", ctypes.c_int),
-        ("requested_bytes", CudallocStat),
-        ("allocated_bytes", CudallocStat),
-        ("reserved_bytes", CudallocStat),
-        ("blocks", CudallocStat),
-        ("segments", CudallocStat),
-        ("allocs", ctypes.c_uint64),
-        ("frees", ctypes.c_uint64),
-        ("cache_hits", ctypes.c_uint64),
-        ("backend_allocs", ctypes.c_uint64),
-        ("backend_frees", ctypes.c_uint64),
-        ("oom_retries", ctypes.c_uint64),
-        ("gc_segments_released", ctypes.c_uint64),
-        ("failed_allocs", ctypes.c_uint64),
-        ("free_cached_bytes", ctypes.c_uint64),
-        ("pending_free_bytes", ctypes.c_uint64),
-        ("largest_free_block", ctypes.c_uint64),
-        ("fragmentation", ctypes.c_double),
-    ]
-
-
-def get_stats(device=0):
-    """The pool statistics of `device` as a dict, or None when the library is
-    not loaded in this process. The dict has "rc": 0 when the device has a
-    pool, -1 when it has none (nothing pooled yet, or enabled:0)."""
-    try:
-        fn = getattr(ctypes.CDLL(None), "cudalloc_get_stats")
-    except AttributeError:
-        return None
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_int, ctypes.POINTER(CudallocDeviceStats),
-                   ctypes.c_size_t]
-    s = CudallocDeviceStats()
-    rc = fn(device, ctypes.byref(s), ctypes.sizeof(s))
-    out = {"rc": rc}
-    for name, ctype in CudallocDeviceStats._fields_:
-        value = getattr(s, name)
-        if ctype is CudallocStat:
-            value = {"current": value.current, "peak": value.peak,
-                     "total": value.total}
-        out[name] = value
-    return out
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from cudalloc import CudallocDeviceStats, stats as get_stats  # noqa: E402,F401
 
 
 def pooled_line(stats):

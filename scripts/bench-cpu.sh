@@ -2,7 +2,8 @@
 # The pool's own cost on the CPU, over the fake backend (no GPU needed):
 # wall time from bench_pool, and instructions counted by callgrind, which
 # repeat exactly run to run. Instructions are counted inside ca_pool_alloc
-# and ca_pool_free only (callees included), so set-up is left out. Then the
+# and ca_pool_free only (callees included), so set-up is left out; then the
+# same for counting live bytes by site (bench_sites: what stacks add). Then the
 # memory the pool reserves for real training loops: allocation traces of
 # ResNet-50/152 training steps recorded on an H200 (tests/bench/traces, see
 # tests/bench/trace_alloc.c), replayed by bench_replay. Both repeat exactly,
@@ -15,7 +16,7 @@ cd "$root"
 ca_ensure_deps valgrind
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build --target bench_pool bench_replay -j "$(nproc)" >/dev/null
+cmake --build build --target bench_pool bench_replay bench_sites -j "$(nproc)" >/dev/null
 bench=build/tests/bench/bench_pool
 
 echo "== wall time (1,000,000 operations each)"
@@ -35,6 +36,16 @@ echo "== instructions (callgrind, inside ca_pool_alloc and ca_pool_free)"
 for reuse in immediate safe; do
   printf 'pair  %-9s %s instructions per allocate+free pair\n' "$reuse" "$(count pair 200000 "$reuse")"
   printf 'mixed %-9s %s instructions per operation\n' "$reuse" "$(count mixed 200000 "$reuse")"
+done
+
+echo
+echo "== live bytes by allocation site, with stacks on (callgrind, inside ca_sites_alloc and ca_sites_free)"
+for growth in off growth; do
+  total=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+    --toggle-collect=ca_sites_alloc --toggle-collect=ca_sites_free \
+    build/tests/bench/bench_sites 200000 "$growth" 2>&1 | sed -n 's/.*Collected : *//p')
+  printf 'sites growth %-3s %s instructions per allocate+free pair\n' "${growth/growth/on}" \
+    "$(awk -v t="$total" 'BEGIN { printf "%.0f", t / 200000 }')"
 done
 
 echo

@@ -169,6 +169,11 @@ static const ca__key ca__keys[] = {
      "cudalloc_mark()) and reports, at exit and on SIGUSR1, the sites that "
      "kept growing, even if freed at the end. Needs stacks: with "
      "backtrace_depth 0 it keeps 16 frames."},
+    {"python_frames", CA__BOOL_AT(python_frames), 0, 1, {.integer = 1}, "1",
+     CA__BOOL_ACCEPTED,
+     "With stacks, in a CPython 3.9 to 3.13 process, merge the Python frames "
+     "(file:line in function) of the allocating thread into its stack; 0 "
+     "keeps native frames only."},
 };
 
 #define CA__NKEYS (sizeof(ca__keys) / sizeof(ca__keys[0]))

@@ -50,6 +50,7 @@ typedef struct ca_config {
   bool stats_signal;       /* stats_signal; the summary on SIGUSR1 */
   int reuse_policy;        /* reuse_policy; a ca_reuse_setting */
   bool growth_report;      /* growth_report; sites that kept growing */
+  bool python_frames;      /* python_frames; Python lines in stacks */
 } ca_config;
 
 /* Fills *c with every key's default. */

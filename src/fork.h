@@ -25,6 +25,7 @@ typedef enum ca_fork_slot {
   CA_FORK_CAPTURES,  /* the captures in progress */
   CA_FORK_DRIVER,    /* the primary contexts retained */
   CA_FORK_SITES,     /* live bytes by site, growth snapshots, the peak */
+  CA_FORK_PYFRAMES,  /* the Python frame store's insert lock */
   CA_FORK_STACKS,    /* the stack depot's insert lock */
   CA_FORK_LOG,       /* the log lock */
   CA_FORK_SLOTS

@@ -17,6 +17,7 @@
 #include "log.h"
 #include "pointer.h"
 #include "pool/pool.h"
+#include "pyframes/pyframes.h"
 #include "registry.h"
 #include "sites.h"
 #include "stacks.h"
@@ -38,7 +39,8 @@ static int ca__where(CUcontext *ctx) {
 
 /* The stack id of the allocation being served, when backtrace_depth asks
  * for stacks: the frames from the program's call inwards to the first one
- * outside this library. */
+ * outside this library, with the Python frames of a Python thread merged
+ * in (as many again as backtrace_depth). */
 static uint32_t ca__stack_here(void) {
   const ca_config *cfg = ca_config_get();
   int depth = cfg->backtrace_depth;
@@ -48,6 +50,8 @@ static uint32_t ca__stack_here(void) {
     return 0;
   uintptr_t pcs[CA_STACK_MAX_FRAMES];
   size_t n = ca_unwind_outside_self(pcs, (size_t)depth);
+  if (cfg->python_frames)
+    n = ca_pyframes_merge(pcs, n, CA_STACK_MAX_FRAMES, (size_t)depth);
   return ca_stacks_intern(pcs, n);
 }
 

@@ -84,6 +84,30 @@ static size_t ca__stack_of(const ca_report_block *b, const uintptr_t **pcs) {
   return ca_stacks_get(b->stack, pcs);
 }
 
+/* The module a Python frame's symbol names. */
+#define CA__PYTHON_MODULE "<python>"
+
+static bool ca__is_python(const ca_symbol *sym) {
+  return strcmp(sym->module, CA__PYTHON_MODULE) == 0;
+}
+
+static void ca__copy_name(char *dst, size_t len, const char *src) {
+  snprintf(dst, len, "%s", src ? src : "");
+}
+
+/* A Python frame word's symbol: its function, file and line. */
+static void ca__python_symbol(uintptr_t pc, ca_symbol *sym) {
+  ca_pyframe f;
+  memset(sym, 0, sizeof(*sym));
+  sym->pc = pc;
+  if (!ca_pyframes_describe(pc, &f))
+    return;
+  ca__copy_name(sym->module, sizeof(sym->module), CA__PYTHON_MODULE);
+  ca__copy_name(sym->function, sizeof(sym->function), f.function);
+  ca__copy_name(sym->file, sizeof(sym->file), f.file);
+  sym->line = f.line;
+}
+
 /* Symbolizes the frames of the stacks ids[0..n) in one batch (each
  * object file is parsed once). */
 static void ca__symbolize_stacks(const uint32_t *ids, size_t n,
@@ -116,7 +140,13 @@ static void ca__symbolize_stacks(const uint32_t *ids, size_t n,
     s->n = 0;
     return;
   }
-  ca_symbolize(s->pcs, s->n, s->syms);
+  /* Python frames (tagged, so sorted last) are named by pyframes. */
+  size_t native = 0;
+  while (native < s->n && !ca_pyframes_is(s->pcs[native]))
+    native++;
+  ca_symbolize(s->pcs, native, s->syms);
+  for (size_t i = native; i < s->n; i++)
+    ca__python_symbol(s->pcs[i], &s->syms[i]);
 }
 
 static void ca__symbols_free(ca__symbols *s) {
@@ -148,6 +178,8 @@ static bool ca__starts(const char *s, const char *prefix) {
  * (cudaMalloc), its internals (libcudart_static_<hash>, __cudart<n>, and
  * cudart:: when not demangled, _ZN6cudart) and the driver's (cuMemAlloc). */
 static bool ca__is_plumbing(const ca_symbol *sym) {
+  if (ca__is_python(sym))
+    return false;
   const char *module = ca__basename(sym->module);
   const char *f = sym->function;
   return ca__starts(module, "libcudalloc") ||

@@ -5,6 +5,14 @@
  * includes the files in order); not compiled alone.
  */
 static void ca__json_frame(ca__out *o, uintptr_t pc, const ca_symbol *sym) {
+  if (sym != NULL && ca__is_python(sym)) {
+    ca__out_put(o, "{\"python\":true,\"function\":", 26);
+    ca__put_json_string(o, sym->function);
+    ca__out_put(o, ",\"file\":", 8);
+    ca__put_json_string(o, sym->file);
+    ca__printf(o, ",\"line\":%u}", sym->line);
+    return;
+  }
   ca__printf(o, "{\"pc\":\"0x%" PRIxPTR "\",\"function\":", pc);
   ca__put_json_string(o, sym ? sym->function : NULL);
   ca__printf(o, ",\"offset\":%" PRIu64 ",\"file\":",

@@ -27,6 +27,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "pyframes/pyframes.h"
 #include "stacks.h"
 #include "stats.h"
 #include "symbolize/symbolize.h"

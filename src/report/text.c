@@ -23,6 +23,10 @@ static void ca__call_words(char *buf, size_t len, const char *call) {
 }
 
 static void ca__text_frame(size_t index, uintptr_t pc, const ca_symbol *sym) {
+  if (sym != NULL && ca__is_python(sym)) {
+    ca_log("    #%zu in %s %s:%u (Python)", index, sym->function, sym->file, sym->line);
+    return;
+  }
   if (sym == NULL || sym->module[0] == '\0') {
     ca_log("    #%zu 0x%" PRIxPTR " in ??", index, pc);
     return;

@@ -8,7 +8,8 @@ each step through the helper; it asks the helper for the statistics and
 the report of live allocations, then frees everything. Checked: under the
 library every helper call reaches it (stats, mark, report, empty_cache),
 and growth_report:1 names the growing site at exit, over exactly the marked
-steps; without the library every call does nothing and says so.
+steps, down to keep_step's Python line; without the library every call
+does nothing and says so.
 """
 import os
 import re
@@ -95,6 +96,9 @@ def check_preloaded(tmp):
                        r.err, re.M)
     expect(growth and int(growth.group(1)) == (STEPS - 1) << 20 and int(growth.group(2)) == STEPS,
            f"growth at exit: {growth and growth.group(0)}; want {STEPS - 1} MiB over {STEPS} snapshots", r)
+    if (3, 9) <= sys.version_info[:2] <= (3, 13):  # Python frames (py_frames_test.py)
+        expect(re.search(r"^cudalloc:     #\d+ in keep_step <string>:\d+ \(Python\)$", r.err, re.M),
+               "the growing site's stack does not show keep_step's Python line", r)
     return growth.group(0)[len("cudalloc: "):][:90]
 
 

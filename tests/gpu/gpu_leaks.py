@@ -13,7 +13,8 @@
                      examples/torch.supp nothing leaked at exit; under
                      growth_report:1 the report at exit names a site that
                      grew over every marked step, though Python freed it
-                     all, and --fixed none
+                     all, and --fixed none; the group of kept outputs shows
+                     the Python line that made them (train's model(x))
   reset_leak         cudaDeviceReset in mid-program (tests/gpu/reset_leak.cu):
                      reported at the reset, correct after it
 
@@ -232,6 +233,19 @@ def leaky_loop_shared(check):
     leak_fixed(check, "leak_shared_fixed", "shared", prog)
 
 
+def training_report(run):
+    """The lines of the report torch_leak.py prints at the end of training."""
+    section, on = [], False
+    for line in run.lines:
+        if re.match(r"^torch_leak: cudalloc.s report", line):
+            on = True
+        elif re.search(r"==[0-9]+== .*\(at exit\)", line):
+            on = False
+        elif on:
+            section.append(line)
+    return section
+
+
 def torch_report(check, row, fixed):
     """The report torch_leak.py prints at the end of training (not the one
     at exit): a group of a multiple of TORCH_STEPS allocations, or none."""
@@ -239,14 +253,7 @@ def torch_report(check, row, fixed):
     r = LeakRun(check, row, "torch", STACKS, cmd + (["--fixed"] if fixed else []))
     if r.skipped:
         return
-    section, on = [], False
-    for line in r.run.lines:
-        if re.match(r"^torch_leak: cudalloc.s report", line):
-            on = True
-        elif re.search(r"==[0-9]+== .*\(at exit\)", line):
-            on = False
-        elif on:
-            section.append(line)
+    section = training_report(r.run)
     groups = [re.match(LIVE_GROUP_RE, l).groups() for l in section if re.match(LIVE_GROUP_RE, l)]
     shown = " ".join("%sx%sB" % (count, size) for size, count in groups)
     hits = [g for g in groups if int(g[1]) > 0 and int(g[1]) % TORCH_STEPS == 0]
@@ -287,6 +294,34 @@ def torch_growth(check, row, fixed):
         "%d bytes over %d snapshots" % max((int(b), int(n)) for b, n in sites) if sites else "-"))
 
 
+def torch_python_frames(check):
+    """With stacks, the group of the kept outputs names the line of
+    train() that made them: Python frames under PyTorch, which releases the
+    GIL around every operator."""
+    cmd = [sys.executable, "examples/torch_leak.py", "--steps", str(TORCH_STEPS)]
+    r = LeakRun(check, "leak_torch_python", "torch", STACKS, cmd)
+    if r.skipped:
+        return
+    with open(check.path("examples/torch_leak.py")) as f:
+        line = next(n for n, l in enumerate(f, 1) if "logits = model(x)" in l)
+    want = re.compile(r"^cudalloc: +#[0-9]+ in train \S*torch_leak\.py:%d \(Python\)$" % line)
+    groups, cur = [], None
+    for l in training_report(r.run):
+        m = re.match(LIVE_GROUP_RE, l)
+        if m:
+            cur = [int(m.group(2)), []]
+            groups.append(cur)
+        elif cur is not None and l.startswith("cudalloc:     #"):
+            cur[1].append(l)
+    hit = [g for g in groups if g[0] == TORCH_STEPS and any(want.match(f) for f in g[1])]
+    if not hit:
+        r.why.append("no group of %d allocations with the frame 'in train ...torch_leak.py:%d "
+                     "(Python)'" % (TORCH_STEPS, line))
+    py = [f for f in (hit[0][1] if hit else []) if f.endswith("(Python)")]
+    r.verdict("", "%d Python frames, innermost: %s" % (
+        len(py), py[0].split(" in ", 1)[-1] if py else "-"))
+
+
 def torch_leak(check):
     torch_env = os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING")
     os.environ["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
@@ -296,6 +331,7 @@ def torch_leak(check):
         torch_exit_suppressed(check)
         torch_growth(check, "leak_torch_growth", False)
         torch_growth(check, "leak_torch_growth_fixed", True)
+        torch_python_frames(check)
     finally:
         if torch_env is None:
             del os.environ["PYTORCH_NO_CUDA_MEMORY_CACHING"]

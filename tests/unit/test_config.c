@@ -287,8 +287,8 @@ static void test_message_wording(void **state) {
       "(known keys: garbage_collection_threshold, max_split_size_mb, "
       "memory_limit_mb, enabled, verbose, help, leak_report, "
       "backtrace_depth, log_path, leak_exitcode, suppressions, report_format, "
-      "max_leaks, stats, stats_signal, reuse_policy, growth_report; help:1 "
-      "lists them)\n");
+      "max_leaks, stats, stats_signal, reuse_policy, growth_report, "
+      "python_frames; help:1 lists them)\n");
 }
 
 /* The report's keys: every kind of value they take, and their defaults. */
@@ -435,7 +435,8 @@ static void test_help(void **state) {
       "garbage_collection_threshold", "max_split_size_mb", "memory_limit_mb",
       "enabled", "verbose", "help", "leak_report", "backtrace_depth",
       "log_path", "leak_exitcode", "suppressions", "report_format",
-      "max_leaks", "stats", "stats_signal", "reuse_policy", "growth_report"};
+      "max_leaks", "stats", "stats_signal", "reuse_policy", "growth_report",
+      "python_frames"};
   const size_t nkeys = sizeof(keys) / sizeof(keys[0]);
   take_log();
   ca_config_print_help();
@@ -472,7 +473,7 @@ static void test_get_reads_environment_once(void **state) {
   expect_config("environment", c, &want);
   const char *printed = take_log();
   assert_non_null(strstr(printed, "max_split_size_mb"));
-  assert_int_equal(count_lines(printed), 18);
+  assert_int_equal(count_lines(printed), 19);
 
   assert_int_equal(setenv("CUDALLOC_CONF", "verbose:0", 1), 0);
   assert_ptr_equal(ca_config_get(), c);

@@ -2,25 +2,20 @@
  * The stack depot (see stacks.h).
  *
  * A hash table of chains, whose heads are published with a release store
- * after the record is complete, so readers walk chains without a lock; ids
- * index a two-level table of the same records. Records are carved from
- * mmap'd arenas and never freed.
+ * after the record is complete, so readers walk chains without a lock; the
+ * records, their ids and their memory are a depot's (depot.h).
  */
 #include "stacks.h"
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
-#include <sys/mman.h>
 
+#include "depot.h"
 #include "fork.h"
 #include "lock.h"
 
 #define CA__BUCKETS (1u << 16)
-#define CA__IDS_PER_CHUNK 4096u
-#define CA__ID_CHUNKS 4096u /* up to 16M distinct stacks */
-#define CA__ARENA_BYTES (1u << 20)
 
 typedef struct ca__stack {
   struct ca__stack *next; /* in its bucket; fixed before publication */
@@ -31,17 +26,9 @@ typedef struct ca__stack {
 } ca__stack;
 
 static _Atomic(ca__stack *) ca__buckets[CA__BUCKETS];
-static _Atomic(ca__stack *_Atomic *) ca__ids[CA__ID_CHUNKS];
-static ca_lock ca__insert_lock = CA_LOCK_INIT;
-static uint32_t ca__next_id = 1; /* under the lock */
-static char *ca__arena, *ca__arena_end; /* under the lock */
+static ca_depot ca__stack_depot = CA_DEPOT_INIT;
 
-/* A fork while another thread stores a stack would leave the child's lock
- * held forever. Nothing is half-published (a record becomes visible in one
- * store), so the child may simply start with the lock free. */
-static void ca__stacks_child(void) {
-  atomic_store(&ca__insert_lock.state, 0);
-}
+static void ca__stacks_child(void) { ca_depot_child(&ca__stack_depot); }
 
 static const ca_fork_handlers ca__stacks_fork = {.child = ca__stacks_child};
 
@@ -71,56 +58,20 @@ static ca__stack *ca__stack_find(_Atomic(ca__stack *) *bucket,
   return NULL;
 }
 
-static void *ca__map(size_t bytes) {
-  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  return p == MAP_FAILED ? NULL : p;
-}
-
-/* Under the lock. */
-static ca__stack *ca__carve(size_t n) {
-  size_t bytes = sizeof(ca__stack) + n * sizeof(uintptr_t);
-  bytes = (bytes + 15) & ~(size_t)15;
-  if (ca__arena == NULL || (size_t)(ca__arena_end - ca__arena) < bytes) {
-    char *arena = ca__map(CA__ARENA_BYTES);
-    if (arena == NULL)
-      return NULL;
-    ca__arena = arena;
-    ca__arena_end = arena + CA__ARENA_BYTES;
-  }
-  ca__stack *s = (ca__stack *)(void *)ca__arena;
-  ca__arena += bytes;
-  return s;
-}
-
-/* Under the lock: the id slot for a new stack, its chunk mapped on need. */
-static _Atomic(ca__stack *) *ca__id_slot(uint32_t id) {
-  uint32_t chunk = id / CA__IDS_PER_CHUNK;
-  if (chunk >= CA__ID_CHUNKS)
-    return NULL;
-  ca__stack *_Atomic *slots = atomic_load(&ca__ids[chunk]);
-  if (slots == NULL) {
-    slots = ca__map(CA__IDS_PER_CHUNK * sizeof(*slots));
-    if (slots == NULL)
-      return NULL;
-    atomic_store_explicit(&ca__ids[chunk], slots, memory_order_release);
-  }
-  return &slots[id % CA__IDS_PER_CHUNK];
-}
-
-/* Under the lock. */
+/* Under the depot's lock. */
 static ca__stack *ca__insert(_Atomic(ca__stack *) *bucket, uint64_t hash,
                              const uintptr_t *pcs, size_t n) {
-  _Atomic(ca__stack *) *slot = ca__id_slot(ca__next_id);
-  ca__stack *s = slot ? ca__carve(n) : NULL;
+  uint32_t id;
+  ca__stack *s = ca_depot_carve(&ca__stack_depot,
+                                sizeof(ca__stack) + n * sizeof(uintptr_t), &id);
   if (s == NULL)
     return NULL;
   s->hash = hash;
   s->n = (uint32_t)n;
-  s->id = ca__next_id++;
+  s->id = id;
   memcpy(s->pcs, pcs, n * sizeof(pcs[0]));
   s->next = atomic_load_explicit(bucket, memory_order_relaxed);
-  atomic_store_explicit(slot, s, memory_order_release);
+  ca_depot_publish(&ca__stack_depot, id, s);
   atomic_store_explicit(bucket, s, memory_order_release);
   return s;
 }
@@ -136,25 +87,16 @@ uint32_t ca_stacks_intern(const uintptr_t *pcs, size_t n) {
   if (s != NULL)
     return s->id;
   ca_fork_register(CA_FORK_STACKS, &ca__stacks_fork);
-  ca_lock_acquire(&ca__insert_lock);
+  ca_lock_acquire(&ca__stack_depot.lock);
   s = ca__stack_find(bucket, hash, pcs, n); /* another thread may have won */
   if (s == NULL)
     s = ca__insert(bucket, hash, pcs, n);
-  ca_lock_release(&ca__insert_lock);
+  ca_lock_release(&ca__stack_depot.lock);
   return s ? s->id : 0;
 }
 
 size_t ca_stacks_get(uint32_t id, const uintptr_t **pcs) {
-  *pcs = NULL;
-  if (id == 0 || id / CA__IDS_PER_CHUNK >= CA__ID_CHUNKS)
-    return 0;
-  ca__stack *_Atomic *slots = atomic_load_explicit(
-      &ca__ids[id / CA__IDS_PER_CHUNK], memory_order_acquire);
-  ca__stack *s = slots ? atomic_load_explicit(&slots[id % CA__IDS_PER_CHUNK],
-                                              memory_order_acquire)
-                       : NULL;
-  if (s == NULL)
-    return 0;
-  *pcs = s->pcs;
-  return s->n;
+  const ca__stack *s = ca_depot_get(&ca__stack_depot, id);
+  *pcs = s ? s->pcs : NULL;
+  return s ? s->n : 0;
 }

@@ -11,8 +11,8 @@
 #include <link.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <sys/mman.h>
 
+#include "depot.h"
 #include "dl.h"
 #include "fork.h"
 #include "lazy.h"

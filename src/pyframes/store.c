@@ -1,8 +1,8 @@
 /*
  * The Python frames seen, each distinct (file, function, line) stored once
- * with an id, and a cache from (code object, instruction) to that id, so
- * that a frame seen before costs a few loads rather than a string copy and
- * a line-table walk.
+ * with an id (a depot's record, depot.h), and a cache from (code object,
+ * instruction) to that id, so that a frame seen before costs a few loads
+ * rather than a string copy and a line-table walk.
  *
  * Part of pyframes' one compilation unit (src/pyframes/pyframes.c includes
  * the files in order); not compiled alone.
@@ -10,9 +10,6 @@
 /* ---- Records ----------------------------------------------------------------- */
 
 #define CA__PY_BUCKETS 4096u
-#define CA__PY_IDS_PER_CHUNK 4096u
-#define CA__PY_ID_CHUNKS 4096u
-#define CA__PY_ARENA (1u << 20)
 /* The longest file name or function name kept, in bytes. */
 #define CA__PY_NAME_MAX 255u
 
@@ -25,15 +22,7 @@ typedef struct ca__pyrec {
 } ca__pyrec;
 
 static _Atomic(ca__pyrec *) ca__py_buckets[CA__PY_BUCKETS];
-static _Atomic(ca__pyrec *_Atomic *) ca__py_ids[CA__PY_ID_CHUNKS];
-static ca_lock ca__py_lock = CA_LOCK_INIT;
-static uint32_t ca__py_next_id = 1;        /* under the lock */
-static char *ca__py_arena, *ca__py_arena_end; /* under the lock */
-
-static void *ca__py_map(size_t bytes) {
-  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  return p == MAP_FAILED ? NULL : p;
-}
+static ca_depot ca__py_depot = CA_DEPOT_INIT;
 
 static uint64_t ca__py_hash(const char *s, size_t n, uint64_t h) {
   for (size_t i = 0; i < n; i++)
@@ -63,33 +52,7 @@ static ca__pyrec *ca__py_find(_Atomic(ca__pyrec *) *bucket, uint64_t hash,
   return NULL;
 }
 
-/* Under the lock: room for a record of `text` bytes, and its id's slot. */
-static ca__pyrec *ca__py_carve(size_t text, _Atomic(ca__pyrec *) **slot) {
-  uint32_t chunk = ca__py_next_id / CA__PY_IDS_PER_CHUNK;
-  if (chunk >= CA__PY_ID_CHUNKS)
-    return NULL;
-  ca__pyrec *_Atomic *ids = atomic_load(&ca__py_ids[chunk]);
-  if (ids == NULL) {
-    if ((ids = ca__py_map(CA__PY_IDS_PER_CHUNK * sizeof(*ids))) == NULL)
-      return NULL;
-    atomic_store_explicit(&ca__py_ids[chunk], ids, memory_order_release);
-  }
-  size_t bytes = (sizeof(ca__pyrec) + text + 15) & ~(size_t)15;
-  if (ca__py_arena == NULL || (size_t)(ca__py_arena_end - ca__py_arena) < bytes) {
-    if ((ca__py_arena = ca__py_map(CA__PY_ARENA)) == NULL)
-      return NULL;
-    ca__py_arena_end = ca__py_arena + CA__PY_ARENA;
-  }
-  ca__pyrec *r = (ca__pyrec *)(void *)ca__py_arena;
-  ca__py_arena += bytes;
-  *slot = &ids[ca__py_next_id % CA__PY_IDS_PER_CHUNK];
-  return r;
-}
-
-/* A fork while another thread stores a frame would leave the child's lock
- * held; nothing is half-published (a record becomes visible in one store),
- * so the child starts with it free. */
-static void ca__py_child(void) { atomic_store(&ca__py_lock.state, 0); }
+static void ca__py_child(void) { ca_depot_child(&ca__py_depot); }
 
 static const ca_fork_handlers ca__py_fork = {.child = ca__py_child};
 
@@ -102,11 +65,13 @@ static uint32_t ca__py_intern(const ca__pyname *n) {
   if (r != NULL)
     return r->id;
   ca_fork_register(CA_FORK_PYFRAMES, &ca__py_fork);
-  ca_lock_acquire(&ca__py_lock);
-  _Atomic(ca__pyrec *) *slot = NULL;
+  ca_lock_acquire(&ca__py_depot.lock);
+  uint32_t id = 0;
   if ((r = ca__py_find(bucket, hash, n)) == NULL &&
-      (r = ca__py_carve(n->file_len + n->function_len + 2, &slot)) != NULL) {
+      (r = ca_depot_carve(&ca__py_depot, sizeof(ca__pyrec) + n->file_len +
+                                             n->function_len + 2, &id)) != NULL) {
     r->hash = hash;
+    r->id = id;
     r->line = n->line;
     r->file_len = (uint16_t)n->file_len;
     r->function_len = (uint16_t)n->function_len;
@@ -114,26 +79,19 @@ static uint32_t ca__py_intern(const ca__pyname *n) {
     r->text[n->file_len] = '\0';
     memcpy(r->text + n->file_len + 1, n->function, n->function_len);
     r->text[n->file_len + 1 + n->function_len] = '\0';
-    r->id = ca__py_next_id++;
     r->next = atomic_load_explicit(bucket, memory_order_relaxed);
-    atomic_store_explicit(slot, r, memory_order_release);
+    ca_depot_publish(&ca__py_depot, id, r);
     atomic_store_explicit(bucket, r, memory_order_release);
   }
-  ca_lock_release(&ca__py_lock);
+  ca_lock_release(&ca__py_depot.lock);
   return r ? r->id : 0;
 }
 
 bool ca_pyframes_describe(uintptr_t pc, ca_pyframe *out) {
-  if (!ca_pyframes_is(pc))
-    return false;
   uint64_t id = pc & ~CA_PY_TAG;
-  if (id == 0 || id / CA__PY_IDS_PER_CHUNK >= CA__PY_ID_CHUNKS)
-    return false;
-  ca__pyrec *_Atomic *ids =
-      atomic_load_explicit(&ca__py_ids[id / CA__PY_IDS_PER_CHUNK], memory_order_acquire);
-  ca__pyrec *r = ids ? atomic_load_explicit(&ids[id % CA__PY_IDS_PER_CHUNK],
-                                            memory_order_acquire)
-                     : NULL;
+  const ca__pyrec *r = ca_pyframes_is(pc) && id <= UINT32_MAX
+                           ? ca_depot_get(&ca__py_depot, (uint32_t)id)
+                           : NULL;
   if (r == NULL)
     return false;
   *out = (ca_pyframe){r->text, r->text + r->file_len + 1, r->line};

@@ -128,12 +128,12 @@ static uint32_t ca__py_cached(uintptr_t code, uintptr_t file, uintptr_t table, l
   uint32_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
   if (seq & 1)
     return 0;
-  uint32_t id = atomic_load_explicit(&c->id, memory_order_relaxed);
-  bool hit = atomic_load_explicit(&c->code, memory_order_relaxed) == code &&
-             atomic_load_explicit(&c->at, memory_order_relaxed) == at &&
-             atomic_load_explicit(&c->file, memory_order_relaxed) == file &&
-             atomic_load_explicit(&c->table, memory_order_relaxed) == table;
-  atomic_thread_fence(memory_order_acquire);
+  /* Acquire loads: the second look at the sequence cannot come first. */
+  uint32_t id = atomic_load_explicit(&c->id, memory_order_acquire);
+  bool hit = atomic_load_explicit(&c->code, memory_order_acquire) == code &&
+             atomic_load_explicit(&c->at, memory_order_acquire) == at &&
+             atomic_load_explicit(&c->file, memory_order_acquire) == file &&
+             atomic_load_explicit(&c->table, memory_order_acquire) == table;
   return hit && atomic_load_explicit(&c->seq, memory_order_relaxed) == seq ? id : 0;
 }
 
@@ -143,10 +143,12 @@ static void ca__py_cache_put(uintptr_t code, uintptr_t file, uintptr_t table, lo
   uint32_t seq = atomic_load_explicit(&c->seq, memory_order_relaxed);
   if ((seq & 1) || !atomic_compare_exchange_strong(&c->seq, &seq, seq + 1))
     return; /* another thread is writing it: leave it */
-  atomic_store_explicit(&c->code, code, memory_order_relaxed);
-  atomic_store_explicit(&c->file, file, memory_order_relaxed);
-  atomic_store_explicit(&c->table, table, memory_order_relaxed);
-  atomic_store_explicit(&c->at, at, memory_order_relaxed);
-  atomic_store_explicit(&c->id, id, memory_order_relaxed);
+  /* Release stores: a reader that sees any of them sees the odd sequence
+   * too, when it looks again, and takes the entry for a miss. */
+  atomic_store_explicit(&c->code, code, memory_order_release);
+  atomic_store_explicit(&c->file, file, memory_order_release);
+  atomic_store_explicit(&c->table, table, memory_order_release);
+  atomic_store_explicit(&c->at, at, memory_order_release);
+  atomic_store_explicit(&c->id, id, memory_order_release);
   atomic_store_explicit(&c->seq, seq + 2, memory_order_release);
 }

@@ -14,11 +14,33 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 typedef struct ca_budget {
-  uint64_t limit;          /* bytes; 0: none (bookings are only counted) */
-  _Atomic uint64_t booked; /* bytes held or being asked for right now */
+  uint64_t limit;           /* bytes; 0: none (bookings are only counted) */
+  _Atomic uint64_t booked;  /* bytes held or being asked for right now */
+  _Atomic uint64_t peak;    /* the most ever booked at once */
+  _Atomic uint64_t peak_ns; /* CLOCK_MONOTONIC when it was reached */
 } ca_budget;
+
+/* Raises the peak to `held`, noting when: the report says when the
+ * device's memory peaked. Bookings are rare (segments, passed-through
+ * allocations), so the clock is read only there. */
+static inline void ca_budget_note_peak(ca_budget *b, uint64_t held) {
+  uint64_t peak = atomic_load_explicit(&b->peak, memory_order_relaxed);
+  while (held > peak) {
+    if (atomic_compare_exchange_weak_explicit(&b->peak, &peak, held,
+                                              memory_order_relaxed,
+                                              memory_order_relaxed)) {
+      struct timespec ts;
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      atomic_store_explicit(&b->peak_ns,
+                            (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec,
+                            memory_order_relaxed);
+      return;
+    }
+  }
+}
 
 /* Books `bytes`, or books nothing and returns false when the limit would
  * be passed. */
@@ -30,6 +52,7 @@ static inline bool ca_budget_book(ca_budget *b, uint64_t bytes) {
   } while (!atomic_compare_exchange_weak_explicit(
       &b->booked, &now, now + bytes, memory_order_relaxed,
       memory_order_relaxed));
+  ca_budget_note_peak(b, now + bytes);
   return true;
 }
 

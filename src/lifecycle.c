@@ -19,8 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "budget.h"
 #include "config.h"
 #include "fork.h"
 #include "lock.h"
@@ -120,18 +122,31 @@ static void ca__report_lock_give(void) {
 /* Growing sites listed at most. */
 #define CA__GROWTH_SHOWN 10
 
+/* When the library was loaded, about when the program started
+ * (CLOCK_MONOTONIC): the report's times count from it. */
+static uint64_t ca__start_ns;
+
 /* Memory over time (sites.h) for a report with leaks, at exit or on
  * SIGUSR1: the peak (with leaks, or under growth_report) and the growing
  * sites (under growth_report). The report prints the peak only when stacks
  * counted anything. */
 static void ca__over_time(ca_report_input *in, ca_sites_peak *peak,
-                          ca_site_growth *growth) {
+                          ca_site_growth *growth, ca_report_reserved *held) {
   if (!in->leaks && in->event != CA_EVENT_SIGNAL && in->event != CA_EVENT_EXIT)
     return;
   bool growth_on = ca_config_get()->growth_report;
   if (in->leaks || growth_on) {
     ca_sites_peak_get(peak);
     in->peak = peak;
+    in->reserved = held;
+    in->start_ns = ca__start_ns;
+    for (int d = 0; d < CUDALLOC_MAX_DEVICES; d++) {
+      ca_budget *b = ca_registry_budget(d);
+      uint64_t bytes = b ? atomic_load(&b->peak) : 0;
+      if (bytes > 0)
+        held[in->nreserved++] =
+            (ca_report_reserved){d, bytes, atomic_load(&b->peak_ns)};
+    }
   }
   if (growth_on) {
     in->growth = growth;
@@ -146,6 +161,7 @@ static ca_leak_totals ca__report_all(ca_report_event event, bool leaks,
   cudalloc_device_stats all[CUDALLOC_MAX_DEVICES];
   ca_sites_peak peak;
   ca_site_growth growth[CA__GROWTH_SHOWN];
+  ca_report_reserved held[CUDALLOC_MAX_DEVICES];
   ca_locks_note(1);
   ca__report_lock_take();
   uint64_t allocs = ca_track_total();
@@ -164,7 +180,7 @@ static ca_leak_totals ca__report_all(ca_report_event event, bool leaks,
                         .allocations = allocs,
                         .stats = all,
                         .nstats = stats ? nstats : 0};
-  ca__over_time(&in, &peak, growth);
+  ca__over_time(&in, &peak, growth, held);
   ca_report_job *job = ca_report_prepare(&in);
   ca__report_lock_take();
   ca_leak_totals totals = ca_report_print(job);
@@ -251,6 +267,9 @@ static void ca__at_exit(int status, void *arg) {
 }
 
 __attribute__((constructor)) static void ca__register_exit(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ca__start_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
   on_exit(ca__at_exit, NULL);
 }
 

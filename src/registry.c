@@ -66,8 +66,11 @@ static void ca__forget_pools_in_child(void) {
   }
   atomic_store(&ca__nslots, 0);
   /* Nor is the memory it booked: the child holds none yet. */
-  for (int d = 0; d < CUDALLOC_MAX_DEVICES; d++)
+  for (int d = 0; d < CUDALLOC_MAX_DEVICES; d++) {
     atomic_store(&ca__budgets[d].booked, 0);
+    atomic_store(&ca__budgets[d].peak, 0);
+    atomic_store(&ca__budgets[d].peak_ns, 0);
+  }
 }
 
 static const ca_fork_handlers ca__registry_fork = {

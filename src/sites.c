@@ -42,7 +42,6 @@ static ca_lock ca__map_lock = CA_LOCK_INIT;
 static _Atomic uint32_t ca__max_id;
 static _Atomic int64_t ca__live;
 static _Atomic uint64_t ca__allocs;
-static _Atomic uint64_t ca__t0; /* CLOCK_MONOTONIC of the first allocation */
 
 /* The peak: its figures are atomics; the sites shown, under the lock. */
 static _Atomic int64_t ca__peak_bytes;
@@ -129,8 +128,7 @@ static void ca__note_peak(int64_t now, uint64_t n) {
     if (atomic_compare_exchange_weak_explicit(&ca__peak_bytes, &peak, now,
                                               memory_order_relaxed,
                                               memory_order_relaxed)) {
-      atomic_store_explicit(&ca__peak_ns, ca__sites_now_ns() - atomic_load(&ca__t0),
-                            memory_order_relaxed);
+      atomic_store_explicit(&ca__peak_ns, ca__sites_now_ns(), memory_order_relaxed);
       atomic_store_explicit(&ca__peak_alloc, n, memory_order_relaxed);
       break;
     }
@@ -149,7 +147,7 @@ void ca_sites_peak_get(ca_sites_peak *out) {
   memset(out, 0, sizeof(*out));
   ca_lock_acquire(&ca__peak_lock);
   out->bytes = (uint64_t)atomic_load(&ca__peak_bytes);
-  out->seconds_ns = atomic_load(&ca__peak_ns);
+  out->at_ns = atomic_load(&ca__peak_ns);
   out->allocation = atomic_load(&ca__peak_alloc);
   out->shown_bytes = (uint64_t)atomic_load(&ca__peak_shown);
   out->nsites = ca__peak_nsites;
@@ -277,7 +275,6 @@ static void ca__sites_child(void) {
   atomic_store(&ca__max_id, 0);
   atomic_store(&ca__live, 0);
   atomic_store(&ca__allocs, 0);
-  atomic_store(&ca__t0, 0);
   atomic_store(&ca__peak_bytes, 0);
   atomic_store(&ca__peak_ns, 0);
   atomic_store(&ca__peak_alloc, 0);
@@ -302,10 +299,6 @@ void ca_sites_alloc(uint32_t stack, uint64_t bytes) {
   atomic_fetch_add_explicit(&s->live, (int64_t)bytes, memory_order_relaxed);
   atomic_fetch_add_explicit(&s->count, 1, memory_order_relaxed);
   uint64_t n = atomic_fetch_add_explicit(&ca__allocs, 1, memory_order_relaxed) + 1;
-  if (n == 1) {
-    uint64_t zero = 0;
-    atomic_compare_exchange_strong(&ca__t0, &zero, ca__sites_now_ns());
-  }
   int64_t now = atomic_fetch_add_explicit(&ca__live, (int64_t)bytes,
                                           memory_order_relaxed) + (int64_t)bytes;
   ca__note_peak(now, n);

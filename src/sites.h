@@ -53,7 +53,7 @@ typedef struct ca_site_bytes {
  * the live bytes last stood within 1/64 of a new peak, at `shown_bytes`. */
 typedef struct ca_sites_peak {
   uint64_t bytes;      /* the most live at once */
-  uint64_t seconds_ns; /* when, after the first counted allocation */
+  uint64_t at_ns;      /* when (CLOCK_MONOTONIC) */
   uint64_t allocation; /* allocations counted when it peaked */
   uint64_t shown_bytes;
   size_t nsites;

@@ -24,22 +24,34 @@ static void ca__text_stack(const ca__leaks *l, uint32_t id) {
     ca__text_frame(i - from, pcs[i], ca__symbol(&l->symbols, pcs[i]));
 }
 
+/* Seconds from the run's start to `at_ns` (both CLOCK_MONOTONIC). */
+static double ca__seconds_in(const ca_report_input *in, uint64_t at_ns) {
+  return at_ns > in->start_ns ? (double)(at_ns - in->start_ns) / 1e9 : 0.0;
+}
+
 static void ca__peak_text(const ca__leaks *l) {
-  const ca_sites_peak *p = l->in->peak;
+  const ca_report_input *in = l->in;
+  const ca_sites_peak *p = in->peak;
   char at[64], shown[64];
   ca__bytes_words(at, sizeof(at), p->bytes);
   ca__bytes_words(shown, sizeof(shown), p->shown_bytes);
   ca_log("%s", "");
-  ca_log("peak: %s of device memory live at once, %.2f s after the first "
-         "allocation (allocation %" PRIu64 "); at %s, the sites holding the "
-         "most:",
-         at, (double)p->seconds_ns / 1e9, p->allocation, shown);
+  ca_log("peak: %s of device memory live at once, %.2f s into the run "
+         "(allocation %" PRIu64 "); at %s, the sites holding the most:",
+         at, ca__seconds_in(in, p->at_ns), p->allocation, shown);
   for (size_t i = 0; i < p->nsites; i++) {
     char held[64];
     ca__bytes_words(held, sizeof(held), p->sites[i].bytes);
     ca_log("%s in %" PRIu64 " allocation(s), allocated from:", held,
            p->sites[i].count);
     ca__text_stack(l, p->sites[i].stack);
+  }
+  for (size_t i = 0; i < in->nreserved; i++) {
+    char held[64];
+    ca__bytes_words(held, sizeof(held), in->reserved[i].bytes);
+    ca_log("held on device %d (the pool's segments and what went to the driver "
+           "directly) peaked at %s, %.2f s into the run",
+           in->reserved[i].device, held, ca__seconds_in(in, in->reserved[i].at_ns));
   }
 }
 
@@ -99,9 +111,14 @@ static void ca__over_time_json(ca__out *o, const ca__leaks *l) {
     ca__printf(o,
                ",\"peak\":{\"bytes\":%" PRIu64 ",\"seconds\":%.3f"
                ",\"allocation\":%" PRIu64 ",\"shown_bytes\":%" PRIu64
-               ",\"sites\":[",
-               p->bytes, (double)p->seconds_ns / 1e9, p->allocation,
+               ",\"held\":[",
+               p->bytes, ca__seconds_in(in, p->at_ns), p->allocation,
                p->shown_bytes);
+    for (size_t i = 0; i < in->nreserved; i++)
+      ca__printf(o, "%s{\"device\":%d,\"bytes\":%" PRIu64 ",\"seconds\":%.3f}",
+                 i ? "," : "", in->reserved[i].device, in->reserved[i].bytes,
+                 ca__seconds_in(in, in->reserved[i].at_ns));
+    ca__out_put(o, "],\"sites\":[", 11);
     for (size_t i = 0; i < p->nsites; i++) {
       ca__printf(o, "%s{\"bytes\":%" PRIu64 ",\"count\":%" PRIu64 ",",
                  i ? "," : "", p->sites[i].bytes, p->sites[i].count);

@@ -47,6 +47,12 @@ typedef struct ca_report_block {
   const char *call; /* the driver function that allocated it */
 } ca_report_block;
 
+/* A device's held memory at its highest, and when (CLOCK_MONOTONIC). */
+typedef struct ca_report_reserved {
+  int device;
+  uint64_t bytes, at_ns;
+} ca_report_reserved;
+
 /* Everything one report prints. */
 typedef struct ca_report_input {
   ca_report_event event;
@@ -69,6 +75,12 @@ typedef struct ca_report_input {
   const ca_site_growth *growth;
   size_t ngrowth, growth_found;
   uint64_t snapshots;
+  /* With the peak: each device's held memory at its highest (its budget's
+   * peak: the pools' segments and what went to the driver directly), and
+   * when the run began (CLOCK_MONOTONIC), which the times count from. */
+  const ca_report_reserved *reserved;
+  size_t nreserved;
+  uint64_t start_ns;
   /* The settings (format, max_leaks, suppressions); NULL for the
    * process's own. */
   const struct ca_config *config;

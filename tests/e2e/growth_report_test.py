@@ -24,8 +24,10 @@ GROWTH_SITE = re.compile(r"^\+(\S+ \S+) \((\d+) bytes\), from (\S+ \S+) to (\S+ 
                          r"consecutive snapshots \(rising in (\d+); allocations (\d+) to (\d+)\), "
                          r"allocated from:$")
 PEAK_HEAD = re.compile(r"^peak: \S+ \S+ \((\d+) bytes\) of device memory live at once, [0-9.]+ s "
-                       r"after the first allocation \(allocation (\d+)\); at \S+ \S+ \((\d+) bytes\), "
+                       r"into the run \(allocation (\d+)\); at \S+ \S+ \((\d+) bytes\), "
                        r"the sites holding the most:$")
+HELD = re.compile(r"^held on device 0 \(the pool's segments and what went to the driver directly\) "
+                  r"peaked at \S+ \S+ \((\d+) bytes\), [0-9.]+ s into the run$")
 PEAK_SITE = re.compile(r"^\S+ \S+ \((\d+) bytes\) in (\d+) allocation\(s\), allocated from:$")
 
 
@@ -70,7 +72,10 @@ def check_growth(tmp):
     expect(ph and ps and int(ps.group(1)) == STEPS << 20 and int(ps.group(2)) == STEPS,
            f"peak '{p[0]}' / '{p[1]}': want keep_step's {STEPS} MiB in {STEPS} allocations first", r)
     first_frame_is(r, p[2], "keep_step", keep)
-    return f"{g[1][:60]}...; peak {ph.group(1)} bytes"
+    held = [HELD.match(l) for l in p if l.startswith("held on device")]
+    expect(len(held) == 1 and held[0] and int(held[0].group(1)) >= STEPS << 20,
+           f"held lines {[l for l in p if l.startswith('held')]}: want device 0's, at least {STEPS} MiB", r)
+    return f"{g[1][:60]}...; peak {ph.group(1)} bytes, held {held[0].group(1)}"
 
 
 def check_marks(tmp):
@@ -114,6 +119,9 @@ def check_json(tmp):
     expect(f0.get("function") == "keep_step" and f0.get("line") == keep
            and sites[0]["to_bytes"] > sites[0]["from_bytes"], f"growth site {json.dumps(sites[0])[:300]}", r)
     top = (peak.get("sites") or [{}])[0]
+    held = peak.get("held") or [{}]
+    expect(held[0].get("device") == 0 and held[0].get("bytes", 0) >= STEPS << 20
+           and isinstance(held[0].get("seconds"), float), f"peak held {held}", r)
     expect(peak.get("bytes", 0) >= STEPS << 20 and top.get("bytes") == STEPS << 20
            and top.get("count") == STEPS and top["frames"][0].get("function") == "keep_step",
            f"peak {json.dumps(peak)[:300]}", r)

@@ -150,6 +150,7 @@ def lines_of(r, text, where="stderr"):
 OVER_TIME = re.compile(r"^(peak|growth): ")
 OVER_TIME_LINE = re.compile(r"^(\S.* in \d+ allocation\(s\), allocated from:"
                             r"|\+.* over \d+ consecutive snapshots .*allocated from:"
+                            r"|held on device \d+ .* peaked at .* into the run"
                             r"|    #\d+ .*|\.\.\. \d+ more growing site\(s\))$")
 
 

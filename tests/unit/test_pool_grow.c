@@ -119,6 +119,9 @@ static void pools_of_one_device_share_its_limit(void **state) {
   fixture_free(a);
   fixture_free(b);
   assert_int_equal(ca_budget_booked(&budget), 0);
+  /* The device's peak is what both held at once, and stays. */
+  assert_int_equal(atomic_load(&budget.peak), 60 * MiB);
+  assert_true(atomic_load(&budget.peak_ns) > 0);
 }
 
 /* When the backend runs out, every cached segment is given back and the

@@ -56,12 +56,7 @@ static void ca__api_init(ca_driver_api *api) {
 }
 
 const ca_driver_api *ca_driver(void) {
-  const ca_driver_api *d = ca_lazy_get(&ca__api);
-  if (d != NULL)
-    return d;
-  ca_driver_api mine;
-  ca__api_init(&mine);
-  return ca_lazy_publish(&ca__api, &mine, sizeof(mine), &ca__api_fallback);
+  return CA_LAZY_ONCE(&ca__api, ca_driver_api, ca__api_init, &ca__api_fallback);
 }
 
 void *ca_driver_symbol(const char *name) {

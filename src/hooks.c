@@ -432,13 +432,7 @@ static void ca__routes_build(ca__route_table *t) {
 }
 
 static const ca__route_table *ca__routes_get(void) {
-  const ca__route_table *t = ca_lazy_get(&ca__routes);
-  if (t != NULL)
-    return t;
-  ca__route_table mine;
-  ca__routes_build(&mine);
-  return ca_lazy_publish(&ca__routes, &mine, sizeof(mine),
-                         &ca__routes_fallback);
+  return CA_LAZY_ONCE(&ca__routes, ca__route_table, ca__routes_build, &ca__routes_fallback);
 }
 
 /* The route for the libcuda function at `real`, or NULL. */

@@ -38,4 +38,18 @@ static inline const void *ca_lazy_get(ca_lazy *l) {
 const void *ca_lazy_publish(ca_lazy *l, const void *mine, size_t size,
                             void *fallback);
 
+/* The published `type`, or one made now by build(&mine) (a function that
+ * fills a `type`) and published: every lazy set-up is this. */
+#define CA_LAZY_ONCE(lazy, type, build, fallback)                              \
+  ({                                                                           \
+    const type *ca_lazy_p_ = ca_lazy_get(lazy);                                \
+    if (ca_lazy_p_ == NULL) {                                                  \
+      type ca_lazy_mine_;                                                      \
+      build(&ca_lazy_mine_);                                                   \
+      ca_lazy_p_ = ca_lazy_publish(lazy, &ca_lazy_mine_, sizeof(type),         \
+                                   fallback);                                  \
+    }                                                                          \
+    ca_lazy_p_;                                                                \
+  })
+
 #endif /* CA_LAZY_H */

@@ -115,13 +115,7 @@ static void ca__find_python(ca__python *py) {
 
 /* The interpreter, found once (ca_lazy: no lock held across the loader). */
 static const ca__python *ca__python_get(void) {
-  const ca__python *py = ca_lazy_get(&ca__python_lazy);
-  if (py == NULL) {
-    ca__python mine;
-    ca__find_python(&mine);
-    py = ca_lazy_publish(&ca__python_lazy, &mine, sizeof(mine), &ca__python_fallback);
-  }
-  return py;
+  return CA_LAZY_ONCE(&ca__python_lazy, ca__python, ca__find_python, &ca__python_fallback);
 }
 
 int ca_pyframes_python(void) { return ca__python_get()->minor; }

@@ -63,12 +63,7 @@ static void ca__gcc_load(ca__libgcc *gcc) {
 }
 
 static const ca__libgcc *ca__libgcc_get(void) {
-  const ca__libgcc *gcc = ca_lazy_get(&ca__gcc);
-  if (gcc != NULL)
-    return gcc;
-  ca__libgcc mine;
-  ca__gcc_load(&mine);
-  return ca_lazy_publish(&ca__gcc, &mine, sizeof(mine), &ca__gcc_fallback);
+  return CA_LAZY_ONCE(&ca__gcc, ca__libgcc, ca__gcc_load, &ca__gcc_fallback);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -109,13 +104,13 @@ static int ca__find_self(struct dl_phdr_info *info, size_t size, void *arg) {
   return 1;
 }
 
+static void ca__self_find(ca__range *r) {
+  *r = (ca__range){0, 0};
+  dl_iterate_phdr(ca__find_self, r);
+}
+
 static const ca__range *ca__self_range(void) {
-  const ca__range *r = ca_lazy_get(&ca__self);
-  if (r != NULL)
-    return r;
-  ca__range mine = {0, 0};
-  dl_iterate_phdr(ca__find_self, &mine);
-  return ca_lazy_publish(&ca__self, &mine, sizeof(mine), &ca__self_fallback);
+  return CA_LAZY_ONCE(&ca__self, ca__range, ca__self_find, &ca__self_fallback);
 }
 
 /* A return address belongs to the code of its call instruction, one byte

@@ -41,12 +41,16 @@ static int ca__where(CUcontext *ctx) {
  * for stacks: the frames from the program's call inwards to the first one
  * outside this library, with the Python frames of a Python thread merged
  * in (as many again as backtrace_depth). */
+static int ca__stack_depth(const ca_config *cfg) {
+  return cfg->backtrace_depth > 0 ? cfg->backtrace_depth
+         : cfg->growth_report     ? CA_SITES_DEPTH
+                                  : 0;
+}
+
 static uint32_t ca__stack_here(void) {
   const ca_config *cfg = ca_config_get();
-  int depth = cfg->backtrace_depth;
-  if (depth <= 0 && cfg->growth_report)
-    depth = CA_SITES_DEPTH;
-  if (depth <= 0)
+  int depth = ca__stack_depth(cfg);
+  if (depth == 0)
     return 0;
   uintptr_t pcs[CA_STACK_MAX_FRAMES];
   size_t n = ca_unwind_outside_self(pcs, (size_t)depth);
@@ -168,10 +172,12 @@ CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
   return (CUresult)status;
 }
 
-/* Gives a pooled block back: whether one was live at `dptr`. */
+/* Gives a pooled block back: whether one was live at `dptr`. Only with
+ * stacks does the pool describe the block, for its site's count. */
 static bool ca__free_pooled(CUdeviceptr dptr) {
-  ca_live_block b;
-  if (!ca_registry_free((uint64_t)dptr, &b))
+  ca_live_block b = {.tag = 0};
+  bool stacks = ca__stack_depth(ca_config_get()) > 0;
+  if (!ca_registry_free((uint64_t)dptr, stacks ? &b : NULL))
     return false;
   ca_sites_free(b.tag, b.requested);
   ca_pointer_freed((uint64_t)dptr);

@@ -132,7 +132,7 @@ static uint64_t ca__start_ns;
  * counted anything. */
 static void ca__over_time(ca_report_input *in, ca_sites_peak *peak,
                           ca_site_growth *growth, ca_report_reserved *held) {
-  if (!in->leaks && in->event != CA_EVENT_SIGNAL && in->event != CA_EVENT_EXIT)
+  if (in->event == CA_EVENT_CONTEXT_RESET || (in->event == CA_EVENT_API && !in->leaks))
     return;
   bool growth_on = ca_config_get()->growth_report;
   if (in->leaks || growth_on) {

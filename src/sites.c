@@ -11,7 +11,6 @@
 #include "sites.h"
 
 #include <stdatomic.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -89,15 +88,16 @@ static ca__site *ca__site_of(uint32_t id, bool make) {
 
 /* Keeps the CA_SITES_TOP largest sites in top[0..*n), largest first. */
 static void ca__top_insert(ca_site_bytes *top, size_t *n, ca_site_bytes s) {
-  size_t i = *n < CA_SITES_TOP ? (*n)++ : CA_SITES_TOP;
-  if (i == CA_SITES_TOP && s.bytes <= top[CA_SITES_TOP - 1].bytes)
-    return;
-  if (i == CA_SITES_TOP)
-    i = CA_SITES_TOP - 1;
-  while (i > 0 && top[i - 1].bytes < s.bytes) {
-    top[i] = top[i - 1];
-    i--;
+  size_t i = *n;
+  if (i == CA_SITES_TOP) {
+    if (s.bytes <= top[i - 1].bytes)
+      return;
+    i--; /* the smallest goes */
+  } else {
+    (*n)++;
   }
+  for (; i > 0 && top[i - 1].bytes < s.bytes; i--)
+    top[i] = top[i - 1];
   top[i] = s;
 }
 
@@ -215,16 +215,30 @@ void ca_sites_mark(void) {
   ca_lock_release(&ca__snap_lock);
 }
 
-static int ca__cmp_growth(const void *a, const void *b) {
-  const ca_site_growth *x = a, *y = b;
+/* Whether x grew more than y (ties: the lower stack id first). */
+static bool ca__grew_more(const ca_site_growth *x, const ca_site_growth *y) {
   uint64_t gx = x->to_bytes - x->from_bytes, gy = y->to_bytes - y->from_bytes;
-  if (gx != gy)
-    return gx > gy ? -1 : 1;
-  return x->stack < y->stack ? -1 : x->stack > y->stack;
+  return gx != gy ? gx > gy : x->stack < y->stack;
+}
+
+/* Keeps the `max` that grew most in out[0..*n), most first. */
+static void ca__growth_insert(ca_site_growth *out, size_t *n, size_t max,
+                              const ca_site_growth *g) {
+  size_t i = *n;
+  if (i == max) {
+    if (max == 0 || !ca__grew_more(g, &out[i - 1]))
+      return;
+    i--;
+  } else {
+    (*n)++;
+  }
+  for (; i > 0 && ca__grew_more(g, &out[i - 1]); i--)
+    out[i] = out[i - 1];
+  out[i] = *g;
 }
 
 size_t ca_sites_growth(ca_site_growth *out, size_t max, uint64_t *snapshots) {
-  size_t found = 0;
+  size_t found = 0, kept = 0;
   ca_lock_acquire(&ca__snap_lock);
   uint32_t top = atomic_load_explicit(&ca__max_id, memory_order_acquire);
   for (uint32_t id = 1; id <= top; id++) {
@@ -235,19 +249,12 @@ size_t ca_sites_growth(ca_site_growth *out, size_t max, uint64_t *snapshots) {
     }
     if (s->best.snapshots == 0)
       continue;
-    if (found < max) {
-      out[found] = s->best;
-    } else if (max > 0) { /* keep the largest `max`: replace the smallest */
-      qsort(out, max, sizeof(*out), ca__cmp_growth);
-      if (ca__cmp_growth(&s->best, &out[max - 1]) < 0)
-        out[max - 1] = s->best;
-    }
+    ca__growth_insert(out, &kept, max, &s->best);
     found++;
   }
   if (snapshots)
     *snapshots = ca__snaps;
   ca_lock_release(&ca__snap_lock);
-  qsort(out, found < max ? found : max, sizeof(*out), ca__cmp_growth);
   return found;
 }
 

@@ -6,11 +6,13 @@ call, as PyTorch does around every operator.
   leak     keep_step() allocates 1 MiB per step from train(), called from
            main(); 8 steps, nothing freed (the leak report at exit)
   thread   the same steps from a worker thread's run_worker()
+  unicode  the same steps from größe_step(), a name that is not ASCII
 
 Each allocating line ends with a "# LINE:<name>" comment, which the test
 reads to know the line numbers the report must name. Standard library
 only; runs on Python 3.6 and later.
 """
+# -*- coding: utf-8 -*-
 import ctypes
 import sys
 import threading
@@ -41,6 +43,10 @@ def train(kept):
         keep_step(kept)  # LINE:train
 
 
+def größe_step(kept):
+    train(kept)  # LINE:unicode
+
+
 def run_worker(kept):
     setup()  # a thread makes the context current for itself
     train(kept)  # LINE:run_worker
@@ -53,6 +59,8 @@ def main(mode):
         t = threading.Thread(target=run_worker, args=(kept,))
         t.start()
         t.join()
+    elif mode == "unicode":
+        größe_step(kept)
     else:
         train(kept)  # LINE:main
     print("allocations=%d" % len(kept))

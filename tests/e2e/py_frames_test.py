@@ -119,6 +119,17 @@ def check_thread(tmp):
     return "the worker's frames, then threading.py's, under " + ", ".join(done)
 
 
+def check_unicode(tmp):
+    """A function name that is not ASCII comes out as UTF-8."""
+    lines, done = markers(), []
+    for (major, minor), python in sorted(supported().items()):
+        r = run(python, "unicode", "backtrace_depth:16")
+        expect_frames(r, python_frames(r), [("keep_step", "keep_step"), ("train", "train"),
+                                           ("größe_step", "unicode")], lines)
+        done.append(f"{major}.{minor}")
+    return "größe_step named under " + ", ".join(done)
+
+
 def check_json(tmp):
     """The JSON frames: {"python": true, "function", "file", "line"}."""
     lines = markers()
@@ -156,7 +167,8 @@ def check_unsupported(tmp):
     return "native frames only under " + (", ".join(done) or "none")
 
 
-CHECKS = {"frames": check_frames, "thread": check_thread, "json": check_json,
+CHECKS = {"frames": check_frames, "thread": check_thread, "unicode": check_unicode,
+          "json": check_json,
           "off": check_off, "unsupported": check_unsupported}
 
 if __name__ == "__main__":

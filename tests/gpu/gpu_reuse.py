@@ -29,13 +29,13 @@ from gpu_check import (exit_problem, no_library_problems, pooled_numbers,
                        verdict_problem, compare_numbers)
 
 
-def reuse_run(check, row, conf, max_t, tag, cmd, env=None):
+def reuse_run(check, row, runtime, conf, max_t, tag, cmd, env=None):
     """Runs `cmd` without the library (conf None) or under CUDALLOC_CONF=conf
     ("" the default) for at most max_t seconds; the run, its pooled counts
     and what it showed wrong. None (recorded as FAIL) when it cannot run."""
     skip = check.cannot_run(cmd, conf)
     if skip:
-        record(check, row, conf, "-/-", "FAIL", "not run: " + skip)
+        record(check, row, runtime, conf, "-/-", "FAIL", "not run: " + skip)
         return None
     run = check.run(row, cmd, conf=conf, env=env, limit=max_t, kill=5)
     why = [w for w in (exit_problem(run), verdict_problem(run, tag)) if w]
@@ -57,26 +57,25 @@ def reuse_run(check, row, conf, max_t, tag, cmd, env=None):
     return run, counts, why
 
 
-def record(check, row, conf, counts, result, note):
+def record(check, row, runtime, conf, counts, result, note):
     pre = "no" if conf is None else "yes, " + (conf or "default")
-    check.record(row, "static" if not row.startswith("torch") else "torch", pre, "-",
-                 counts, result, note)
+    check.record(row, runtime, pre, "-", counts, result, note)
 
 
-def verdict(check, row, conf, outcome, result, facts):
+def verdict(check, row, runtime, conf, outcome, result, facts):
     """RESULT (PASS or INFO) when the run showed nothing wrong, else FAIL."""
     run, counts, why = outcome
     note = "%ds%s" % (run.secs, ", " + facts if facts else "")
     if why:
-        record(check, row, conf, counts, "FAIL", note + "; " + "; ".join(why))
+        record(check, row, runtime, conf, counts, "FAIL", note + "; " + "; ".join(why))
     else:
-        record(check, row, conf, counts, result, note)
+        record(check, row, runtime, conf, counts, result, note)
 
 
 def hazard_one(check, row, conf, mode, env=None):
     """mode safe: nothing overwritten; sync: also no free returned while the
     kernel ran; report: INFO with the count."""
-    outcome = reuse_run(check, row, conf, 20, "hazard",
+    outcome = reuse_run(check, row, "static", conf, 20, "hazard",
                         [check.program("hazard"), "report" if mode == "report" else "safe"], env)
     if outcome is None:
         return
@@ -92,7 +91,7 @@ def hazard_one(check, row, conf, mode, env=None):
     else:
         rounds = over = reused = pending = "?"
         outcome[2].append("no 'hazard: result' line")
-    verdict(check, row, conf, outcome, "INFO" if mode == "report" else "PASS",
+    verdict(check, row, "static", conf, outcome, "INFO" if mode == "report" else "PASS",
             "overwritten %s/%s rounds, address reused %s, kernel still running after the free %s"
             % (over, rounds, reused, pending))
 
@@ -118,23 +117,24 @@ def graph_replay(check):
                       ("graph_replay_safe", "reuse_policy:safe"),
                       ("graph_replay_immediate", "reuse_policy:immediate"),
                       ("graph_replay_device_sync", "reuse_policy:device_sync")):
-        outcome = reuse_run(check, row, conf, 20, "graph_replay",
+        outcome = reuse_run(check, row, "static", conf, 20, "graph_replay",
                             [check.program("graph_replay"), "100"])
         if outcome:
             facts = outcome[0].last(r"^graph_replay: ([0-9]* replays checked)", 1)
-            verdict(check, row, conf, outcome, "PASS", facts or "no replay count")
+            verdict(check, row, "static", conf, outcome, "PASS", facts or "no replay count")
 
 
 def oom_limit(check):
     for row, conf, args in (("oom_limit_plain", None, ["--max", "24"]),
                             ("oom_limit_1024", "memory_limit_mb:1024",
                              ["--limit-mb", "1024", "--max", "24"])):
-        outcome = reuse_run(check, row, conf, 20, "oom_limit", [check.program("oom_limit")] + args)
+        outcome = reuse_run(check, row, "static", conf, 20, "oom_limit",
+                            [check.program("oom_limit")] + args)
         if outcome:
             line = outcome[0].last(r"^oom_limit: result (.*)", 1)
             if not line:
                 outcome[2].append("no 'oom_limit: result' line")
-            verdict(check, row, conf, outcome, "PASS", line)
+            verdict(check, row, "static", conf, outcome, "PASS", line)
 
 
 def torch_streams(check):
@@ -145,11 +145,11 @@ def torch_streams(check):
         if os.path.exists(files[mode]):
             os.unlink(files[mode])
         row = "torch_streams_" + mode
-        outcome = reuse_run(check, row, conf, 30, "torch_streams",
+        outcome = reuse_run(check, row, "torch", conf, 30, "torch_streams",
                             [sys.executable, "tests/gpu/torch_streams.py", files[mode],
                              "--expect", "plain" if conf is None else "pooled"], env)
         if outcome:
-            verdict(check, row, conf, outcome, "PASS", "")
+            verdict(check, row, "torch", conf, outcome, "PASS", "")
     result, note = compare_numbers("result", files["plain"], files["pool"], "results", 1e-6)
     check.record("torch_streams_match", "torch", "no vs yes", "-", "-", result, note)
 

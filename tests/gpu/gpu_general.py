@@ -104,11 +104,11 @@ def preload_true(check):
                  "/bin/true: exit %d, output: %s" % (proc.returncode, out))
 
 
-def three_modes(name, runtime):
-    """A C program run without the library, pooled, and with enabled:0."""
+def three_modes(name, runtime, tag):
+    """A C program (verdict prefix TAG) run without the library, pooled, and
+    with enabled:0."""
     def check_fn(check):
         prog = check.program(name)
-        tag = "driver_api" if name == "driver_api" else "alloc_fill"
         for mode, expect, pooling in (("plain", "plain", "recorded"),
                                       ("pool", "pooled", "required"),
                                       ("off", "passthrough", "recorded")):
@@ -195,9 +195,9 @@ def programs_linkage(check):
 
 CHECKS = {
     "preload_true": (preload_true, True),
-    "alloc_fill_static": (three_modes("alloc_fill_static", "static"), True),
-    "alloc_fill_shared": (three_modes("alloc_fill_shared", "shared"), True),
-    "driver_api": (three_modes("driver_api", "driver"), True),
+    "alloc_fill_static": (three_modes("alloc_fill_static", "static", "alloc_fill"), True),
+    "alloc_fill_shared": (three_modes("alloc_fill_shared", "shared", "alloc_fill"), True),
+    "driver_api": (three_modes("driver_api", "driver", "driver_api"), True),
     "torch_cnn": (torch_cnn, True),
     "cupy": (cupy, True),
     "jax": (jax, True),

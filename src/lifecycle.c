@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,6 +26,7 @@
 #include "fork.h"
 #include "lock.h"
 #include "log.h"
+#include "meta.h"
 #include "pool/pool.h"
 #include "registry.h"
 #include "sites.h"
@@ -34,9 +34,9 @@
 
 /* ---- Gathering the live blocks ------------------------------------------ */
 
-/* A growing array of blocks in mmap'd memory. Pools call back under their
- * lock, so growing must not take any lock a pool could wait for: mremap
- * takes none of ours. */
+/* A growing array of blocks in the library's own memory (meta.h: the scan
+ * of host memory must not find the addresses listed here). Pools call back
+ * under their lock; meta's lock is taken under any other. */
 typedef struct ca__gather {
   ca_report_block *blocks;
   size_t n, cap;
@@ -44,12 +44,9 @@ typedef struct ca__gather {
 
 static bool ca__gather_grow(ca__gather *g) {
   size_t cap = g->cap ? 2 * g->cap : 1024;
-  size_t old = g->cap * sizeof(ca_report_block);
-  size_t bytes = cap * sizeof(ca_report_block);
-  void *p = g->blocks ? mremap(g->blocks, old, bytes, MREMAP_MAYMOVE)
-                      : mmap(NULL, bytes, PROT_READ | PROT_WRITE,
-                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED)
+  void *p = ca_meta_grow(g->blocks, g->cap * sizeof(ca_report_block),
+                         cap * sizeof(ca_report_block));
+  if (p == NULL)
     return false;
   g->blocks = p;
   g->cap = cap;
@@ -81,8 +78,7 @@ static void ca__gather_tracked(const ca_tracked *t, void *arg) {
 }
 
 static void ca__gather_free(ca__gather *g) {
-  if (g->blocks)
-    munmap(g->blocks, g->cap * sizeof(ca_report_block));
+  ca_meta_free(g->blocks, g->cap * sizeof(ca_report_block));
 }
 
 /* Every pool's live blocks. */

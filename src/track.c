@@ -9,7 +9,13 @@
 
 #include "fork.h"
 #include "lock.h"
+#include "meta.h"
 #include "sites.h"
+
+/* The table holds device addresses: it lives in the library's own memory. */
+#define HASH_NONFATAL_OOM 1
+#define uthash_malloc(sz) ca_meta_alloc(sz)
+#define uthash_free(ptr, sz) ca_meta_free(ptr, sz)
 #include "uthash.h"
 
 typedef struct ca__entry {
@@ -68,7 +74,7 @@ static void ca__unlock_table(void) {
 /* Under the lock. */
 static ca__entry *ca__take_entry(void) {
   if (ca__free_list == NULL) {
-    ca__entry *chunk = calloc(CA__CHUNK, sizeof(*chunk));
+    ca__entry *chunk = ca_meta_alloc(CA__CHUNK * sizeof(*chunk));
     if (chunk == NULL)
       return NULL;
     for (int i = 0; i < CA__CHUNK; i++) {

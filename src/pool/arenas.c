@@ -21,11 +21,9 @@ static int ca__live_init(ca__arena *p) {
 }
 
 /* Zeroed memory on whole cache lines of its own (`size` is a multiple of
- * CA__LINE: the size of a type aligned to it). */
-static void *ca__alloc_lines(size_t size) {
-  void *mem = aligned_alloc(CA__LINE, size);
-  return mem ? memset(mem, 0, size) : NULL;
-}
+ * CA__LINE: the size of a type aligned to it); meta.h aligns every object
+ * to its power-of-two class. */
+static void *ca__alloc_lines(size_t size) { return ca_meta_alloc(size); }
 
 /* An empty arena for `pool`; NULL when the host is out of memory. */
 static ca__arena *ca__arena_new(ca_pool *pool, unsigned index) {
@@ -44,7 +42,7 @@ static ca__arena *ca__arena_new(ca_pool *pool, unsigned index) {
   p->batch_slab.obj_size = sizeof(ca__batch);
   p->stats.device = pool->device;
   if (!ca__live_init(p)) {
-    free(p);
+    ca_meta_free(p, sizeof(*p));
     return NULL;
   }
   return p;
@@ -82,11 +80,11 @@ static void ca__forget_all(ca__arena *p, int release) {
 /* Gives every segment of the arena back and frees it. */
 static void ca__arena_free(ca__arena *p) {
   ca__forget_all(p, 1);
-  free(p->by_addr);
+  ca_meta_free(p->by_addr, p->segs_cap * sizeof(*p->by_addr));
   ca__slab_destroy(&p->block_slab);
   ca__slab_destroy(&p->segment_slab);
   ca__slab_destroy(&p->batch_slab);
-  free(p);
+  ca_meta_free(p, sizeof(*p));
 }
 
 /* The library is preloaded, so its thread-locals sit in the static TLS

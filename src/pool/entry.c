@@ -24,7 +24,7 @@ ca_pool *ca_pool_create(const ca_backend *backend, int device,
     pool->opt.reuse = CA_REUSE_IMMEDIATE;
   ca__arena *first = ca__arena_new(pool, 0);
   if (!first) {
-    free(pool);
+    ca_meta_free(pool, sizeof(*pool));
     return NULL;
   }
   atomic_store_explicit(&pool->arenas[0], first, memory_order_release);
@@ -41,7 +41,7 @@ void ca_pool_destroy(ca_pool *pool) {
     ca__arena_free(all[i]); /* gives the segments back */
     ca_budget_unbook(pool->budget, held);
   }
-  free(pool);
+  ca_meta_free(pool, sizeof(*pool));
 }
 
 static void ca__drop_all(ca__arena *p) {

@@ -10,7 +10,7 @@
 /* The smallest segment that can serve `size`: what large requests get, and
  * what any request gets when memory is short. */
 static uint64_t ca__segment_size_min(uint64_t size) {
-  return ca__round_up(size, CA_LARGE_ROUND);
+  return ca__round_up(size + CA_SEGMENT_HEAD, CA_LARGE_ROUND);
 }
 
 /* The segment a request of `size` would like: PyTorch's scheme. */

@@ -23,6 +23,13 @@
 
 /* Requests are rounded up to this many bytes. */
 #define CA_GRANULE 512u
+/* The first bytes of every segment belong to no block: no block starts at
+ * a segment's base, the address the driver hands out and keeps copies of
+ * in its own host records (about 20 of each, measured on the H200), so a
+ * block the program still points to can be told from a lost one by the
+ * program's words alone (the leak report's scan, reach.h). One granule, so
+ * blocks stay granule-aligned. */
+#define CA_SEGMENT_HEAD CA_GRANULE
 /* Requests up to this size are served from the small pool. */
 #define CA_SMALL_REQUEST (1u << 20)
 /* Segment size for the small pool. */

@@ -11,6 +11,7 @@
 #include "fork.h"
 #include "grow.h"
 #include "lock.h"
+#include "meta.h"
 #include "stats.h"
 
 #include <limits.h>
@@ -29,8 +30,11 @@ static inline unsigned ca__hash_addr(uint64_t addr) {
   ((hashv) = ca__hash_addr(*(const uint64_t *)(keyptr)))
 #define HASH_KEYCMP(a, b, len)                                                 \
   (*(const uint64_t *)(a) != *(const uint64_t *)(b))
-/* A failed bucket expansion only makes chains longer; never abort. */
+/* A failed bucket expansion only makes chains longer; never abort. Tables
+ * hold device addresses, so they live in the library's own memory. */
 #define HASH_NONFATAL_OOM 1
+#define uthash_malloc(sz) ca_meta_alloc(sz)
+#define uthash_free(ptr, sz) ca_meta_free(ptr, sz)
 #include <uthash.h>
 
 /* Size classes: CA__SL_COUNT per power of two of granules. */
@@ -59,7 +63,8 @@ static inline unsigned ca__hash_addr(uint64_t addr) {
  * these, and the compiler lays out the hot path around them. */
 #define CA__COLD __attribute__((cold, noinline))
 /* Records allocated at once when a slab runs dry. */
-#define CA__SLAB_BATCH 128
+/* A slab grows by chunks of this many bytes, carved into records. */
+#define CA__SLAB_CHUNK (16u << 10)
 
 /* A block's state. GONE: freed, but its bytes are never handed out again
  * while its segment lives (they were shared with another process, or the

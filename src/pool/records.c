@@ -1,7 +1,7 @@
 /*
  * Records and slabs: small helpers, the statistics' arithmetic, and the
  * slabs every block, segment and batch record comes from (so serving a
- * request never calls malloc).
+ * request never calls malloc; their memory is the library's own, meta.h).
  *
  * Part of the pool's one compilation unit (src/pool/pool.c includes the
  * files in layer order); not compiled alone.
@@ -34,13 +34,14 @@ static void ca__stat_sub(cudalloc_stat *s, uint64_t v) { s->current -= v; }
 
 static void *ca__slab_get(ca__slab *s) {
   if (!s->free) {
-    char *chunk = malloc(sizeof(void *) + s->obj_size * CA__SLAB_BATCH);
+    char *chunk = ca_meta_alloc(CA__SLAB_CHUNK);
     if (!chunk)
       return NULL;
     *(void **)chunk = s->chunks;
     s->chunks = chunk;
     char *objs = chunk + sizeof(void *);
-    for (size_t i = 0; i < CA__SLAB_BATCH; i++) {
+    size_t n = (CA__SLAB_CHUNK - sizeof(void *)) / s->obj_size;
+    for (size_t i = 0; i < n; i++) {
       *(void **)(objs + i * s->obj_size) = s->free;
       s->free = objs + i * s->obj_size;
     }
@@ -58,7 +59,7 @@ static void ca__slab_put(ca__slab *s, void *obj) {
 static void ca__slab_destroy(ca__slab *s) {
   while (s->chunks) {
     void *next = *(void **)s->chunks;
-    free(s->chunks);
+    ca_meta_free(s->chunks, CA__SLAB_CHUNK);
     s->chunks = next;
   }
   s->free = NULL;

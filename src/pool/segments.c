@@ -206,7 +206,7 @@ static void ca__drop_if_dead(ca__arena *p, ca__segment *s) {
     if (b->state != CA__GONE)
       return;
   ca__segment_forget(p, s);
-  p->gone_bytes -= s->size;
+  p->gone_bytes -= s->size - CA_SEGMENT_HEAD; /* its blocks: all GONE */
   ca__segment_put(p, s);
 }
 
@@ -311,8 +311,8 @@ static ca__block *ca__segment_new(ca__arena *p, ca__heap *h, uint64_t addr,
   p->segments = s;
   HASH_ADD(hh, p->segment_table, addr, sizeof(uint64_t), s);
   ca__addr_insert(p, s);
-  b->addr = addr;
-  b->size = size;
+  b->addr = addr + CA_SEGMENT_HEAD;
+  b->size = size - CA_SEGMENT_HEAD;
   b->seg = s;
   b->state = CA__FREE;
   ca__index_insert(b);

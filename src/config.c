@@ -174,6 +174,17 @@ static const ca__key ca__keys[] = {
      "With stacks, in a CPython 3.9 to 3.13 process, merge the Python frames "
      "(file:line in function) of the allocating thread into its stack; 0 "
      "keeps native frames only."},
+    {"leak_scan", CA__BOOL_AT(leak_scan), 0, 1, {.integer = 1}, "1",
+     CA__BOOL_ACCEPTED,
+     "1 scans host memory (data, heap, stacks) before each leak report, as "
+     "LeakSanitizer does: an unfreed allocation whose address the program "
+     "still holds is still reachable, not leaked; pooled blocks then never "
+     "start at a segment's base (up to 2 MiB more per segment of one large "
+     "block). 0 lists every unfreed allocation as a leak."},
+    {"report_reachable", CA__BOOL_AT(report_reachable), 0, 1, {.integer = 0},
+     "0", CA__BOOL_ACCEPTED,
+     "1 lists the still reachable allocations too, grouped like the leaks; "
+     "0 sums them in one line."},
 };
 
 #define CA__NKEYS (sizeof(ca__keys) / sizeof(ca__keys[0]))

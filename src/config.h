@@ -51,6 +51,8 @@ typedef struct ca_config {
   int reuse_policy;        /* reuse_policy; a ca_reuse_setting */
   bool growth_report;      /* growth_report; sites that kept growing */
   bool python_frames;      /* python_frames; Python lines in stacks */
+  bool leak_scan;          /* leak_scan; lost vs still reachable */
+  bool report_reachable;   /* report_reachable; list reachable ones */
 } ca_config;
 
 /* Fills *c with every key's default. */

@@ -95,6 +95,7 @@ static ca_pool_options ca__pool_options(int device) {
       .max_split_size = c->max_split_size,
       .gc_threshold = c->gc_threshold,
       .reuse = ca__reuse(c->reuse_policy),
+      .segment_head = c->leak_scan ? CA_GRANULE : 0,
       .budget = ca_registry_budget(device),
       .warn = ca__pool_warn,
   };

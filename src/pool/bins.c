@@ -138,8 +138,14 @@ static ca__block *ca__find_oversize(ca__heap *h, uint64_t size) {
   return NULL;
 }
 
+/* The most a request served from the small heap may ask: two fill a small
+ * segment but for its head, as they did without one. */
+static uint64_t ca__small_max(const ca__arena *p) {
+  return CA_SMALL_REQUEST - p->opt.segment_head;
+}
+
 static ca__heap *ca__heap_for(ca__arena *p, uint64_t size) {
-  return size <= CA_SMALL_REQUEST ? &p->small : &p->large;
+  return size <= ca__small_max(p) ? &p->small : &p->large;
 }
 
 static ca__block *ca__find(ca__arena *p, uint64_t size) {

@@ -44,10 +44,10 @@ static size_t ca__count_index(const ca__heap *h) {
 
 static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
   uint64_t reserved = 0, live = 0, free_bytes = 0, held = 0, quick = 0;
-  uint64_t gone = 0;
+  uint64_t gone = 0, heads = 0;
   size_t nfree = 0, nlive = 0, nseg = 0, nlost = 0;
   for (ca__segment *s = p->segments; s; s = s->next, nseg++) {
-    uint64_t at = s->addr + CA_SEGMENT_HEAD;
+    uint64_t at = s->addr + s->head;
     CA__CHECK(s->first && !s->first->prev, "segment %#llx: bad first block",
               (unsigned long long)s->addr);
     for (ca__block *b = s->first; b; b = b->next) {
@@ -93,6 +93,7 @@ static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
               (unsigned long long)s->addr);
     nlost += s->lost;
     reserved += s->size;
+    heads += s->head;
   }
   CA__CHECK(p->nsegs + nlost == nseg, "address index holds %zu of %zu",
             p->nsegs, nseg - nlost);
@@ -113,8 +114,7 @@ static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
             "allocated %llu != stats %llu", (unsigned long long)live,
             (unsigned long long)p->stats.allocated_bytes.current);
   CA__CHECK(gone == p->gone_bytes, "gone bytes disagree");
-  CA__CHECK(reserved == live + free_bytes + held + quick + gone +
-                            nseg * CA_SEGMENT_HEAD,
+  CA__CHECK(reserved == live + free_bytes + held + quick + gone + heads,
             "reserved != live + cached + held + gone + heads");
   CA__CHECK(nlive == p->stats.blocks.current, "block count disagrees");
   CA__CHECK(nseg == p->stats.segments.current, "segment count disagrees");

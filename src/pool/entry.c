@@ -73,7 +73,7 @@ void ca_pool_drop_all(ca_pool *pool) {
  * come since the last fence. Counts the request. */
 static bool ca__fence_first(ca__arena *p, uint64_t size,
                             const ca__block *found) {
-  if (size <= CA_SMALL_REQUEST || ++p->large_since_fence < CA__FENCE_EVERY)
+  if (size <= ca__small_max(p) || ++p->large_since_fence < CA__FENCE_EVERY)
     return false;
   return p->held_bytes >= size &&
          p->held_bytes >= p->stats.reserved_bytes.current >> CA__FENCE_SHARE &&
@@ -252,6 +252,7 @@ static void ca__describe(const ca__arena *p, const ca__block *b,
   out->time_ns = b->time_ns;
   out->device = p->device;
   out->tag = b->tag;
+  out->at_base = b->addr == b->seg->addr;
 }
 
 /* The thread's own arena is asked first: threads mostly free what they

@@ -7,19 +7,21 @@
  */
 /* ---- Growing -------------------------------------------------------------- */
 
-/* The smallest segment that can serve `size`: what large requests get, and
- * what any request gets when memory is short. */
-static uint64_t ca__segment_size_min(uint64_t size) {
-  return ca__round_up(size + CA_SEGMENT_HEAD, CA_LARGE_ROUND);
+/* The smallest segment that can serve `size` after a head of `head` bytes:
+ * what large requests get, and what any request gets when memory is
+ * short. */
+static uint64_t ca__segment_size_min(uint64_t size, uint64_t head) {
+  return ca__round_up(size + head, CA_LARGE_ROUND);
 }
 
+
 /* The segment a request of `size` would like: PyTorch's scheme. */
-static uint64_t ca__segment_size(uint64_t size) {
-  if (size <= CA_SMALL_REQUEST)
+static uint64_t ca__segment_size(const ca__arena *p, uint64_t size) {
+  if (size <= ca__small_max(p))
     return CA_SMALL_SEGMENT;
   if (size < CA_MEDIUM_REQUEST)
     return CA_MEDIUM_SEGMENT;
-  return ca__segment_size_min(size);
+  return ca__segment_size_min(size, p->opt.segment_head);
 }
 
 static uint64_t ca__gc_budget(ca__arena *p) {
@@ -111,7 +113,8 @@ static uint64_t ca__segment_within_limit(ca__arena *p, uint64_t size,
                                          uint64_t seg) {
   if (ca__fits_limit(p, seg))
     return seg;
-  uint64_t min = ca__segment_size_min(size), room = ca__limit_room(p);
+  uint64_t min = ca__segment_size_min(size, p->opt.segment_head);
+  uint64_t room = ca__limit_room(p);
   if (room >= min) {
     ca__release_lru(p, room - min);
     ca__release_others(p, room - min, false);
@@ -140,7 +143,7 @@ static void ca__unbook_segment(ca__arena *p, uint64_t seg) {
 /* A refused booking reads as the backend running out: the caller's
  * recovery is the same. */
 static int ca__reserve(ca__arena *p, ca__heap *h, uint64_t seg,
-                       ca__block **out) {
+                       uint64_t head, ca__block **out) {
   uint64_t addr = 0;
   if (!ca__book_segment(p, seg))
     return p->backend->oom_code;
@@ -149,7 +152,7 @@ static int ca__reserve(ca__arena *p, ca__heap *h, uint64_t seg,
     ca__unbook_segment(p, seg);
     return rc;
   }
-  *out = ca__segment_new(p, h, addr, seg);
+  *out = ca__segment_new(p, h, addr, seg, head);
   if (!*out) {
     p->backend->release(p->backend->ctx, p->device, addr, seg);
     ca__unbook_segment(p, seg);
@@ -200,6 +203,23 @@ static uint64_t ca__merge_free(ca__arena *p, ca__heap *h, uint64_t size) {
   return merged;
 }
 
+/* The last try, all caches given back: the smallest segment, with its head;
+ * then, where the head is what does not fit, without one, since a request
+ * that cudaMalloc would serve must not fail for the leak report's sake (its
+ * block starts at the segment's base, and the report cannot class it). */
+static int ca__reserve_last(ca__arena *p, ca__heap *h, uint64_t size,
+                            ca__block **out) {
+  int rc = p->backend->oom_code;
+  uint64_t head = p->opt.segment_head;
+  uint64_t seg = ca__segment_size_min(size, head);
+  if (ca__fits_limit(p, seg))
+    rc = ca__reserve(p, h, seg, head, out);
+  uint64_t bare = ca__segment_size_min(size, 0);
+  if (rc == p->backend->oom_code && bare < seg && ca__fits_limit(p, bare))
+    rc = ca__reserve(p, h, bare, 0, out);
+  return rc;
+}
+
 /* Serves a cache miss with a new segment. Pending blocks are waited for
  * first, oldest first, until one serves the request; idle free segments are
  * traded in, the other free ones merged. When the backend or the memory
@@ -209,7 +229,7 @@ static uint64_t ca__merge_free(ca__arena *p, ca__heap *h, uint64_t size) {
 static int ca__grow(ca__arena *p, uint64_t size, ca__block **out) {
   ca__heap *h = ca__heap_for(p, size);
   int oom = p->backend->oom_code;
-  uint64_t seg = ca__segment_size(size);
+  uint64_t seg = ca__segment_size(p, size);
   ca__quick_flush(p); /* what follows weighs fully free segments */
   if (ca__wait_for_fit(p, size, out))
     return 0;
@@ -218,15 +238,12 @@ static int ca__grow(ca__arena *p, uint64_t size, ca__block **out) {
   uint64_t merged = ca__merge_free(p, h, size);
   seg = ca__segment_within_limit(p, size, merged > seg ? merged : seg);
   if (seg) {
-    int rc = ca__reserve(p, h, seg, out);
+    int rc = ca__reserve(p, h, seg, p->opt.segment_head, out);
     if (rc != oom)
       return rc;
     p->stats.oom_retries++;
   }
   ca__release_lru(p, 0);
   ca__release_others(p, 0, true);
-  seg = ca__segment_size_min(size);
-  if (!ca__fits_limit(p, seg))
-    return oom;
-  return ca__reserve(p, h, seg, out);
+  return ca__reserve_last(p, h, size, out);
 }

@@ -23,13 +23,6 @@
 
 /* Requests are rounded up to this many bytes. */
 #define CA_GRANULE 512u
-/* The first bytes of every segment belong to no block: no block starts at
- * a segment's base, the address the driver hands out and keeps copies of
- * in its own host records (about 20 of each, measured on the H200), so a
- * block the program still points to can be told from a lost one by the
- * program's words alone (the leak report's scan, reach.h). One granule, so
- * blocks stay granule-aligned. */
-#define CA_SEGMENT_HEAD CA_GRANULE
 /* Requests up to this size are served from the small pool. */
 #define CA_SMALL_REQUEST (1u << 20)
 /* Segment size for the small pool. */
@@ -74,6 +67,15 @@ typedef struct ca_pool_options {
   uint64_t max_split_size; /* UINT64_MAX: every block may be split */
   double gc_threshold;     /* 0: off; else a fraction in (0,1) of budget */
   ca_reuse reuse;          /* SAFE needs the backend's markers */
+  /* Bytes at the start of every segment that belong to no block (0 or
+   * CA_GRANULE): then no block starts at a segment's base, the address the
+   * backend handed out and that the driver keeps copies of in its own host
+   * records (about 20 of each, measured on the H200), so a block the
+   * program still points to can be told from a lost one by the program's
+   * words alone (the leak report's scan, reach.h). A segment sized for one
+   * request grows by it, to the next CA_LARGE_ROUND when the request fills
+   * its rounding. */
+  uint64_t segment_head;
   /* The device's memory budget (memory_limit_mb), which the pool books
    * every segment against before asking the backend for it, shared with
    * the device's other pools and the allocations passed through to the
@@ -96,6 +98,7 @@ typedef struct ca_live_block {
   uint64_t time_ns;   /* CLOCK_MONOTONIC when allocated */
   int device;
   uint32_t tag;       /* what the caller attached at allocation */
+  bool at_base;       /* it starts at its segment's base (no head) */
 } ca_live_block;
 
 typedef struct ca_pool ca_pool;

@@ -96,6 +96,7 @@ typedef struct ca__block {
 struct ca__segment {
   uint64_t addr;
   uint64_t size;
+  uint64_t head; /* bytes before its first block (ca_pool_options) */
   ca__heap *heap;
   ca__block *first;
   ca__segment *prev, *next;         /* all segments of the arena */

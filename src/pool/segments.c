@@ -206,7 +206,7 @@ static void ca__drop_if_dead(ca__arena *p, ca__segment *s) {
     if (b->state != CA__GONE)
       return;
   ca__segment_forget(p, s);
-  p->gone_bytes -= s->size - CA_SEGMENT_HEAD; /* its blocks: all GONE */
+  p->gone_bytes -= s->size - s->head; /* its blocks: all GONE */
   ca__segment_put(p, s);
 }
 
@@ -287,7 +287,7 @@ static CA__COLD void ca__retire_gone(ca__arena *p, ca__block *b) {
 }
 
 static ca__block *ca__segment_new(ca__arena *p, ca__heap *h, uint64_t addr,
-                                  uint64_t size) {
+                                  uint64_t size, uint64_t head) {
   if (!ca__addr_room(p))
     return NULL;
   ca__lose_overlapped(p, addr, size);
@@ -302,6 +302,7 @@ static ca__block *ca__segment_new(ca__arena *p, ca__heap *h, uint64_t addr,
   memset(b, 0, sizeof(*b));
   s->addr = addr;
   s->size = size;
+  s->head = head;
   s->heap = h;
   s->first = b;
   s->last_free = p->free_tick; /* files it at the newest end of the LRU */
@@ -311,8 +312,8 @@ static ca__block *ca__segment_new(ca__arena *p, ca__heap *h, uint64_t addr,
   p->segments = s;
   HASH_ADD(hh, p->segment_table, addr, sizeof(uint64_t), s);
   ca__addr_insert(p, s);
-  b->addr = addr + CA_SEGMENT_HEAD;
-  b->size = size - CA_SEGMENT_HEAD;
+  b->addr = addr + head;
+  b->size = size - head;
   b->seg = s;
   b->state = CA__FREE;
   ca__index_insert(b);

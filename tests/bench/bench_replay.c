@@ -4,14 +4,16 @@
  * machine by trace_alloc (see tests/bench/trace_alloc.c) is replayed through
  * the pool over the fake backend.
  *
- *   bench_replay TRACE [immediate|safe [LAG]]
+ *   bench_replay TRACE [immediate|safe [LAG [HEAD]]]
  *
  * TRACE is a trace file ("-": standard input, e.g. from zcat). Under safe,
  * the fake backend fences as the CUDA one does, and the fake device runs
  * LAG operations (default 500) behind the host: a marker passes once LAG
  * more operations have been replayed after it (how far a training loop's
  * host thread runs ahead of its kernels), or at once when the pool waits
- * for it (the device catches up while the host waits).
+ * for it (the device catches up while the host waits). HEAD: the bytes
+ * before each segment's first block (default 512, the library's under
+ * leak_scan:1; 0 as under leak_scan:0).
  * Prints the peaks of the bytes the program held (requested), the pool's
  * blocks (allocated) and the pool's segments (reserved), the overhead
  * (reserved over requested, at their peaks), and the driver calls the pool
@@ -134,12 +136,15 @@ static void print_sixths(const char *what, const int *counts) {
 
 int main(int argc, char **argv) {
   if (argc < 2)
-    die("usage: bench_replay TRACE [immediate|safe [LAG]]");
+    die("usage: bench_replay TRACE [immediate|safe [LAG [HEAD]]]");
   FILE *in = strcmp(argv[1], "-") == 0 ? stdin : fopen(argv[1], "r");
   if (in == NULL)
     die("cannot open the trace");
   bool safe = argc > 2 && strcmp(argv[2], "safe") == 0;
   uint64_t lag = argc > 3 ? strtoull(argv[3], NULL, 10) : 500;
+  /* Segment heads as the library makes them by default (leak_scan:1); 0
+   * for leak_scan:0. */
+  uint64_t head = argc > 4 ? strtoull(argv[4], NULL, 10) : CA_GRANULE;
   size_t count;
   trace_op *trace = read_trace(in, &count);
 
@@ -150,7 +155,8 @@ int main(int argc, char **argv) {
   fake_mark = fake.backend.mark;
   fake.backend.mark = mark_now;
   ca_pool_options opt = {.max_split_size = UINT64_MAX,
-                         .reuse = safe ? CA_REUSE_SAFE : CA_REUSE_IMMEDIATE};
+                         .reuse = safe ? CA_REUSE_SAFE : CA_REUSE_IMMEDIATE,
+                         .segment_head = head};
   ca_pool *pool = ca_pool_create(&fake.backend, 0, &opt);
   if (pool == NULL)
     die("out of host memory");

@@ -288,7 +288,7 @@ static void test_message_wording(void **state) {
       "memory_limit_mb, enabled, verbose, help, leak_report, "
       "backtrace_depth, log_path, leak_exitcode, suppressions, report_format, "
       "max_leaks, stats, stats_signal, reuse_policy, growth_report, "
-      "python_frames; help:1 lists them)\n");
+      "python_frames, leak_scan, report_reachable; help:1 lists them)\n");
 }
 
 /* The report's keys: every kind of value they take, and their defaults. */
@@ -301,13 +301,16 @@ static void test_report_keys(void **state) {
   assert_string_equal(c.log_path, "");
   assert_int_equal(c.report_format, CA_REPORT_TEXT);
   assert_int_equal(c.reuse_policy, CA_REUSE_SETTING_SAFE);
+  assert_true(c.leak_scan);
+  assert_false(c.report_reachable);
   take_log();
   assert_int_equal(
       ca_config_parse(&c, "leak_report:0, backtrace_depth:16,"
                           "log_path: /tmp/run:%p.log ,leak_exitcode:23,"
                           "suppressions:leaks.supp,report_format:json,"
                           "max_leaks:5,stats:1,stats_signal:true,"
-                          "reuse_policy:device_sync"),
+                          "reuse_policy:device_sync,leak_scan:0,"
+                          "report_reachable:1"),
       0);
   assert_string_equal(take_log(), "");
   assert_false(c.leak_report);
@@ -320,6 +323,8 @@ static void test_report_keys(void **state) {
   assert_true(c.stats);
   assert_true(c.stats_signal);
   assert_int_equal(c.reuse_policy, CA_REUSE_SETTING_DEVICE_SYNC);
+  assert_false(c.leak_scan);
+  assert_true(c.report_reachable);
   assert_int_equal(ca_config_parse(&c, "reuse_policy:immediate"), 0);
   assert_int_equal(c.reuse_policy, CA_REUSE_SETTING_IMMEDIATE);
   assert_int_equal(ca_config_parse(&c, "reuse_policy:sometimes"), 1);
@@ -436,7 +441,7 @@ static void test_help(void **state) {
       "enabled", "verbose", "help", "leak_report", "backtrace_depth",
       "log_path", "leak_exitcode", "suppressions", "report_format",
       "max_leaks", "stats", "stats_signal", "reuse_policy", "growth_report",
-      "python_frames"};
+      "python_frames", "leak_scan", "report_reachable"};
   const size_t nkeys = sizeof(keys) / sizeof(keys[0]);
   take_log();
   ca_config_print_help();
@@ -473,7 +478,7 @@ static void test_get_reads_environment_once(void **state) {
   expect_config("environment", c, &want);
   const char *printed = take_log();
   assert_non_null(strstr(printed, "max_split_size_mb"));
-  assert_int_equal(count_lines(printed), 19);
+  assert_int_equal(count_lines(printed), 21);
 
   assert_int_equal(setenv("CUDALLOC_CONF", "verbose:0", 1), 0);
   assert_ptr_equal(ca_config_get(), c);

@@ -48,6 +48,69 @@ static void sizes_segments_like_pytorch(void **state) {
   fixture_free(fx);
 }
 
+/* With a segment head (leak_scan), no block starts where a segment does:
+ * small and medium segments keep their sizes and their density (1 MiB
+ * requests move to the medium heap, since two no longer fill a small
+ * segment), a segment for one large request grows to hold the head, and a
+ * fully free segment serves its whole size but the head again. */
+static void segment_heads_keep_blocks_off_segment_bases(void **state) {
+  (void)state;
+  ca_pool_options opt = default_options();
+  opt.segment_head = 512;
+  fixture *fx = fixture_new(4096 * MiB, opt, false);
+  uint64_t sizes[] = {1 * MiB - 512, 1 * MiB - 512, 1 * MiB, 24 * MiB, 25 * MiB, 512};
+  uint64_t seg_sizes[] = {2 * MiB, 20 * MiB, 26 * MiB, 26 * MiB};
+  uint64_t a[6];
+  for (int i = 0; i < 6; i++)
+    a[i] = must_alloc(fx, sizes[i]);
+  assert_int_equal(fx->fake.reserves, 4);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(fx->fake.segments[i].size, seg_sizes[i]);
+  uint64_t seg0 = fx->fake.segments[0].addr;
+  assert_int_equal(a[0], seg0 + 512);
+  assert_int_equal(a[1], seg0 + 1 * MiB);
+  assert_int_equal(a[5], seg0 + 2 * MiB - 512); /* the small segment is full */
+  for (int i = 2; i < 5; i++)
+    assert_int_equal(a[i], fx->fake.segments[i - 1].addr + 512);
+  assert_int_equal(stats_of(fx).reserved_bytes.current, 74 * MiB);
+  assert_consistent(fx);
+  for (int i = 0; i < 6; i++)
+    assert_true(ca_pool_free(fx->pool, a[i], NULL));
+  assert_consistent(fx);
+  int reserves = fx->fake.reserves;
+  must_alloc(fx, 26 * MiB - 512);
+  assert_int_equal(fx->fake.reserves, reserves);
+  fixture_free(fx);
+}
+
+/* Where only the head does not fit (the device, or the memory limit, holds
+ * exactly the request), the segment goes without one: the request is
+ * served as cudaMalloc would serve it, its block at the segment's base. */
+static void segment_head_never_costs_a_request(void **state) {
+  (void)state;
+  ca_pool_options opt = default_options();
+  opt.segment_head = 512;
+  fixture *fx = fixture_new(24 * MiB, opt, false);
+  ca_pool_span span;
+  uint64_t a = must_alloc(fx, 24 * MiB);
+  assert_true(ca_pool_find(fx->pool, a, &span));
+  assert_int_equal(a, span.segment);
+  assert_true(ca_pool_free(fx->pool, a, NULL));
+  assert_consistent(fx);
+  fixture_free(fx);
+
+  static ca_budget budget;
+  opt = limited_options(&budget, 24 * MiB);
+  opt.segment_head = 512;
+  fx = fixture_new(4096 * MiB, opt, false);
+  a = must_alloc(fx, 24 * MiB);
+  assert_true(ca_pool_find(fx->pool, a, &span));
+  assert_int_equal(a, span.segment);
+  assert_int_equal(atomic_load(&budget.booked), 24 * MiB);
+  assert_true(ca_pool_free(fx->pool, a, NULL));
+  fixture_free(fx);
+}
+
 /* A freed block is served again without the backend. */
 static void serves_repeat_requests_from_the_cache(void **state) {
   (void)state;
@@ -188,6 +251,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(rounds_requests_to_the_granule),
       cmocka_unit_test(sizes_segments_like_pytorch),
+      cmocka_unit_test(segment_heads_keep_blocks_off_segment_bases),
+      cmocka_unit_test(segment_head_never_costs_a_request),
       cmocka_unit_test(serves_repeat_requests_from_the_cache),
       cmocka_unit_test(reuses_exact_sizes_between_class_boundaries),
       cmocka_unit_test(splits_and_merges_within_a_segment),

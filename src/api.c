@@ -38,11 +38,13 @@ int cudalloc_get_stats(int device, cudalloc_device_stats *out,
 }
 
 void cudalloc_print_stats(void) {
-  ca_lifecycle_report(CA_EVENT_API, false, true);
+  ca_lifecycle_report(CA_EVENT_API, false, true, NULL);
 }
 
 void cudalloc_print_report(void) {
-  ca_lifecycle_report(CA_EVENT_API, true, false);
+  ca_reach_roots roots;
+  CA_REACH_ROOTS_HERE(&roots);
+  ca_lifecycle_report(CA_EVENT_API, true, false, &roots);
 }
 
 void cudalloc_mark(void) { ca_sites_mark(); }

@@ -28,6 +28,7 @@
 #include "log.h"
 #include "meta.h"
 #include "pool/pool.h"
+#include "reach.h"
 #include "registry.h"
 #include "sites.h"
 #include "track.h"
@@ -59,13 +60,20 @@ static void ca__gather_push(ca__gather *g, ca_report_block b) {
   g->blocks[g->n++] = b;
 }
 
+/* Blocks are gathered as the scan would class them if it found no word
+ * pointing into them (ca__classify): pooled ones lost, unless at their
+ * segment's base, whose address the driver keeps too, as it keeps those
+ * of the allocations passed through to it. */
 static void ca__gather_pooled(const ca_live_block *b, void *arg) {
   ca__gather_push(arg, (ca_report_block){.addr = b->addr,
                                          .bytes = b->requested,
                                          .seq = b->seq,
                                          .device = b->device,
                                          .stack = b->tag,
-                                         .call = CA_REPORT_POOLED_CALL});
+                                         .call = CA_REPORT_POOLED_CALL,
+                                         .reach = b->at_base
+                                                      ? CA_REACH_UNCLASSED
+                                                      : CA_REACH_LOST});
 }
 
 static void ca__gather_tracked(const ca_tracked *t, void *arg) {
@@ -74,11 +82,43 @@ static void ca__gather_tracked(const ca_tracked *t, void *arg) {
                                          .seq = t->seq,
                                          .device = t->device,
                                          .stack = t->stack,
-                                         .call = ca_track_kind_call(t->kind)});
+                                         .call = ca_track_kind_call(t->kind),
+                                         .reach = CA_REACH_UNCLASSED});
 }
 
 static void ca__gather_free(ca__gather *g) {
   ca_meta_free(g->blocks, g->cap * sizeof(ca_report_block));
+}
+
+/* Lost or still reachable (reach.h): the lost ones are the blocks the scan
+ * finds no host word pointing into. Without roots, or without a complete
+ * scan (leak_scan:0, or out of memory), every block is a leak, unscanned. */
+static void ca__classify(ca__gather *g, const ca_reach_roots *roots) {
+  bool scan = roots && ca_config_get()->leak_scan && g->n;
+  ca_reach_target *t = scan ? ca_meta_alloc(g->n * sizeof(*t)) : NULL;
+  ca_reach_stats st = {0};
+  size_t n = 0;
+  if (t != NULL) {
+    for (size_t i = 0; i < g->n; i++) {
+      const ca_report_block *b = &g->blocks[i];
+      if (b->reach == CA_REACH_LOST)
+        t[n++] = (ca_reach_target){.lo = b->addr,
+                                   .hi = b->addr + (b->bytes ? b->bytes : 1),
+                                   .index = i};
+    }
+    ca_reach_scan(t, n, roots, &st);
+  }
+  for (size_t i = 0; i < g->n; i++)
+    if (!st.complete)
+      g->blocks[i].reach = CA_REACH_UNSCANNED;
+  for (size_t i = 0; st.complete && i < n; i++)
+    if (t[i].found)
+      g->blocks[t[i].index].reach = CA_REACH_REACHABLE;
+  if (t != NULL && ca_config_get()->verbose >= 2)
+    ca_log("leak scan: %.1f MiB of host memory in %.1f ms%s",
+           (double)st.scanned_bytes / (1 << 20), (double)st.ns / 1e6,
+           st.complete ? "" : " (incomplete: nothing classed)");
+  ca_meta_free(t, g->n * sizeof(*t));
 }
 
 /* Every pool's live blocks. */
@@ -153,7 +193,7 @@ static void ca__over_time(ca_report_input *in, ca_sites_peak *peak,
 }
 
 static ca_leak_totals ca__report_all(ca_report_event event, bool leaks,
-                                     bool stats) {
+                                     bool stats, const ca_reach_roots *roots) {
   cudalloc_device_stats all[CUDALLOC_MAX_DEVICES];
   ca_sites_peak peak;
   ca_site_growth growth[CA__GROWTH_SHOWN];
@@ -168,6 +208,8 @@ static ca_leak_totals ca__report_all(ca_report_event event, bool leaks,
     ca_track_foreach(ca__gather_tracked, &g);
   }
   ca__report_lock_give();
+  if (leaks)
+    ca__classify(&g, roots);
   ca_report_input in = {.event = event,
                         .device = -1,
                         .leaks = leaks,
@@ -186,8 +228,9 @@ static ca_leak_totals ca__report_all(ca_report_event event, bool leaks,
   return totals;
 }
 
-void ca_lifecycle_report(ca_report_event event, bool leaks, bool stats) {
-  ca__report_all(event, leaks, stats);
+void ca_lifecycle_report(ca_report_event event, bool leaks, bool stats,
+                         const ca_reach_roots *roots) {
+  ca__report_all(event, leaks, stats, roots);
 }
 
 /* ---- Context deaths -------------------------------------------------------- */
@@ -202,6 +245,7 @@ void ca_lifecycle_context_gone(void *ctx, ca_pool *pool, int device) {
     ca_pool_foreach_live(pool, ca__gather_pooled, &g);
   ca_track_foreach_in(ctx, ca__gather_tracked, &g);
   ca__report_lock_give();
+  ca__classify(&g, NULL); /* their memory is gone: nothing to class */
   /* The pool's blocks die here; the passed-through ones leave the live
    * bytes by site when the registry drops them. */
   for (size_t i = 0; i < g.n; i++)
@@ -230,6 +274,8 @@ void ca_lifecycle_context_gone(void *ctx, ca_pool *pool, int device) {
 static atomic_int ca__exit_reported_by;
 
 static void ca__at_exit(int status, void *arg) {
+  ca_reach_roots roots;
+  CA_REACH_ROOTS_HERE(&roots);
   (void)arg;
   if (ca_locks_held > 0) {
     /* exit() from a signal handler that interrupted this thread inside
@@ -251,7 +297,7 @@ static void ca__at_exit(int status, void *arg) {
   if (!cfg->leak_report && !cfg->stats && !cfg->growth_report)
     return;
   ca_leak_totals t = ca__report_all(CA_EVENT_EXIT, cfg->leak_report,
-                                    cfg->stats);
+                                    cfg->stats, &roots);
   if (cfg->leak_report && cfg->leak_exitcode != 0 && status == 0 &&
       t.count > 0) {
     /* Like LeakSanitizer's exitcode, the process ends here: only _exit can
@@ -297,7 +343,7 @@ static void *ca__watch_signal(void *arg) {
   for (;;) {
     while (sem_wait(&ca__signal_sem) != 0 && errno == EINTR)
       ;
-    ca__report_all(CA_EVENT_SIGNAL, false, ca_config_get()->stats_signal);
+    ca__report_all(CA_EVENT_SIGNAL, false, ca_config_get()->stats_signal, NULL);
   }
   return NULL;
 }

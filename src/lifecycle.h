@@ -11,6 +11,7 @@
 #include <stdbool.h>
 
 #include "pool/pool.h"
+#include "reach.h"
 #include "report/report.h"
 
 /* The process has started to use device memory (a pool was made, or an
@@ -26,7 +27,10 @@ void ca_lifecycle_device_used(void);
 void ca_lifecycle_context_gone(void *ctx, ca_pool *pool, int device);
 
 /* Prints a report of every device now: the live blocks (`leaks`) and the
- * memory summary (`stats`). */
-void ca_lifecycle_report(ca_report_event event, bool leaks, bool stats);
+ * memory summary (`stats`). With `roots` (reach.h: filled at the library's
+ * entry on this thread) the live blocks are classed lost or still
+ * reachable. */
+void ca_lifecycle_report(ca_report_event event, bool leaks, bool stats,
+                         const ca_reach_roots *roots);
 
 #endif /* CA_LIFECYCLE_H */

@@ -48,6 +48,17 @@ static void ca__symbolize_all(ca__leaks *l) {
   ca__unscratch(ids, bytes);
 }
 
+/* A reported group's blocks that the scan could not class. */
+static void ca__count_unclassed(ca__leaks *l, const ca__group *g) {
+  for (size_t i = g->first; i < g->first + g->count; i++) {
+    const ca_report_block *b = &l->blocks[i];
+    if (b->reach == CA_REACH_UNCLASSED) {
+      l->totals.unclassed_bytes += b->bytes;
+      l->totals.unclassed_count++;
+    }
+  }
+}
+
 /* Where each group's shown frames begin, and which groups the
  * suppressions set aside; the totals. */
 static void ca__leaks_suppress(ca__leaks *l, const ca_config *cfg) {
@@ -59,7 +70,15 @@ static void ca__leaks_suppress(ca__leaks *l, const ca_config *cfg) {
     const uintptr_t *pcs;
     size_t k = ca__stack_of(&l->blocks[g->first], &pcs);
     g->shown_from = ca__first_shown(pcs, k, &l->symbols);
+    l->scanned |= l->blocks[g->first].reach != CA_REACH_UNSCANNED;
+    if (g->reachable) {
+      l->totals.reachable_bytes += g->bytes;
+      l->totals.reachable_count += g->count;
+      continue;
+    }
     g->suppressed = rules.n > 0 && ca__suppressed(&rules, pcs, k, &l->symbols);
+    if (!g->suppressed)
+      ca__count_unclassed(l, g);
     uint64_t *bytes = g->suppressed ? &l->totals.suppressed_bytes
                                     : &l->totals.bytes;
     uint64_t *count = g->suppressed ? &l->totals.suppressed_count
@@ -88,6 +107,8 @@ ca_report_job *ca_report_prepare(const ca_report_input *in) {
   job->l = (ca__leaks){.in = in, .max_groups = SIZE_MAX};
   if (job->cfg->max_leaks > 0)
     job->l.max_groups = (size_t)job->cfg->max_leaks;
+  /* A report on request lists every live block; at exit, the leaks. */
+  job->l.list_reachable = job->cfg->report_reachable || in->event == CA_EVENT_API;
   job->ok = !in->leaks || ca__leaks_group(&job->l, &job->sorted,
                                           &job->sorted_bytes, &job->groups_bytes);
   if (job->ok) {
@@ -98,7 +119,7 @@ ca_report_job *ca_report_prepare(const ca_report_input *in) {
 }
 
 ca_leak_totals ca_report_print(ca_report_job *job) {
-  ca_leak_totals none = {0, 0, 0, 0};
+  ca_leak_totals none = {0};
   if (job == NULL) {
     ca__report_warn(false, "report: out of memory");
     return none;

@@ -12,6 +12,7 @@ typedef struct ca__group {
   uint64_t first_seq;   /* the oldest allocation's number */
   uint64_t bytes, min, max;
   bool suppressed;
+  bool reachable;       /* its blocks are still reachable, not leaks */
   size_t shown_from;    /* frames before this are runtime plumbing */
 } ca__group;
 
@@ -22,9 +23,15 @@ static uint64_t ca__size_key(const ca_report_block *b) {
 
 static int ca__cmp_u64(uint64_t x, uint64_t y) { return (x > y) - (x < y); }
 
+static bool ca__reachable(const ca_report_block *b) {
+  return b->reach == CA_REACH_REACHABLE;
+}
+
 static int ca__cmp_block(const void *a, const void *b) {
   const ca_report_block *x = a, *y = b;
-  int c = (x->device > y->device) - (x->device < y->device);
+  int c = ca__reachable(x) - ca__reachable(y);
+  if (c == 0)
+    c = (x->device > y->device) - (x->device < y->device);
   if (c == 0)
     c = strcmp(x->call, y->call);
   if (c == 0)
@@ -36,14 +43,18 @@ static int ca__cmp_block(const void *a, const void *b) {
 
 static bool ca__same_group(const ca_report_block *x,
                            const ca_report_block *y) {
-  return x->device == y->device && strcmp(x->call, y->call) == 0 &&
+  return ca__reachable(x) == ca__reachable(y) && x->device == y->device &&
+         strcmp(x->call, y->call) == 0 &&
          x->stack == y->stack && ca__size_key(x) == ca__size_key(y);
 }
 
-/* Largest total first; then more allocations; then the oldest. */
+/* Leaks before reachable groups; largest total first; then more
+ * allocations; then the oldest. */
 static int ca__cmp_group(const void *a, const void *b) {
   const ca__group *x = a, *y = b;
-  int c = ca__cmp_u64(y->bytes, x->bytes);
+  int c = x->reachable - y->reachable;
+  if (c == 0)
+    c = ca__cmp_u64(y->bytes, x->bytes);
   if (c == 0)
     c = ca__cmp_u64(y->count, x->count);
   return c ? c : ca__cmp_u64(x->first_seq, y->first_seq);
@@ -55,8 +66,10 @@ static size_t ca__make_groups(const ca_report_block *b, size_t n,
   size_t ng = 0;
   for (size_t i = 0; i < n; i++) {
     if (i == 0 || !ca__same_group(&b[i - 1], &b[i]))
-      groups[ng++] =
-          (ca__group){.first = i, .first_seq = b[i].seq, .min = UINT64_MAX};
+      groups[ng++] = (ca__group){.first = i,
+                                 .first_seq = b[i].seq,
+                                 .min = UINT64_MAX,
+                                 .reachable = ca__reachable(&b[i])};
     ca__group *g = &groups[ng - 1];
     g->count++;
     g->bytes += b[i].bytes;

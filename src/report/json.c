@@ -24,15 +24,32 @@ static void ca__json_frame(ca__out *o, uintptr_t pc, const ca_symbol *sym) {
              sym ? sym->module_offset : 0);
 }
 
+/* What the scan found of a group (all its blocks alike but for lost and
+ * unclassed ones, which group together: the first block's is given). */
+static const char *ca__reach_name(ca_report_reach reach) {
+  switch (reach) {
+  case CA_REACH_LOST:
+    return "lost";
+  case CA_REACH_UNCLASSED:
+    return "unclassed";
+  case CA_REACH_REACHABLE:
+    return "reachable";
+  case CA_REACH_UNSCANNED:
+    break;
+  }
+  return "unscanned";
+}
+
 static void ca__json_group(ca__out *o, const ca__leaks *l, const ca__group *g) {
   const ca_report_block *first = &l->blocks[g->first];
   ca__printf(o, "{\"device\":%d,\"call\":", first->device);
   ca__put_json_string(o, first->call);
   ca__printf(o,
              ",\"bytes\":%" PRIu64 ",\"count\":%zu,\"sizes\":{\"min\":%" PRIu64
-             ",\"max\":%" PRIu64 "},\"suppressed\":%s,\"allocations\":[",
+             ",\"max\":%" PRIu64 "},\"suppressed\":%s,\"reach\":\"%s\","
+             "\"allocations\":[",
              g->bytes, g->count, g->min, g->max,
-             g->suppressed ? "true" : "false");
+             g->suppressed ? "true" : "false", ca__reach_name(first->reach));
   for (size_t i = 0; i < g->count && i < CA__JSON_SAMPLES; i++) {
     const ca_report_block *b = &l->blocks[g->first + i];
     ca__printf(o,
@@ -76,13 +93,13 @@ static void ca__json(const ca__leaks *l) {
   if (in->event == CA_EVENT_CONTEXT_RESET)
     ca__printf(&o, ",\"device\":%d", in->device);
   if (in->leaks) {
-    /* Suppressed groups are listed too, marked, for tools; max_leaks
-     * counts the others, as in the text report. */
+    /* Suppressed and reachable groups are listed too, marked, for tools;
+     * max_leaks counts the others, as in the text report. */
     ca__out_put(&o, ",\"leaks\":[", 10);
     size_t listed = 0, printed = 0;
     for (size_t i = 0; i < l->ngroups; i++) {
       const ca__group *g = &l->groups[i];
-      if (!g->suppressed && printed++ >= l->max_groups)
+      if (!g->suppressed && !g->reachable && printed++ >= l->max_groups)
         continue;
       if (listed++ > 0)
         ca__out_put(&o, ",", 1);
@@ -92,10 +109,14 @@ static void ca__json(const ca__leaks *l) {
     ca__printf(&o,
                "],\"summary\":{\"bytes\":%" PRIu64 ",\"count\":%" PRIu64
                ",\"suppressed_bytes\":%" PRIu64
-               ",\"suppressed_count\":%" PRIu64 ",\"groups\":%zu"
+               ",\"suppressed_count\":%" PRIu64 ",\"reachable_bytes\":%" PRIu64
+               ",\"reachable_count\":%" PRIu64 ",\"unclassed_bytes\":%" PRIu64
+               ",\"unclassed_count\":%" PRIu64 ",\"scanned\":%s,\"groups\":%zu"
                ",\"allocations\":%" PRIu64 "}",
                t->bytes, t->count, t->suppressed_bytes, t->suppressed_count,
-               l->ngroups, in->allocations);
+               t->reachable_bytes, t->reachable_count, t->unclassed_bytes,
+               t->unclassed_count, l->scanned ? "true" : "false", l->ngroups,
+               in->allocations);
   }
   if (in->nstats > 0) {
     ca__out_put(&o, ",\"stats\":[", 10);

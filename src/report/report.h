@@ -32,7 +32,17 @@ typedef enum ca_report_event {
 typedef struct ca_leak_totals {
   uint64_t bytes, count;                        /* reported */
   uint64_t suppressed_bytes, suppressed_count;  /* matched a suppression */
+  uint64_t reachable_bytes, reachable_count;    /* still reachable */
+  uint64_t unclassed_bytes, unclassed_count;    /* of the reported */
 } ca_leak_totals;
+
+/* What the scan of host memory (reach.h) found of one live block. */
+typedef enum ca_report_reach {
+  CA_REACH_UNSCANNED, /* no scan (leak_scan:0, or it failed): a leak */
+  CA_REACH_LOST,      /* no host word points into it: a leak */
+  CA_REACH_UNCLASSED, /* the driver keeps its address too: a leak, said so */
+  CA_REACH_REACHABLE, /* the program still points into it: not a leak */
+} ca_report_reach;
 
 /* The `call` of blocks the pool served (cuMemAlloc_v2, cudaMalloc). */
 #define CA_REPORT_POOLED_CALL "cuMemAlloc"
@@ -45,6 +55,7 @@ typedef struct ca_report_block {
   int device;     /* -1 when unknown */
   uint32_t stack; /* stack id (stacks.h); 0 for none */
   const char *call; /* the driver function that allocated it */
+  ca_report_reach reach;
 } ca_report_block;
 
 /* A device's held memory at its highest, and when (CLOCK_MONOTONIC). */

@@ -66,6 +66,23 @@ static const char *ca__verb(ca_report_event event) {
   return event == CA_EVENT_API ? "live" : "leaked";
 }
 
+/* A group's verb: a leak's, still reachable, or (on request, where every
+ * live block is listed) lost when the scan found no pointer to it. */
+static const char *ca__group_verb(const ca_report_input *in,
+                                  const ca_report_block *first,
+                                  const ca__group *g) {
+  if (g->reachable)
+    return "still reachable";
+  if (in->event == CA_EVENT_API && first->reach == CA_REACH_LOST)
+    return "lost";
+  return ca__verb(in->event);
+}
+
+/* The summary's verb for the leaks' total. */
+static const char *ca__summary_verb(const ca_report_input *in, bool scanned) {
+  return in->event == CA_EVENT_API && scanned ? "lost" : ca__verb(in->event);
+}
+
 static void ca__text_group(const ca_report_input *in,
                            const ca_report_block *b, const ca__group *g,
                            const ca__symbols *s) {
@@ -79,12 +96,13 @@ static void ca__text_group(const ca_report_input *in,
   if (n == 0) {
     ca_log("%" PRIu64 " bytes %s in %zu allocation(s) of %" PRIu64
            " bytes%s%s:",
-           g->bytes, ca__verb(in->event), g->count, first->bytes, on, call);
+           g->bytes, ca__group_verb(in, first, g), g->count, first->bytes, on,
+           call);
     ca__text_samples(b, g);
     return;
   }
   ca_log("%" PRIu64 " bytes %s in %zu allocation(s)%s%s, allocated from:",
-         g->bytes, ca__verb(in->event), g->count, on, call);
+         g->bytes, ca__group_verb(in, first, g), g->count, on, call);
   for (size_t i = g->shown_from; i < n; i++)
     ca__text_frame(i - g->shown_from, pcs[i], ca__symbol(s, pcs[i]));
 }
@@ -111,7 +129,20 @@ typedef struct ca__leaks {
   ca__symbols symbols;
   ca_leak_totals totals;
   size_t max_groups; /* printed at most; SIZE_MAX for all */
+  bool list_reachable; /* report_reachable */
+  bool scanned;        /* the blocks were classed (leak_scan) */
 } ca__leaks;
+
+/* "; 4096 bytes in 2 allocations still reachable (...)" or "". */
+static void ca__reachable_words(char *buf, size_t len, const ca__leaks *l) {
+  const ca_leak_totals *t = &l->totals;
+  buf[0] = '\0';
+  if (t->reachable_count > 0)
+    snprintf(buf, len,
+             "; %" PRIu64 " bytes in %" PRIu64 " allocations still reachable%s",
+             t->reachable_bytes, t->reachable_count,
+             l->list_reachable ? "" : " (report_reachable:1 lists them)");
+}
 
 /* The one line for a report with nothing to list. */
 static void ca__text_nothing(const ca__leaks *l) {
@@ -119,22 +150,27 @@ static void ca__text_nothing(const ca__leaks *l) {
   const ca_leak_totals *t = &l->totals;
   char how[128];
   if (t->suppressed_count == 0)
-    snprintf(how, sizeof(how), "all freed");
+    snprintf(how, sizeof(how), "%s", t->reachable_count ? "none lost" : "all freed");
   else
     snprintf(how, sizeof(how),
              "%" PRIu64 " bytes in %" PRIu64 " allocations suppressed",
              t->suppressed_bytes, t->suppressed_count);
-  if (in->event == CA_EVENT_API)
+  char reachable[160];
+  ca__reachable_words(reachable, sizeof(reachable), l);
+  if (in->event == CA_EVENT_API && t->reachable_count > 0)
+    ca_log("no lost device allocations (%s%s)", how, reachable);
+  else if (in->event == CA_EVENT_API)
     ca_log("no live device allocations%s%s%s", t->suppressed_count ? " (" : "",
            t->suppressed_count ? how : "", t->suppressed_count ? ")" : "");
   else if (in->event == CA_EVENT_EXIT)
-    ca_log("no device memory leaks (%" PRIu64 " allocations, %s)",
-           in->allocations, how);
+    ca_log("no device memory leaks (%" PRIu64 " allocations, %s%s)",
+           in->allocations, how, reachable);
 }
 
 static void ca__leaks_text(const ca__leaks *l) {
   const ca_report_input *in = l->in;
-  if (l->totals.count == 0) {
+  bool list_reachable = l->list_reachable && l->totals.reachable_count > 0;
+  if (l->totals.count == 0 && !list_reachable) {
     ca__text_nothing(l);
     return;
   }
@@ -144,7 +180,7 @@ static void ca__leaks_text(const ca__leaks *l) {
   bool stackless = false;
   for (size_t i = 0; i < l->ngroups; i++) {
     const ca__group *g = &l->groups[i];
-    if (g->suppressed)
+    if (g->suppressed || (g->reachable && !list_reachable))
       continue;
     if (printed == l->max_groups) {
       rest_groups++;
@@ -167,8 +203,15 @@ static void ca__leaks_text(const ca__leaks *l) {
     snprintf(apart, sizeof(apart),
              " (%" PRIu64 " bytes in %" PRIu64 " allocations suppressed)",
              t->suppressed_bytes, t->suppressed_count);
-  ca_log("SUMMARY: %" PRIu64 " bytes %s in %" PRIu64 " allocations%s",
-         t->bytes, ca__verb(in->event), t->count, apart);
+  char reachable[160];
+  ca__reachable_words(reachable, sizeof(reachable), l);
+  ca_log("SUMMARY: %" PRIu64 " bytes %s in %" PRIu64 " allocations%s%s",
+         t->bytes, ca__summary_verb(in, l->scanned), t->count, apart, reachable);
+  if (t->unclassed_count > 0)
+    ca_log("%" PRIu64 " bytes in %" PRIu64 " of them could not be classed: "
+           "the driver keeps their addresses too (passed through to it, or "
+           "at the start of one of its allocations)",
+           t->unclassed_bytes, t->unclassed_count);
   if (stackless)
     ca_log("set CUDALLOC_CONF=backtrace_depth:16 to see where %s memory was "
            "allocated",

@@ -82,18 +82,21 @@ MOCK_DIR = env_path("E2E_MOCK_DIR")
 PRELOAD = env_path("E2E_PRELOAD")
 
 
-def run(mode, conf, *args, expect_rc=0, preloaded=True, stderr=subprocess.PIPE, timeout=60):
-    """Runs e2e_leaks MODE ARGS with cudalloc preloaded and CUDALLOC_CONF=conf;
-    its stderr is read unless `stderr` says where it goes instead."""
+def run(mode, conf, *args, expect_rc=0, preloaded=True, stderr=subprocess.PIPE, timeout=60,
+        prog=None):
+    """Runs e2e_leaks MODE ARGS (or `prog`) with cudalloc preloaded and
+    CUDALLOC_CONF=conf; its stderr is read unless `stderr` says where it goes
+    instead."""
     env = dict(os.environ)
-    for key in ("E2E_LEAKS_PROG", "E2E_MOCK_DIR", "E2E_PRELOAD", "MOCKCUDA_VERBOSE"):
+    for key in ("E2E_LEAKS_PROG", "E2E_REACH_PROG", "E2E_MOCK_DIR", "E2E_PRELOAD",
+                "MOCKCUDA_VERBOSE"):
         env.pop(key, None)
     env["LD_LIBRARY_PATH"] = MOCK_DIR + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
     env["LD_PRELOAD"] = PRELOAD
     env["CUDALLOC_CONF"] = conf
     env["MOCKCUDA_DEVICES"] = "2"
     env["ASAN_OPTIONS"] = "detect_leaks=0" + (":" + env["ASAN_OPTIONS"] if env.get("ASAN_OPTIONS") else "")
-    proc = subprocess.Popen([PROG, mode, *args], env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([prog or PROG, mode, *args], env=env, stdout=subprocess.PIPE,
                             stderr=stderr, text=True)
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -126,13 +129,16 @@ def read_file(r, path):
 # ---- The text report --------------------------------------------------------
 
 HEADER = re.compile(r"^==(\d+)== device memory leak report \((at exit|at context reset of device \d+)\)$")
-GROUP = re.compile(r"^(\d+) bytes leaked in (\d+) allocation\(s\)(?: of (\d+) bytes)? on device (\d+)"
+GROUP = re.compile(r"^(\d+) bytes (?:leaked|still reachable) in (\d+) allocation\(s\)(?: of (\d+) bytes)? on device (\d+)"
                    r"(?: \((\w+)\))?(, allocated from)?:$")
 FRAME = re.compile(r"^    #(\d+) 0x([0-9a-f]+) in (.*)$")
 FRAME_LINE = re.compile(r"^(\S+) (\S+):(\d+) \((\S+)\+0x([0-9a-f]+)\)$")
 SAMPLES = re.compile(r"^    allocations? (#\d+ at 0x[0-9a-f]+(?:, #\d+ at 0x[0-9a-f]+)*)(?:, \.\.\. \((\d+) more\))?$")
 SUMMARY = re.compile(r"^SUMMARY: ")
 HINT = "set CUDALLOC_CONF=backtrace_depth:16 to see where leaked memory was allocated"
+UNCLASSED = re.compile(r"^(\d+) bytes in (\d+) of them could not be classed: the driver keeps "
+                       r"their addresses too \(passed through to it, or at the start of one of its "
+                       r"allocations\)$")
 
 
 def lines_of(r, text, where="stderr"):
@@ -183,11 +189,15 @@ def parse_reports(r, lines):
         m = HEADER.match(line)
         if m:
             cur = {"pid": int(m.group(1)), "when": m.group(2), "groups": [], "more": None,
-                   "summary": None, "hint": None, "lines": [line]}
+                   "summary": None, "hint": None, "unclassed": None, "lines": [line]}
             reports.append(cur)
             continue
         if cur is None:
             other.append(line)
+            continue
+        if cur["summary"] is not None and UNCLASSED.match(line) and cur["unclassed"] is None:
+            cur["unclassed"] = line  # right after the SUMMARY, before the hint
+            cur["lines"].append(line)
             continue
         if cur["summary"] is not None:
             if line == HINT and cur["hint"] is None:
@@ -206,7 +216,7 @@ def parse_reports(r, lines):
                 "bytes": int(g.group(1)), "count": int(g.group(2)),
                 "size": int(g.group(3)) if g.group(3) else None, "device": int(g.group(4)),
                 "call": g.group(5), "stacked": bool(g.group(6)), "frames": [], "samples": None,
-                "line": line})
+                "reachable": " bytes still reachable in " in line, "line": line})
             continue
         f = FRAME.match(line)
         if f and cur["groups"]:

@@ -89,7 +89,7 @@ def check_preloaded(tmp):
     expect(f'"allocs": {STEPS}' in r.kv.get("stats", "") and '"rc": 0' in r.kv["stats"],
            f"stats {r.kv.get('stats')}, want {STEPS} allocations in device 0's pool", r)
     expect(r.kv.get("reported") == "1" and re.search(
-        rf"^cudalloc: {STEPS << 20} bytes live in {STEPS} allocation\(s\)", r.err, re.M),
+        rf"^cudalloc: {STEPS << 20} bytes still reachable in {STEPS} allocation\(s\)", r.err, re.M),
         f"report() did not print the {STEPS} live blocks", r)
     expect(r.kv.get("emptied", "None").isdigit(), f"empty_cache() gave {r.kv.get('emptied')}", r)
     growth = re.search(r"^cudalloc: \+\S+ \S+ \((\d+) bytes\), .* over (\d+) consecutive snapshots",

@@ -82,4 +82,9 @@ typedef struct ca_reach_stats {
 void ca_reach_scan(ca_reach_target *targets, size_t n,
                    const ca_reach_roots *roots, ca_reach_stats *stats);
 
+/* Whether the line [line, end) of /proc/self/maps is a mapping the scan
+ * reads; fills its range [*lo, *hi) either way (for the tests). */
+bool ca_reach_mapping_scanned(const char *line, const char *end, uintptr_t *lo,
+                              uintptr_t *hi);
+
 #endif /* CA_REACH_H */

@@ -205,8 +205,13 @@ static void ca__leaks_text(const ca__leaks *l) {
              t->suppressed_bytes, t->suppressed_count);
   char reachable[160];
   ca__reachable_words(reachable, sizeof(reachable), l);
-  ca_log("SUMMARY: %" PRIu64 " bytes %s in %" PRIu64 " allocations%s%s",
-         t->bytes, ca__summary_verb(in, l->scanned), t->count, apart, reachable);
+  if (t->count == 0) /* only the reachable ones were listed */
+    ca_log("SUMMARY: nothing %s%s%s", ca__summary_verb(in, l->scanned), apart,
+           reachable);
+  else
+    ca_log("SUMMARY: %" PRIu64 " bytes %s in %" PRIu64 " allocations%s%s",
+           t->bytes, ca__summary_verb(in, l->scanned), t->count, apart,
+           reachable);
   if (t->unclassed_count > 0)
     ca_log("%" PRIu64 " bytes in %" PRIu64 " of them could not be classed: "
            "the driver keeps their addresses too (passed through to it, or "

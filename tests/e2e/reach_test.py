@@ -108,6 +108,10 @@ def check_listed(tmp):
     rep = reports[0] if len(reports) == 1 else None
     expect(rep and not other, f"{len(reports)} reports, other lines {other}", r)
     kinds = [(g["reachable"], g["count"]) for g in rep["groups"]]
+    r2, reports2, other2 = report_of("global", "report_reachable:1")
+    only = reports2[0]["summary"] if len(reports2) == 1 else None
+    want = "SUMMARY: nothing leaked" + reachable_words(ALL, COUNT, listed=True)
+    expect(only == want, f"summary '{only}' with only reachable blocks, want '{want}'", r2)
     expect(kinds == [(False, 50), (True, 50)], f"groups {[g['line'] for g in rep['groups']]}", r)
     tail = reachable_words(50 * MIB, 50, listed=True)
     expect(rep["summary"].endswith(tail), f"summary '{rep['summary']}', want it to end '{tail}'", r)

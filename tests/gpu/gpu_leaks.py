@@ -35,8 +35,9 @@ LEAK_BYTES = 104857600
 LEAK_COUNT = 100
 LEAK_GROUP_RE = r"^cudalloc: [0-9]+ bytes leaked in [0-9]+ allocation\(s\)"
 # The same groups in the report printed on request (cudalloc_print_report),
-# which calls the blocks live rather than leaked.
-LIVE_GROUP_RE = r"^cudalloc: ([0-9]+) bytes live in ([0-9]+) allocation\(s\)"
+# which lists every live block: lost, still reachable (the kept tensors are
+# held by a Python list), or live where the scan cannot class it.
+LIVE_GROUP_RE = r"^cudalloc: ([0-9]+) bytes (?:live|lost|still reachable) in ([0-9]+) allocation\(s\)"
 SUMMARY = "cudalloc: SUMMARY: %d bytes leaked in %d allocations" % (LEAK_BYTES, LEAK_COUNT)
 TORCH_STEPS = 40
 STACKS = "backtrace_depth:16"

@@ -19,7 +19,11 @@
                      reported at the reset, correct after it
 
 leaky_loop leaks 100 buffers of 1 MiB from the marked line; --fixed frees
-them. torch_leak.py keeps two tensors per step and prints the report itself
+them. The scan of host memory classes 99 of them lost: the CUDA runtime
+keeps the arguments of its most recent kernel launch in its heap, so the
+buffer the last launch was given (allocation #100) is still reachable, as
+measured on the H200 (a launch with other arguments after the loop makes
+it lost too; docs/LEAKS.md). torch_leak.py keeps two tensors per step and prints the report itself
 at the end of training (Python frees everything before exit).
 """
 
@@ -31,14 +35,17 @@ import sys
 
 from gpu_check import exit_problem
 
-LEAK_BYTES = 104857600
-LEAK_COUNT = 100
+LEAK_BYTES = 99 << 20
+LEAK_COUNT = 99
+# The buffer the last kernel launch was given, held by the runtime.
+REACHABLE_TAIL = "; 1048576 bytes in 1 allocations still reachable (report_reachable:1 lists them)"
 LEAK_GROUP_RE = r"^cudalloc: [0-9]+ bytes leaked in [0-9]+ allocation\(s\)"
 # The same groups in the report printed on request (cudalloc_print_report),
 # which lists every live block: lost, still reachable (the kept tensors are
 # held by a Python list), or live where the scan cannot class it.
 LIVE_GROUP_RE = r"^cudalloc: ([0-9]+) bytes (?:live|lost|still reachable) in ([0-9]+) allocation\(s\)"
-SUMMARY = "cudalloc: SUMMARY: %d bytes leaked in %d allocations" % (LEAK_BYTES, LEAK_COUNT)
+SUMMARY = ("cudalloc: SUMMARY: %d bytes leaked in %d allocations" % (LEAK_BYTES, LEAK_COUNT)
+           + REACHABLE_TAIL)
 TORCH_STEPS = 40
 STACKS = "backtrace_depth:16"
 
@@ -189,7 +196,8 @@ def json_problems(logs, marker):
         return bad + ["%d documents with event exit in %d file(s), want 1"
                       % (len(exits), len(files))], ""
     doc = exits[0]
-    leaks = [g for g in doc.get("leaks", []) if not g.get("suppressed")]
+    leaks = [g for g in doc.get("leaks", []) if not g.get("suppressed")
+             and g.get("reach") != "reachable"]
     if len(leaks) != 1:
         bad.append("%d leak groups, want 1" % len(leaks))
     groups = [g for g in leaks if g.get("count") == LEAK_COUNT and g.get("bytes") == LEAK_BYTES]
@@ -203,7 +211,8 @@ def json_problems(logs, marker):
             bad.append("no frame at leaky_loop.cu:%d; frames: %s" % (marker, [
                 "%s:%s" % (f.get("file"), f.get("line")) for f in frames[:4]]))
     summary = doc.get("summary") or {}
-    if summary.get("bytes") != LEAK_BYTES or summary.get("count") != LEAK_COUNT:
+    if (summary.get("bytes") != LEAK_BYTES or summary.get("count") != LEAK_COUNT
+            or summary.get("reachable_count") != 1 or summary.get("scanned") is not True):
         bad.append("summary %s" % json.dumps(summary))
     return bad, "%d document(s), one group of %d, a frame at leaky_loop.cu:%d" % (
         len(docs), LEAK_COUNT, marker)

@@ -157,9 +157,7 @@ static void ca__text_nothing(const ca__leaks *l) {
              t->suppressed_bytes, t->suppressed_count);
   char reachable[160];
   ca__reachable_words(reachable, sizeof(reachable), l);
-  if (in->event == CA_EVENT_API && t->reachable_count > 0)
-    ca_log("no lost device allocations (%s%s)", how, reachable);
-  else if (in->event == CA_EVENT_API)
+  if (in->event == CA_EVENT_API) /* reachable ones are listed, not here */
     ca_log("no live device allocations%s%s%s", t->suppressed_count ? " (" : "",
            t->suppressed_count ? how : "", t->suppressed_count ? ")" : "");
   else if (in->event == CA_EVENT_EXIT)

@@ -185,6 +185,11 @@ static const ca__key ca__keys[] = {
      "0", CA__BOOL_ACCEPTED,
      "1 lists the still reachable allocations too, grouped like the leaks; "
      "0 sums them in one line."},
+    {"publish_stats", CA__BOOL_AT(publish_stats), 0, 1, {.integer = 1}, "1",
+     CA__BOOL_ACCEPTED,
+     "1 publishes each device's figures once a second, from a thread of the "
+     "library's, for cudalloc top: in /dev/shm/cudalloc.<uid>.<pid> (0600, "
+     "removed at exit); 0 publishes nothing and starts no thread for it."},
 };
 
 #define CA__NKEYS (sizeof(ca__keys) / sizeof(ca__keys[0]))

@@ -53,6 +53,7 @@ typedef struct ca_config {
   bool python_frames;      /* python_frames; Python lines in stacks */
   bool leak_scan;          /* leak_scan; lost vs still reachable */
   bool report_reachable;   /* report_reachable; list reachable ones */
+  bool publish_stats;      /* publish_stats; figures for cudalloc top */
 } ca_config;
 
 /* Fills *c with every key's default. */

@@ -28,6 +28,7 @@
 #include "log.h"
 #include "meta.h"
 #include "pool/pool.h"
+#include "publish.h"
 #include "reach.h"
 #include "registry.h"
 #include "sites.h"
@@ -277,6 +278,7 @@ static void ca__at_exit(int status, void *arg) {
   ca_reach_roots roots;
   CA_REACH_ROOTS_HERE(&roots);
   (void)arg;
+  ca_publish_close(); /* takes no lock the exiting thread could hold */
   if (ca_locks_held > 0) {
     /* exit() from a signal handler that interrupted this thread inside
      * the library: anything that takes a lock (the report, even the
@@ -338,19 +340,70 @@ static void ca__on_sigusr1(int sig, siginfo_t *info, void *uctx) {
   }
 }
 
-static void *ca__watch_signal(void *arg) {
+/* ---- For cudalloc top ----------------------------------------------------------- */
+
+/* The growing site's line, "+39.0 MiB keep_step (e2e_leaks.c:120)", or ""
+ * (growth_report off, or no site grew). A stack is named once, when it
+ * becomes the top one. */
+static void ca__top_site(char *buf, size_t len) {
+  static uint32_t named;
+  static char name[160];
+  ca_site_growth g;
+  buf[0] = '\0';
+  if (!ca_config_get()->growth_report || ca_sites_growth(&g, 1, NULL) == 0)
+    return;
+  if (g.stack != named) {
+    ca_report_site_name(g.stack, name, sizeof(name));
+    named = g.stack;
+  }
+  snprintf(buf, len, "+%.1f MiB %s",
+           (double)(g.to_bytes - g.from_bytes) / (1 << 20), name);
+}
+
+/* Each device's pools, and the growing site, into this process's file. */
+static void ca__publish_tick(void) {
+  ca_published_device d[CA_PUBLISH_DEVICES];
+  size_t n = 0;
+  for (int dev = 0; dev < CUDALLOC_MAX_DEVICES && n < CA_PUBLISH_DEVICES; dev++) {
+    cudalloc_device_stats s;
+    if (!ca_registry_device_stats(dev, &s))
+      continue;
+    d[n++] = (ca_published_device){
+        .device = dev,
+        .in_use = s.allocated_bytes.current,
+        .cached = s.free_cached_bytes + s.pending_free_bytes,
+        .reserved = s.reserved_bytes.current,
+        .peak = s.reserved_bytes.peak,
+        .allocs = s.allocs,
+        .fragmentation = s.fragmentation};
+  }
+  char site[192];
+  ca__top_site(site, sizeof(site));
+  ca_publish_write(d, n, site);
+}
+
+/* The watcher: prints the SIGUSR1 summary when the handler posts, and,
+ * under publish_stats, rewrites this process's figures once a second. */
+static void *ca__watch(void *arg) {
   (void)arg;
+  bool publish = ca_config_get()->publish_stats && ca_publish_open();
   for (;;) {
-    while (sem_wait(&ca__signal_sem) != 0 && errno == EINTR)
-      ;
-    ca__report_all(CA_EVENT_SIGNAL, false, ca_config_get()->stats_signal, NULL);
+    if (publish)
+      ca__publish_tick();
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 1;
+    int rc = publish ? sem_timedwait(&ca__signal_sem, &until) : sem_wait(&ca__signal_sem);
+    if (rc == 0)
+      ca__report_all(CA_EVENT_SIGNAL, false, ca_config_get()->stats_signal, NULL);
   }
   return NULL;
 }
 
 /* Starts the watcher with every signal blocked in it, so that the
- * program's other signals keep going to the program's threads. */
-static void ca__start_watcher(void) {
+ * program's other signals keep going to the program's threads; with
+ * `sigusr1`, takes SIGUSR1 for the summary. */
+static void ca__start_watcher(bool sigusr1) {
   sigset_t all, old;
   pthread_t thread;
   pthread_attr_t attr;
@@ -360,14 +413,17 @@ static void ca__start_watcher(void) {
   pthread_sigmask(SIG_SETMASK, &all, &old);
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  int rc = pthread_create(&thread, &attr, ca__watch_signal, NULL);
+  int rc = pthread_create(&thread, &attr, ca__watch, NULL);
   pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (rc != 0) {
-    ca_log("SIGUSR1 reports (stats_signal, growth_report): cannot start the "
-           "watcher thread; SIGUSR1 is left to the program");
+    ca_log("SIGUSR1 reports and cudalloc top (stats_signal, growth_report, "
+           "publish_stats): cannot start the watcher thread; SIGUSR1 is left "
+           "to the program");
     return;
   }
+  if (!sigusr1)
+    return;
   struct sigaction sa = {.sa_sigaction = ca__on_sigusr1,
                          .sa_flags = SA_RESTART | SA_SIGINFO};
   sigemptyset(&sa.sa_mask);
@@ -380,6 +436,7 @@ static void ca__start_watcher(void) {
  * and starts its own watcher on its own first use of device memory. */
 static void ca__forget_in_child(void) {
   pthread_mutex_init(&ca__report_lock, NULL);
+  ca_publish_forget();
   if (atomic_exchange(&ca__sigusr1_ours, false))
     sigaction(SIGUSR1, &ca__program_sigusr1, NULL);
   atomic_store(&ca__used_seen, false);
@@ -396,6 +453,6 @@ void ca_lifecycle_device_used(void) {
     return;
   const ca_config *cfg = ca_config_get();
   ca_sites_set_growth(cfg->growth_report);
-  if (cfg->stats_signal || cfg->growth_report)
-    ca__start_watcher();
+  if (cfg->stats_signal || cfg->growth_report || cfg->publish_stats)
+    ca__start_watcher(cfg->stats_signal || cfg->growth_report);
 }

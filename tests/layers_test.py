@@ -37,7 +37,8 @@ LAYERED = {
 SIDE = {
     "cudalloc", "backend", "budget", "config", "log", "lock", "lazy", "fork",
     "dl", "grow", "stats", "track", "stacks", "unwind", "symbolize", "report",
-    "reader", "uthash", "sites", "pyframes", "depot", "meta", "reach",
+    "reader", "uthash", "sites", "pyframes", "depot", "meta", "reach", "publish",
+    "top",  # the cudalloc-top program: it reads publish.h, nothing else of ours
 }
 
 

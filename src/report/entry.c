@@ -149,3 +149,21 @@ ca_leak_totals ca_report_print(ca_report_job *job) {
 ca_leak_totals ca_report(const ca_report_input *in) {
   return ca_report_print(ca_report_prepare(in));
 }
+
+void ca_report_site_name(uint32_t stack, char *buf, size_t len) {
+  ca__symbols s;
+  ca__symbolize_stacks(&stack, 1, &s);
+  const uintptr_t *pcs;
+  size_t n = ca_stacks_get(stack, &pcs);
+  size_t from = ca__first_shown(pcs, n, &s);
+  const ca_symbol *sym = from < n ? ca__symbol(&s, pcs[from]) : NULL;
+  if (sym == NULL || (sym->function[0] == '\0' && sym->module[0] == '\0'))
+    snprintf(buf, len, "?");
+  else if (sym->function[0] != '\0' && sym->line != 0)
+    snprintf(buf, len, "%s (%s:%u)", sym->function, ca__basename(sym->file), sym->line);
+  else if (sym->function[0] != '\0')
+    snprintf(buf, len, "%s", sym->function);
+  else
+    snprintf(buf, len, "%s+0x%" PRIx64, ca__basename(sym->module), sym->module_offset);
+  ca__symbols_free(&s);
+}

@@ -111,4 +111,10 @@ typedef struct ca_report_job ca_report_job;
 ca_report_job *ca_report_prepare(const ca_report_input *in);
 ca_leak_totals ca_report_print(ca_report_job *job);
 
+/* The first frame of a stack that is the program's own (as a report group
+ * shows it first), in one line: "keep_step (e2e_leaks.c:120)", a Python
+ * frame "train (torch_leak.py:88)", or "libfoo.so+0x1234"; "?" for none.
+ * Symbolizes: asks the dynamic loader, so hold no library lock. */
+void ca_report_site_name(uint32_t stack, char *buf, size_t len);
+
 #endif /* CA_REPORT_H */

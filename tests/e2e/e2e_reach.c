@@ -14,6 +14,10 @@
  *              lost, 50 still reachable
  *   managed    a lost managed allocation (passed through to the driver):
  *              a leak the scan cannot class
+ *   hold N S   N blocks of 1 MiB kept in the global array (N <= 100), then
+ *              a sleep of S seconds before exiting (for cudalloc top)
+ *   grow S     keeps one more 1 MiB block from grow_step() every 20 ms, 100
+ *              in all, calling cudalloc_mark() after each, then sleeps S s
  *   bigheap N  lost, as "lost", after N MiB of heap are malloc'd and
  *              written, then read once, timed (read_ms=: what the scan's
  *              cost on a large heap is weighed against)
@@ -32,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define COUNT 100
 #define MIB (1u << 20)
@@ -81,6 +86,23 @@ static void *hold_on_stack(void *arg) {
 
 static CUcontext ctx;
 
+static __attribute__((noinline)) void grow_step(size_t i) {
+  check(cuMemAlloc_v2(&kept[i], MIB), "cuMemAlloc_v2");
+}
+
+static void grow(unsigned seconds) {
+  void (*mark)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "cudalloc_mark");
+  for (size_t i = 0; i < COUNT; i++) {
+    grow_step(i);
+    if (mark)
+      mark();
+    usleep(20000);
+  }
+  printf("grown=%d\n", COUNT);
+  fflush(stdout);
+  sleep(seconds);
+}
+
 static void setup(void) {
   check(cuInit(0), "cuInit");
   check(cuDevicePrimaryCtxRetain(&ctx, 0), "cuDevicePrimaryCtxRetain");
@@ -116,6 +138,15 @@ int main(int argc, char **argv) {
     CUdeviceptr m = 0;
     check(cuMemAllocManaged(&m, MIB, CU_MEM_ATTACH_GLOBAL), "cuMemAllocManaged");
     m = 0;
+  } else if (!strcmp(mode, "hold") && argc > 3) {
+    size_t n = strtoul(argv[2], NULL, 10);
+    for (size_t i = 0; i < n && i < COUNT; i++)
+      check(cuMemAlloc_v2(&kept[i], MIB), "cuMemAlloc_v2");
+    printf("held=%zu\n", n);
+    fflush(stdout);
+    sleep((unsigned)strtoul(argv[3], NULL, 10));
+  } else if (!strcmp(mode, "grow") && argc > 2) {
+    grow((unsigned)strtoul(argv[2], NULL, 10));
   } else if (!strcmp(mode, "bigheap") && argc > 2) {
     size_t mib = strtoul(argv[2], NULL, 10);
     char *heap = malloc(mib * MIB);

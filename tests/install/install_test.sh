@@ -4,7 +4,8 @@
 # builds a program against it with find_package(cudalloc) and with
 # pkg-config and runs both; runs the installed `cudalloc run` (finding the
 # library beside itself) on a leaking program against the mock driver, with
-# the installed Python helper; makes the Debian package (cpack -G DEB) and
+# the installed Python helper; runs the installed `cudalloc top --once`;
+# makes the Debian package (cpack -G DEB) and
 # lists it. Prints PASS or the first FAIL; exit status 1 on a failure.
 set -u
 build=$1 src=$2 mock=$3 leaks=$4
@@ -17,7 +18,7 @@ cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" 2>&1 ||
   fail "cmake --install: $(tail -n 3 "$tmp/install.log")"
 libdir=$(dirname "$(find "$prefix" -name 'libcudalloc.so' | head -n 1)")
 [ -f "$libdir/libcudalloc.so" ] || fail "no libcudalloc.so installed"
-for f in bin/cudalloc include/cudalloc.h share/cudalloc/python/cudalloc.py share/doc/cudalloc/LEAKS.md; do
+for f in bin/cudalloc libexec/cudalloc/cudalloc-top include/cudalloc.h share/cudalloc/python/cudalloc.py share/doc/cudalloc/LEAKS.md; do
   [ -e "$prefix/$f" ] || fail "$f not installed"
 done
 
@@ -49,6 +50,8 @@ py=$(env -u CUDALLOC_LIBRARY LD_LIBRARY_PATH="$mock" PYTHONPATH="$prefix/share/c
   "$prefix/bin/cudalloc" run -- python3 -c 'import cudalloc; print(cudalloc.loaded(), cudalloc.version())') ||
   fail "the installed Python helper"
 case $py in "True 0."*) ;; *) fail "the installed Python helper said '$py'" ;; esac
+top=$(env -u CUDALLOC_TOP "$prefix/bin/cudalloc" top --once) || fail "cudalloc top --once exited $?"
+case $top in "cudalloc top - "*) ;; *) fail "the installed cudalloc top printed '$top'" ;; esac
 
 # the Debian package
 (cd "$build" && cpack -G DEB -B "$tmp/deb" >"$tmp/cpack.log" 2>&1) ||
@@ -56,7 +59,7 @@ case $py in "True 0."*) ;; *) fail "the installed Python helper said '$py'" ;; e
 deb=$(ls "$tmp"/deb/*.deb 2>/dev/null | head -n 1)
 [ -n "$deb" ] || fail "cpack made no .deb"
 listing=$(dpkg-deb -c "$deb")
-for f in bin/cudalloc include/cudalloc.h libcudalloc.so.0 cmake/cudalloc/cudallocConfig.cmake pkgconfig/cudalloc.pc; do
+for f in bin/cudalloc libexec/cudalloc/cudalloc-top include/cudalloc.h libcudalloc.so.0 cmake/cudalloc/cudallocConfig.cmake pkgconfig/cudalloc.pc; do
   printf '%s\n' "$listing" | grep -q "$f" || fail "$(basename "$deb") lacks $f"
 done
 echo "PASS install: $out; pkg-config $flags; $ver; $(basename "$deb")"

@@ -15,7 +15,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 # shellcheck source=scripts/deps.sh
 . scripts/deps.sh
-ca_ensure_deps libcmocka-dev clang valgrind python3 pkg-config tmux
+ca_ensure_deps libcmocka-dev clang valgrind python3 pkg-config tmux chromium
 
 jobs="$(nproc)"
 step() { printf '\n== %s\n' "$*"; }

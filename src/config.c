@@ -185,6 +185,16 @@ static const ca__key ca__keys[] = {
      "0", CA__BOOL_ACCEPTED,
      "1 lists the still reachable allocations too, grouped like the leaks; "
      "0 sums them in one line."},
+    {"trace_path", CA__TEXT_AT(trace_path), {.text = {"", 0}}, "(none)",
+     "a file path without ',' (%p: the process id)",
+     "Write the allocation timeline there as a Chrome trace (Perfetto, "
+     "chrome://tracing; cudalloc view draws it): each device's allocated "
+     "and reserved bytes every 100 ms, out-of-memory retries, collections, "
+     "context deaths, and each allocation with its stack."},
+    {"trace_allocations", CA__BOOL_AT(trace_allocations), 0, 1,
+     {.integer = 1}, "1", CA__BOOL_ACCEPTED,
+     "With trace_path, 1 records every allocation and free (with stacks "
+     "under backtrace_depth); 0 the counters and events only."},
     {"publish_stats", CA__BOOL_AT(publish_stats), 0, 1, {.integer = 1}, "1",
      CA__BOOL_ACCEPTED,
      "1 publishes each device's figures once a second, from a thread of the "

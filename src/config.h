@@ -53,6 +53,8 @@ typedef struct ca_config {
   bool python_frames;      /* python_frames; Python lines in stacks */
   bool leak_scan;          /* leak_scan; lost vs still reachable */
   bool report_reachable;   /* report_reachable; list reachable ones */
+  char trace_path[CA_CONFIG_PATH_MAX];   /* trace_path; "" = none */
+  bool trace_allocations;  /* trace_allocations; slices per allocation */
   bool publish_stats;      /* publish_stats; figures for cudalloc top */
 } ca_config;
 

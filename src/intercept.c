@@ -22,6 +22,7 @@
 #include "sites.h"
 #include "stacks.h"
 #include "streams.h"
+#include "trace.h"
 #include "track.h"
 #include "unwind/unwind.h"
 
@@ -93,9 +94,11 @@ static void ca__track(ca_track_kind kind, uint64_t key, uint64_t size,
   ca_tracked gone;
   if (kind != CA_TRACK_VMM)
     ca_registry_lost(key);
-  if (ca_track_add(kind, key, size, device, ctx, ca__stack_here(), &gone))
+  uint32_t stack = ca__stack_here();
+  if (ca_track_add(kind, key, size, device, ctx, stack, &gone))
     ca_registry_unbook(gone.device, gone.size);
   ca_lifecycle_device_used();
+  ca_trace_alloc(device, key, size, stack);
 }
 
 /* Frees a passed-through allocation with `call`. Its record leaves the
@@ -110,9 +113,10 @@ static void ca__track(ca_track_kind kind, uint64_t key, uint64_t size,
     bool had_ = ca__enabled() && ((vmm) ? ca_track_forget_handle((key), &t_)   \
                                         : ca_track_forget_addr((key), &t_));   \
     CUresult r_ = (call);                                                      \
-    if (had_ && r_ == CUDA_SUCCESS)                                            \
+    if (had_ && r_ == CUDA_SUCCESS) {                                          \
       ca_registry_unbook(t_.device, t_.size);                                   \
-    else if (had_)                                                             \
+      ca_trace_free(key);                                                      \
+    } else if (had_)                                                           \
       ca_track_restore(&t_);                                                   \
     r_;                                                                        \
   })
@@ -167,6 +171,7 @@ CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
   if (status == 0) {
     *dptr = (CUdeviceptr)addr;
     ca_sites_alloc(stack, (uint64_t)size);
+    ca_trace_alloc(ca_pool_device(pool), addr, (uint64_t)size, stack);
   } else if (status == CUDA_ERROR_OUT_OF_MEMORY)
     ca__say_out_of_memory(pool, size);
   return (CUresult)status;
@@ -180,6 +185,7 @@ static bool ca__free_pooled(CUdeviceptr dptr) {
   if (!ca_registry_free((uint64_t)dptr, stacks ? &b : NULL))
     return false;
   ca_sites_free(b.tag, b.requested);
+  ca_trace_free((uint64_t)dptr);
   ca_pointer_freed((uint64_t)dptr);
   return true;
 }

@@ -32,6 +32,7 @@
 #include "reach.h"
 #include "registry.h"
 #include "sites.h"
+#include "trace.h"
 #include "track.h"
 
 /* ---- Gathering the live blocks ------------------------------------------ */
@@ -257,6 +258,7 @@ void ca_lifecycle_context_gone(void *ctx, ca_pool *pool, int device) {
                         .leaks = true,
                         .blocks = g.blocks,
                         .nblocks = g.n};
+  ca_trace_instant(in.device, "context death (its memory gone)");
   bool report = ca_config_get()->leak_report && g.n > 0;
   ca_report_job *job = report ? ca_report_prepare(&in) : NULL;
   ca__report_lock_take();
@@ -279,6 +281,7 @@ static void ca__at_exit(int status, void *arg) {
   CA_REACH_ROOTS_HERE(&roots);
   (void)arg;
   ca_publish_close(); /* takes no lock the exiting thread could hold */
+  ca_trace_finish(ca_report_stack_lines);
   if (ca_locks_held > 0) {
     /* exit() from a signal handler that interrupted this thread inside
      * the library: anything that takes a lock (the report, even the
@@ -361,15 +364,13 @@ static void ca__top_site(char *buf, size_t len) {
 }
 
 /* Each device's pools, and the growing site, into this process's file. */
-static void ca__publish_tick(void) {
+static void ca__publish_tick(const cudalloc_device_stats *all, size_t nall) {
   ca_published_device d[CA_PUBLISH_DEVICES];
   size_t n = 0;
-  for (int dev = 0; dev < CUDALLOC_MAX_DEVICES && n < CA_PUBLISH_DEVICES; dev++) {
-    cudalloc_device_stats s;
-    if (!ca_registry_device_stats(dev, &s))
-      continue;
+  for (size_t i = 0; i < nall && n < CA_PUBLISH_DEVICES; i++) {
+    const cudalloc_device_stats s = all[i];
     d[n++] = (ca_published_device){
-        .device = dev,
+        .device = s.device,
         .in_use = s.allocated_bytes.current,
         .cached = s.free_cached_bytes + s.pending_free_bytes,
         .reserved = s.reserved_bytes.current,
@@ -382,18 +383,44 @@ static void ca__publish_tick(void) {
   ca_publish_write(d, n, site);
 }
 
-/* The watcher: prints the SIGUSR1 summary when the handler posts, and,
- * under publish_stats, rewrites this process's figures once a second. */
+/* The trace's counters every tick, and an instant event for each
+ * out-of-memory retry and collection since the last one. */
+static void ca__trace_tick(const cudalloc_device_stats *all, size_t n) {
+  static uint64_t retries[CUDALLOC_MAX_DEVICES], collected[CUDALLOC_MAX_DEVICES];
+  for (size_t i = 0; i < n; i++) {
+    const cudalloc_device_stats *s = &all[i];
+    ca_trace_counter(s->device, s->allocated_bytes.current, s->reserved_bytes.current);
+    for (; retries[s->device] < s->oom_retries; retries[s->device]++)
+      ca_trace_instant(s->device, "out-of-memory retry");
+    for (; collected[s->device] < s->gc_segments_released; collected[s->device]++)
+      ca_trace_instant(s->device, "segment given back (collection)");
+  }
+  ca_trace_drain(ca_report_stack_lines);
+}
+
+/* The watcher: prints the SIGUSR1 summary when the handler posts; under
+ * publish_stats rewrites this process's figures once a second; under
+ * trace_path writes the timeline every 100 ms. */
 static void *ca__watch(void *arg) {
   (void)arg;
   bool publish = ca_config_get()->publish_stats && ca_publish_open();
-  for (;;) {
-    if (publish)
-      ca__publish_tick();
+  bool trace = ca_config_get()->trace_path[0] != '\0';
+  long tick_ms = trace ? 100 : 1000;
+  for (unsigned tick = 0;; tick++) {
+    cudalloc_device_stats all[CUDALLOC_MAX_DEVICES];
+    uint64_t allocs = 0;
+    size_t n = publish || trace ? ca__gather_stats(all, &allocs) : 0;
+    if (trace)
+      ca__trace_tick(all, n);
+    if (publish && tick % (1000 / tick_ms) == 0)
+      ca__publish_tick(all, n);
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 1;
-    int rc = publish ? sem_timedwait(&ca__signal_sem, &until) : sem_wait(&ca__signal_sem);
+    until.tv_nsec += tick_ms * 1000000;
+    until.tv_sec += until.tv_nsec / 1000000000;
+    until.tv_nsec %= 1000000000;
+    int rc = publish || trace ? sem_timedwait(&ca__signal_sem, &until)
+                              : sem_wait(&ca__signal_sem);
     if (rc == 0)
       ca__report_all(CA_EVENT_SIGNAL, false, ca_config_get()->stats_signal, NULL);
   }
@@ -437,6 +464,7 @@ static void ca__start_watcher(bool sigusr1) {
 static void ca__forget_in_child(void) {
   pthread_mutex_init(&ca__report_lock, NULL);
   ca_publish_forget();
+  ca_trace_forget();
   if (atomic_exchange(&ca__sigusr1_ours, false))
     sigaction(SIGUSR1, &ca__program_sigusr1, NULL);
   atomic_store(&ca__used_seen, false);
@@ -453,6 +481,8 @@ void ca_lifecycle_device_used(void) {
     return;
   const ca_config *cfg = ca_config_get();
   ca_sites_set_growth(cfg->growth_report);
-  if (cfg->stats_signal || cfg->growth_report || cfg->publish_stats)
+  bool trace = cfg->trace_path[0] != '\0' &&
+               ca_trace_start(cfg->trace_path, cfg->trace_allocations);
+  if (cfg->stats_signal || cfg->growth_report || cfg->publish_stats || trace)
     ca__start_watcher(cfg->stats_signal || cfg->growth_report);
 }

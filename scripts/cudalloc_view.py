@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""cudalloc view TRACE [-o OUT.html] [--sites N]: the allocation timeline
+that trace_path wrote, as one self-contained HTML page (no network: the
+data and the script are inline): device memory live over time, stacked by
+allocation site (the N that held the most at their peak, the rest as
+"other"), the peak marked; hovering a band shows its site's stack (Python
+lines too). Standard library only.
+"""
+import argparse
+import html
+import json
+import sys
+
+
+def load(path):
+    """The trace's events. The array's closing bracket is optional (a
+    process that died mid-run left none)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    try:
+        return json.loads(text)
+    except ValueError:
+        return json.loads(text.rstrip().rstrip(",") + "\n]")
+
+
+def timeline(events, nsites):
+    """Sites (name, frames, values per time), times (s), the peak and each
+    device's reserved bytes, from the allocations' async slices."""
+    stacks, live, per_site, changes = {}, {}, {}, []
+    for e in events:
+        ph, args = e.get("ph"), e.get("args") or {}
+        if ph == "M" and e.get("name") == "cudalloc_stack":
+            stacks[args.get("id")] = args.get("frames") or []
+    order = sorted((e for e in events if e.get("ph") in ("b", "e") and "ts" in e),
+                   key=lambda e: e["ts"])
+    for e in order:
+        key = (e.get("pid"), e.get("id"))
+        if e["ph"] == "b":
+            args = e.get("args") or {}
+            site, size = args.get("stack", 0), int(args.get("bytes", 0))
+            live[key] = (site, size)
+            changes.append((e["ts"], site, size))
+        elif key in live:
+            site, size = live.pop(key)
+            changes.append((e["ts"], site, -size))
+    # Each site's live bytes after each change; its peak; the total's peak.
+    current, peak_of, total, peak = {}, {}, 0, (0, 0)
+    for ts, site, delta in changes:
+        current[site] = current.get(site, 0) + delta
+        peak_of[site] = max(peak_of.get(site, 0), current[site])
+        total += delta
+        if total > peak[1]:
+            peak = (ts, total)
+    top = sorted(peak_of, key=lambda s: -peak_of[s])[:nsites]
+    names = {}
+    for s in top:
+        frames = stacks.get(s) or []
+        names[s] = frames[0] if frames else ("allocations without a stack" if s == 0
+                                            else "stack %s" % s)
+    # Sampled at most 2,000 times, always at the peak.
+    t0 = changes[0][0] if changes else 0
+    step = max(1, len(changes) // 2000)
+    times, values = [], {s: [] for s in top + ["other"]}
+    current = {}
+    for i, (ts, site, delta) in enumerate(changes):
+        current[site] = current.get(site, 0) + delta
+        if i % step and ts != peak[0] and i != len(changes) - 1:
+            continue
+        times.append((ts - t0) / 1e6)
+        rest = sum(v for s, v in current.items() if s not in names)
+        for s in top:
+            values[s].append(current.get(s, 0))
+        values["other"].append(rest)
+    sites = [{"name": names[s], "frames": stacks.get(s) or [], "values": values[s]}
+             for s in top]
+    if any(values["other"]):
+        sites.append({"name": "other sites", "frames": [], "values": values["other"]})
+    reserved = {}
+    for e in events:
+        if e.get("ph") == "C" and "ts" in e:
+            reserved.setdefault(e.get("name", "device"), []).append(
+                [(e["ts"] - t0) / 1e6, (e.get("args") or {}).get("reserved", 0)])
+    return {"sites": sites, "times": times, "reserved": reserved,
+            "peak": {"t": (peak[0] - t0) / 1e6, "bytes": peak[1]},
+            "instants": [[(e["ts"] - t0) / 1e6, e.get("name", "")] for e in events
+                         if e.get("ph") == "i" and "ts" in e]}
+
+
+PAGE = """<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>cudalloc: %(title)s</title>
+<style>
+body { font: 13px system-ui, sans-serif; margin: 16px; color: #222; }
+h1 { font-size: 16px; margin: 0 0 8px; }
+#chart { border: 1px solid #ccc; }
+#tip { position: absolute; display: none; background: #fffff0; border: 1px solid #999;
+       padding: 6px 8px; font: 12px monospace; white-space: pre; pointer-events: none; }
+#legend span { display: inline-block; margin-right: 14px; }
+#legend i { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
+#cudalloc-status { color: #888; }
+</style></head><body>
+<h1>Device memory live over time, by allocation site: %(title)s</h1>
+<canvas id="chart" width="1100" height="480"></canvas>
+<div id="legend"></div>
+<div id="tip"></div>
+<pre id="cudalloc-status">loading</pre>
+<script>
+var errors = 0;
+window.onerror = function () { errors++; };
+var DATA = %(data)s;
+(function () {
+  var colors = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
+                "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
+  var cv = document.getElementById("chart"), cx = cv.getContext("2d");
+  var W = cv.width, H = cv.height, L = 80, R = 20, T = 20, B = 40;
+  var t = DATA.times, n = t.length, sites = DATA.sites;
+  var tmax = n ? Math.max(t[n - 1], 1e-6) : 1, ymax = Math.max(DATA.peak.bytes, 1);
+  function X(s) { return L + (W - L - R) * s / tmax; }
+  function Y(b) { return H - B - (H - T - B) * b / ymax; }
+  function fmt(b) {
+    var u = ["B", "KiB", "MiB", "GiB", "TiB"], i = 0;
+    while (b >= 1024 && i < 4) { b /= 1024; i++; }
+    return (i ? b.toFixed(1) : b) + " " + u[i];
+  }
+  var base = new Array(n).fill(0), bands = [];
+  sites.forEach(function (s, k) {
+    var top = s.values.map(function (v, i) { return base[i] + v; });
+    cx.beginPath();
+    for (var i = 0; i < n; i++) cx.lineTo(X(t[i]), Y(top[i]));
+    for (var j = n - 1; j >= 0; j--) cx.lineTo(X(t[j]), Y(base[j]));
+    cx.closePath();
+    cx.fillStyle = colors[k %% colors.length];
+    cx.fill();
+    bands.push({site: s, lo: base.slice(), hi: top});
+    base = top;
+  });
+  cx.strokeStyle = "#333"; cx.fillStyle = "#333";
+  cx.beginPath(); cx.moveTo(L, T); cx.lineTo(L, H - B); cx.lineTo(W - R, H - B); cx.stroke();
+  for (var g = 0; g <= 4; g++) {
+    cx.fillText(fmt(ymax * g / 4), 4, Y(ymax * g / 4) + 4);
+    cx.fillText((tmax * g / 4).toFixed(2) + " s", X(tmax * g / 4) - 12, H - B + 16);
+  }
+  cx.strokeStyle = "#c00"; cx.setLineDash([4, 3]);
+  cx.beginPath(); cx.moveTo(X(DATA.peak.t), T); cx.lineTo(X(DATA.peak.t), H - B); cx.stroke();
+  cx.setLineDash([]); cx.fillStyle = "#c00";
+  cx.fillText("peak " + fmt(DATA.peak.bytes) + " at " + DATA.peak.t.toFixed(2) + " s",
+              Math.min(X(DATA.peak.t) + 4, W - 200), T + 10);
+  var legend = document.getElementById("legend");
+  sites.forEach(function (s, k) {
+    var e = document.createElement("span");
+    e.innerHTML = '<i style="background:' + colors[k %% colors.length] + '"></i>';
+    e.appendChild(document.createTextNode(s.name));
+    legend.appendChild(e);
+  });
+  var tip = document.getElementById("tip");
+  cv.addEventListener("mousemove", function (ev) {
+    var r = cv.getBoundingClientRect(), px = ev.clientX - r.left, py = ev.clientY - r.top;
+    var s = (px - L) / (W - L - R) * tmax, i = 0;
+    while (i + 1 < n && t[i + 1] <= s) i++;
+    var b = ymax * (H - B - py) / (H - T - B), hit = null;
+    bands.forEach(function (band) { if (b >= band.lo[i] && b < band.hi[i]) hit = band; });
+    if (!hit || px < L) { tip.style.display = "none"; return; }
+    tip.textContent = hit.site.name + "\\n" + fmt(hit.hi[i] - hit.lo[i]) + " live at " +
+        t[i].toFixed(3) + " s\\n\\n" + (hit.site.frames.join("\\n") || "(no stack)");
+    tip.style.left = (ev.pageX + 12) + "px"; tip.style.top = (ev.pageY + 12) + "px";
+    tip.style.display = "block";
+  });
+  document.getElementById("cudalloc-status").textContent =
+      "bands=" + bands.length + " points=" + n + " errors=" + errors;
+})();
+</script></body></html>
+"""
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(prog="cudalloc view", description=__doc__.splitlines()[0])
+    ap.add_argument("trace")
+    ap.add_argument("-o", "--output", default="mem.html")
+    ap.add_argument("--sites", type=int, default=8, help="sites drawn apart (default 8)")
+    a = ap.parse_args(argv[1:])
+    try:
+        data = timeline(load(a.trace), max(1, a.sites))
+    except (OSError, ValueError) as e:
+        print("cudalloc view: %s: %s" % (a.trace, e), file=sys.stderr)
+        return 1
+    blob = json.dumps(data).replace("</", "<\\/")  # no early end of the script
+    with open(a.output, "w", encoding="utf-8") as f:
+        f.write(PAGE % {"title": html.escape(a.trace), "data": blob})
+    print("cudalloc view: %s: %d site band(s), peak %d bytes at %.3f s" % (
+        a.output, len(data["sites"]), data["peak"]["bytes"], data["peak"]["t"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,62 @@
+/*
+ * The allocation timeline (trace_path): a Chrome trace (the Trace Event
+ * Format's JSON array form, which Perfetto and chrome://tracing open, and
+ * which stays readable if the process dies mid-run, since its closing
+ * bracket is optional) of
+ *   - one counter per device, allocated and reserved bytes, every 100 ms;
+ *   - instant events: out-of-memory retries, segments given back by the
+ *     collection threshold, context deaths;
+ *   - with trace_allocations:1, each pooled or passed-through allocation as
+ *     an async slice from its allocation to its free, with its bytes and
+ *     stack id, and each stack's frames once, as a metadata event.
+ *
+ * An allocation or a free costs one slot of a ring (a compare-and-swap and
+ * a few stores, no lock, no system call); the watcher thread drains the
+ * ring and writes the JSON. A full ring drops events and says how many in
+ * the trace. Off (no trace_path), each call is one branch. Records live in
+ * the library's own memory (meta.h): they hold device addresses.
+ */
+#ifndef CA_TRACE_H
+#define CA_TRACE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+extern bool ca_trace_recording; /* set once, before the first event */
+
+/* Starts the trace into `path_template` ("%p": the pid): false (one line
+ * said why) when the file cannot be made. `allocations`: the async slices. */
+bool ca_trace_start(const char *path_template, bool allocations);
+
+void ca_trace_alloc_slow(int device, uint64_t addr, uint64_t bytes, uint32_t stack);
+void ca_trace_free_slow(uint64_t addr);
+
+static inline void ca_trace_alloc(int device, uint64_t addr, uint64_t bytes,
+                                  uint32_t stack) {
+  if (__builtin_expect(__atomic_load_n(&ca_trace_recording, __ATOMIC_ACQUIRE), 0))
+    ca_trace_alloc_slow(device, addr, bytes, stack);
+}
+
+static inline void ca_trace_free(uint64_t addr) {
+  if (__builtin_expect(__atomic_load_n(&ca_trace_recording, __ATOMIC_ACQUIRE), 0))
+    ca_trace_free_slow(addr);
+}
+
+/* From the watcher: a device's counters now, and instant events. */
+void ca_trace_counter(int device, uint64_t allocated, uint64_t reserved);
+void ca_trace_instant(int device, const char *what);
+
+/* From the watcher (and at exit): writes what the ring holds. `name` names
+ * a stack's frames, one line each (report.h's ca_report_stack_lines). */
+typedef void (*ca_trace_namer)(uint32_t stack,
+                               void (*line)(const char *text, void *arg),
+                               void *arg);
+void ca_trace_drain(ca_trace_namer name);
+
+/* At exit: drains, closes the array, stops. */
+void ca_trace_finish(ca_trace_namer name);
+
+/* In a forked child: stops without writing (the parent's file). */
+void ca_trace_forget(void);
+
+#endif /* CA_TRACE_H */

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""view_test.py [CHECK...]: the allocation timeline (trace_path) and the
+page `cudalloc view` makes of it, checked by content.
+
+Runs tests/e2e/e2e_leaks growth (40 steps, each keeping a 1 MiB block from
+keep_step and allocating and freeing 20 temporaries from scratch_step) with
+libcudalloc.so preloaded and trace_path set, through leak_report_test.py's
+runner, then reads the trace (a JSON array of Chrome trace events), and the
+page in a real headless browser (Debian's chromium): it loads with no error
+and draws one band per site. Skipped (exit 77) where there is no chromium.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+from leak_report_test import CheckFailed, env_path, expect, main, run
+
+COMMAND = env_path("CUDALLOC_COMMAND")
+STEPS, SCRATCH = 40, 20
+
+
+def traced(tmp, conf="backtrace_depth:16"):
+    path = os.path.join(tmp, "trace.%p.json")
+    r = run("growth", f"{conf},trace_path:{path}")
+    real = path.replace("%p", str(r.pid))
+    expect(os.path.exists(real), f"no trace at {real}", r)
+    with open(real) as f:
+        text = f.read()
+    r.files[real] = text[:4000]
+    return r, real, text
+
+
+def check_trace(tmp):
+    """The trace is one JSON array: the process's name, each allocation as
+    an async slice with its bytes and stack, each stack's frames once."""
+    r, path, text = traced(tmp)
+    try:
+        events = json.loads(text)
+    except ValueError as e:
+        raise CheckFailed(f"the trace is not one JSON array: {e}", [r])
+    begins = [e for e in events if e.get("ph") == "b"]
+    ends = [e for e in events if e.get("ph") == "e"]
+    stacks = {e["args"]["id"]: e["args"]["frames"] for e in events
+              if e.get("ph") == "M" and e.get("name") == "cudalloc_stack"}
+    want = STEPS * (1 + SCRATCH)
+    expect(len(begins) == want and len(ends) == want,
+           f"{len(begins)} allocations and {len(ends)} frees, want {want} each", r)
+    expect({b["id"] for b in begins} >= {e["id"] for e in ends}, "a free of no allocation", r)
+    sites = {b["args"]["stack"] for b in begins}
+    named = {s: stacks.get(s, [""])[0] for s in sites}
+    expect(len(sites) == 2 and any(n.startswith("keep_step ") for n in named.values()) and
+           any(n.startswith("scratch_step ") for n in named.values()),
+           f"sites {named}: want keep_step's and scratch_step's", r)
+    kept = [b for b in begins if named[b["args"]["stack"]].startswith("keep_step ")]
+    expect(len(kept) == STEPS and all(b["args"]["bytes"] == 1 << 20 for b in kept),
+           f"{len(kept)} kept blocks of {set(b['args']['bytes'] for b in kept)} bytes", r)
+    expect(any(e.get("ph") == "M" and e.get("name") == "process_name" for e in events),
+           "no process_name", r)
+    return f"{len(events)} events: {want} slices, {len(stacks)} stacks"
+
+
+def check_unfinished(tmp):
+    """A trace without its closing bracket (the process was killed) still
+    makes a page."""
+    r, path, text = traced(tmp)
+    cut = os.path.join(tmp, "cut.json")
+    with open(cut, "w") as f:
+        f.write(text[: text.rfind("\n]")])
+    out = os.path.join(tmp, "cut.html")
+    v = subprocess.run(["sh", COMMAND, "view", cut, "-o", out], capture_output=True, text=True)
+    expect(v.returncode == 0 and os.path.exists(out),
+           f"cudalloc view exited {v.returncode}: {v.stderr.strip()}", r)
+    return v.stdout.strip()
+
+
+def check_refused(tmp):
+    """A trace_path that is a symbolic link is refused, with one line; the
+    program runs as without it."""
+    target = os.path.join(tmp, "elsewhere")
+    link = os.path.join(tmp, "link.json")
+    os.symlink(target, link)
+    r = run("growth", f"trace_path:{link}")
+    lines = [l for l in r.err.splitlines() if "trace_path" in l]
+    expect(len(lines) == 1 and "no trace" in lines[0], f"lines about the path: {lines}", r)
+    expect(not os.path.exists(target), "the link was followed", r)
+    return lines[0]
+
+
+def check_page(tmp):
+    """The page, in headless chromium: no error, one band per site."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        print("SKIP view page: no chromium on this machine (apt-get install chromium)")
+        sys.exit(77)
+    r, path, text = traced(tmp)
+    out = os.path.join(tmp, "mem.html")
+    v = subprocess.run(["sh", COMMAND, "view", path, "-o", out], capture_output=True, text=True)
+    expect(v.returncode == 0, f"cudalloc view exited {v.returncode}: {v.stderr}", r)
+    with open(out) as f:
+        page = f.read()
+    expect("<script src" not in page and "http://" not in page and "https://" not in page,
+           "the page reaches for the network", r)
+    b = subprocess.run([browser, "--headless=new", "--no-sandbox", "--disable-gpu",
+                        "--enable-logging=stderr", "--v=0", "--user-data-dir=" + tmp + "/profile",
+                        "--virtual-time-budget=2000", "--dump-dom", "file://" + out],
+                       capture_output=True, text=True, timeout=120)
+    status = re.search(r'id="cudalloc-status">([^<]*)<', b.stdout)
+    expect(status, f"no status in the page chromium ran (exit {b.returncode}): "
+                   f"{b.stderr[-500:]}", r)
+    expect(status.group(1).startswith("bands=2 ") and status.group(1).endswith(" errors=0"),
+           f"page status '{status.group(1)}', want bands=2 and errors=0", r)
+    console = [l for l in b.stderr.splitlines() if "CONSOLE" in l or "Uncaught" in l]
+    expect(not console, f"console messages: {console[:3]}", r)
+    return status.group(1)
+
+
+CHECKS = {"trace": check_trace, "unfinished": check_unfinished, "refused": check_refused,
+          "page": check_page}
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv, CHECKS, "view"))

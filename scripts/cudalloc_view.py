@@ -23,21 +23,38 @@ def load(path):
         return json.loads(text.rstrip().rstrip(",") + "\n]")
 
 
+def label(frames, stack):
+    """What a band is called: the innermost Python line where there is one
+    (the user's), else the first frame the report shows."""
+    for f in frames:
+        if f.endswith(" (Python)"):
+            return f[: -len(" (Python)")]
+    if frames:
+        return frames[0]
+    return "allocations without a stack" if not stack else "stack %s" % stack
+
+
 def timeline(events, nsites):
     """Sites (name, frames, values per time), times (s), the peak and each
-    device's reserved bytes, from the allocations' async slices."""
-    stacks, live, per_site, changes = {}, {}, {}, []
+    device's reserved bytes, from the allocations' async slices. Stacks
+    with the same label are one site."""
+    stacks, live, changes = {}, {}, []
     for e in events:
         ph, args = e.get("ph"), e.get("args") or {}
         if ph == "M" and e.get("name") == "cudalloc_stack":
             stacks[args.get("id")] = args.get("frames") or []
+    site_of, frames_of = {}, {}
+    for sid, frames in stacks.items():
+        site_of[sid] = label(frames, sid)
+        frames_of.setdefault(site_of[sid], frames)
     order = sorted((e for e in events if e.get("ph") in ("b", "e") and "ts" in e),
                    key=lambda e: e["ts"])
     for e in order:
         key = (e.get("pid"), e.get("id"))
         if e["ph"] == "b":
             args = e.get("args") or {}
-            site, size = args.get("stack", 0), int(args.get("bytes", 0))
+            sid = args.get("stack", 0)
+            site, size = site_of.get(sid) or label([], sid), int(args.get("bytes", 0))
             live[key] = (site, size)
             changes.append((e["ts"], site, size))
         elif key in live:
@@ -52,11 +69,7 @@ def timeline(events, nsites):
         if total > peak[1]:
             peak = (ts, total)
     top = sorted(peak_of, key=lambda s: -peak_of[s])[:nsites]
-    names = {}
-    for s in top:
-        frames = stacks.get(s) or []
-        names[s] = frames[0] if frames else ("allocations without a stack" if s == 0
-                                            else "stack %s" % s)
+    names = {s: s for s in top}
     # Sampled at most 2,000 times, always at the peak.
     t0 = changes[0][0] if changes else 0
     step = max(1, len(changes) // 2000)
@@ -71,7 +84,7 @@ def timeline(events, nsites):
         for s in top:
             values[s].append(current.get(s, 0))
         values["other"].append(rest)
-    sites = [{"name": names[s], "frames": stacks.get(s) or [], "values": values[s]}
+    sites = [{"name": names[s], "frames": frames_of.get(s, []), "values": values[s]}
              for s in top]
     if any(values["other"]):
         sites.append({"name": "other sites", "frames": [], "values": values["other"]})

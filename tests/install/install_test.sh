@@ -4,7 +4,8 @@
 # builds a program against it with find_package(cudalloc) and with
 # pkg-config and runs both; runs the installed `cudalloc run` (finding the
 # library beside itself) on a leaking program against the mock driver, with
-# the installed Python helper; runs the installed `cudalloc top --once`;
+# the installed Python helper; runs the installed `cudalloc top --once` and
+# `cudalloc view` on the run's trace;
 # makes the Debian package (cpack -G DEB) and
 # lists it. Prints PASS or the first FAIL; exit status 1 on a failure.
 set -u
@@ -42,7 +43,8 @@ out2=$(LD_LIBRARY_PATH="$mock" "$tmp/c2") || fail "pkg-config consumer did not r
 ver=$(env -u CUDALLOC_LIBRARY "$prefix/bin/cudalloc" --version) || fail "cudalloc --version"
 case $ver in *"($libdir/libcudalloc.so)") ;; *) fail "cudalloc --version: '$ver'" ;; esac
 env -u CUDALLOC_LIBRARY -u LD_PRELOAD LD_LIBRARY_PATH="$mock" \
-  "$prefix/bin/cudalloc" run --conf backtrace_depth:16 -- "$leaks" leaks >"$tmp/run.out" 2>"$tmp/run.err" ||
+  "$prefix/bin/cudalloc" run --conf "backtrace_depth:16,trace_path:$tmp/t.json" -- "$leaks" leaks \
+  >"$tmp/run.out" 2>"$tmp/run.err" ||
   fail "cudalloc run exited $?"
 grep -q '^cudalloc: SUMMARY: 2101248 bytes leaked in 3 allocations$' "$tmp/run.err" ||
   fail "no leak report from the installed cudalloc run: $(tail -n 5 "$tmp/run.err")"
@@ -50,6 +52,8 @@ py=$(env -u CUDALLOC_LIBRARY LD_LIBRARY_PATH="$mock" PYTHONPATH="$prefix/share/c
   "$prefix/bin/cudalloc" run -- python3 -c 'import cudalloc; print(cudalloc.loaded(), cudalloc.version())') ||
   fail "the installed Python helper"
 case $py in "True 0."*) ;; *) fail "the installed Python helper said '$py'" ;; esac
+"$prefix/bin/cudalloc" view "$tmp/t.json" -o "$tmp/mem.html" >/dev/null && [ -s "$tmp/mem.html" ] ||
+  fail "the installed cudalloc view made no page of the run's trace"
 top=$(env -u CUDALLOC_TOP "$prefix/bin/cudalloc" top --once) || fail "cudalloc top --once exited $?"
 case $top in "cudalloc top - "*) ;; *) fail "the installed cudalloc top printed '$top'" ;; esac
 

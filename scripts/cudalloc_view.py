@@ -169,6 +169,7 @@ var DATA = %(data)s;
     var r = cv.getBoundingClientRect(), px = ev.clientX - r.left, py = ev.clientY - r.top;
     var s = (px - L) / (W - L - R) * tmax, i = 0;
     while (i + 1 < n && t[i + 1] <= s) i++;
+    if (i + 1 < n && t[i + 1] - s < s - t[i]) i++; /* the nearest sample */
     var b = ymax * (H - B - py) / (H - T - B), hit = null;
     bands.forEach(function (band) { if (b >= band.lo[i] && b < band.hi[i]) hit = band; });
     if (!hit || px < L) { tip.style.display = "none"; return; }
@@ -177,8 +178,21 @@ var DATA = %(data)s;
     tip.style.left = (ev.pageX + 12) + "px"; tip.style.top = (ev.pageY + 12) + "px";
     tip.style.display = "block";
   });
-  document.getElementById("cudalloc-status").textContent =
-      "bands=" + bands.length + " points=" + n + " errors=" + errors;
+  var status = "bands=" + bands.length + " points=" + n;
+  if (location.hash === "#selftest" && n) {
+    /* What a pointer over the middle of the tallest band at the peak shows. */
+    var i = t.indexOf(DATA.peak.t), best = null;
+    if (i < 0) i = n - 1;
+    bands.forEach(function (band) {
+      if (!best || band.hi[i] - band.lo[i] > best.hi[i] - best.lo[i]) best = band;
+    });
+    var r = cv.getBoundingClientRect();
+    cv.dispatchEvent(new MouseEvent("mousemove", {
+      clientX: r.left + X(t[i]), clientY: r.top + Y((best.lo[i] + best.hi[i]) / 2)}));
+    status += " tip=" + JSON.stringify(tip.style.display === "block" ?
+                                       tip.textContent.split("\\n")[0] : "");
+  }
+  document.getElementById("cudalloc-status").textContent = status + " errors=" + errors;
 })();
 </script></body></html>
 """

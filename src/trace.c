@@ -63,14 +63,6 @@ static uint64_t ca__trace_ns(void) {
 
 /* ---- Producers -------------------------------------------------------------- */
 
-/* When an event happened, to within a few milliseconds: a fifth of the
- * precise clock's cost, and the ring keeps the events' order. */
-static uint64_t ca__coarse_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void ca__push(int device, uint64_t addr, uint64_t bytes, uint32_t stack,
                      bool is_free) {
   uint64_t pos = __atomic_load_n(&ca__head, __ATOMIC_RELAXED);
@@ -81,7 +73,7 @@ static void ca__push(int device, uint64_t addr, uint64_t bytes, uint32_t stack,
     if (dif == 0) {
       if (__atomic_compare_exchange_n(&ca__head, &pos, pos + 1, true,
                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-        e->ns = ca__coarse_ns();
+        e->ns = ca__trace_ns();
         e->addr = addr;
         e->bytes = bytes;
         e->stack = stack;

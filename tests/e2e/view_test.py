@@ -90,7 +90,8 @@ def check_refused(tmp):
 
 
 def check_page(tmp):
-    """The page, in headless chromium: no error, one band per site."""
+    """The page, in headless chromium: no error, one band per site, and a
+    pointer over the peak's largest band shows its site (keep_step's)."""
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         print("SKIP view page: no chromium on this machine (apt-get install chromium)")
@@ -105,16 +106,21 @@ def check_page(tmp):
            "the page reaches for the network", r)
     b = subprocess.run([browser, "--headless=new", "--no-sandbox", "--disable-gpu",
                         "--enable-logging=stderr", "--v=0", "--user-data-dir=" + tmp + "/profile",
-                        "--virtual-time-budget=2000", "--dump-dom", "file://" + out],
+                        "--virtual-time-budget=2000", "--dump-dom", "file://" + out + "#selftest"],
                        capture_output=True, text=True, timeout=120)
     status = re.search(r'id="cudalloc-status">([^<]*)<', b.stdout)
     expect(status, f"no status in the page chromium ran (exit {b.returncode}): "
                    f"{b.stderr[-500:]}", r)
     expect(status.group(1).startswith("bands=2 ") and status.group(1).endswith(" errors=0"),
            f"page status '{status.group(1)}', want bands=2 and errors=0", r)
+    hover = re.search(r'tip=&quot;(.*?)&quot;', status.group(1)) or \
+        re.search(r'tip="(.*?)"', status.group(1))
+    expect(hover and hover.group(1).startswith("keep_step "),
+           f"the pointer over the peak's largest band shows {hover and hover.group(1)!r}, "
+           f"want keep_step's site", r)
     console = [l for l in b.stderr.splitlines() if "CONSOLE" in l or "Uncaught" in l]
     expect(not console, f"console messages: {console[:3]}", r)
-    return status.group(1)
+    return status.group(1).replace("&quot;", '"')
 
 
 CHECKS = {"trace": check_trace, "unfinished": check_unfinished, "refused": check_refused,

@@ -142,6 +142,7 @@ typedef struct ca__reader {
   char *buf;  /* CA__READ_CHUNK bytes */
   unsigned char *vec; /* CA__WINDOW_PAGES, for mincore */
   uint64_t bytes;
+  bool refused; /* neither way of reading works here (a sandbox) */
 } ca__reader;
 
 static bool ca__reader_init(ca__reader *r) {
@@ -169,8 +170,10 @@ static size_t ca__read(ca__reader *r, uintptr_t at, size_t n) {
     if (errno != ENOSYS && errno != EPERM)
       return 0;
     r->mem_fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
-    if (r->mem_fd < 0)
+    if (r->mem_fd < 0) {
+      r->refused = true;
       return 0;
+    }
   }
   ssize_t got = pread(r->mem_fd, r->buf, n, (off_t)at);
   return got > 0 ? (size_t)got : 0;
@@ -413,6 +416,7 @@ typedef struct ca__work {
   const ca__pieces *p;
   size_t next; /* the next piece to take (atomic) */
   uint64_t bytes; /* read by all (atomic) */
+  bool refused; /* a thread could not read memory at all (atomic) */
 } ca__work;
 
 static void *ca__worker(void *arg) {
@@ -420,18 +424,23 @@ static void *ca__worker(void *arg) {
   ca__reader r;
   if (ca__reader_init(&r)) {
     size_t i;
-    while ((i = __atomic_fetch_add(&w->next, 1, __ATOMIC_RELAXED)) < w->p->n)
+    while (!r.refused &&
+           (i = __atomic_fetch_add(&w->next, 1, __ATOMIC_RELAXED)) < w->p->n)
       ca__scan_range(w->f, &r, w->p->v[i].lo, w->p->v[i].hi);
   }
   __atomic_fetch_add(&w->bytes, r.bytes, __ATOMIC_RELAXED);
+  if (r.refused)
+    __atomic_store_n(&w->refused, true, __ATOMIC_RELAXED);
   ca__reader_fini(&r);
   return NULL;
 }
 
 /* Reads every piece with up to CA__THREADS threads (each with every signal
  * blocked: the program's go to its own threads); with fewer where they
- * cannot be made, the caller alone at worst. Returns the bytes read. */
-static uint64_t ca__scan_pieces(ca__finder *f, const ca__pieces *p) {
+ * cannot be made, the caller alone at worst. Returns the bytes read; false
+ * in *whole when a piece went unread (memory could not be read here, or
+ * no thread had the memory to try): nothing may then be called lost. */
+static uint64_t ca__scan_pieces(ca__finder *f, const ca__pieces *p, bool *whole) {
   ca__work w = {.f = f, .p = p};
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   size_t want = cpus > CA__THREADS ? CA__THREADS : cpus > 1 ? (size_t)cpus : 1;
@@ -449,6 +458,7 @@ static uint64_t ca__scan_pieces(ca__finder *f, const ca__pieces *p) {
   ca__worker(&w);
   for (size_t i = 0; i < made; i++)
     pthread_join(threads[i], NULL);
+  *whole = !w.refused && w.next >= p->n;
   return w.bytes;
 }
 
@@ -470,9 +480,10 @@ void ca_reach_scan(ca_reach_target *targets, size_t n,
   if (ca__finder_init(&f, targets, n) && ca__skip_init(&s) &&
       (maps = ca__read_maps(&maps_cap)) != NULL) {
     ca__collect(&p, &s, maps, roots->stack_from);
-    stats->scanned_bytes = ca__scan_pieces(&f, &p);
+    bool whole = false;
+    stats->scanned_bytes = ca__scan_pieces(&f, &p, &whole);
     ca__scan_words(&f, (const uint64_t *)roots->regs, CA_REACH_REGS);
-    stats->complete = true;
+    stats->complete = whole;
   }
   ca_meta_free(maps, maps_cap);
   ca_meta_free(s.v, s.cap * sizeof(*s.v));

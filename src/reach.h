@@ -73,7 +73,9 @@ typedef struct ca_reach_target {
 typedef struct ca_reach_stats {
   uint64_t scanned_bytes; /* host bytes read */
   uint64_t ns;            /* how long it took (CLOCK_MONOTONIC) */
-  bool complete;          /* false: out of memory, nothing was classed */
+  bool complete;          /* false: out of memory, or memory could not be
+                             read (a sandbox refusing both ways): nothing
+                             was classed */
 } ca_reach_stats;
 
 /* Sets `found` in every target that a host word points into. Targets may

@@ -83,16 +83,16 @@ PRELOAD = env_path("E2E_PRELOAD")
 
 
 def run(mode, conf, *args, expect_rc=0, preloaded=True, stderr=subprocess.PIPE, timeout=60,
-        prog=None):
+        prog=None, preload=None):
     """Runs e2e_leaks MODE ARGS (or `prog`) with cudalloc preloaded and
     CUDALLOC_CONF=conf; its stderr is read unless `stderr` says where it goes
     instead."""
     env = dict(os.environ)
-    for key in ("E2E_LEAKS_PROG", "E2E_REACH_PROG", "E2E_MOCK_DIR", "E2E_PRELOAD",
-                "MOCKCUDA_VERBOSE"):
+    for key in ("E2E_LEAKS_PROG", "E2E_REACH_PROG", "E2E_NOREAD", "E2E_MOCK_DIR",
+                "E2E_PRELOAD", "MOCKCUDA_VERBOSE"):
         env.pop(key, None)
     env["LD_LIBRARY_PATH"] = MOCK_DIR + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
-    env["LD_PRELOAD"] = PRELOAD
+    env["LD_PRELOAD"] = preload or PRELOAD
     env["CUDALLOC_CONF"] = conf
     env["MOCKCUDA_DEVICES"] = "2"
     env["ASAN_OPTIONS"] = "detect_leaks=0" + (":" + env["ASAN_OPTIONS"] if env.get("ASAN_OPTIONS") else "")

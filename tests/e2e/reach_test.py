@@ -148,6 +148,23 @@ def check_off(tmp):
     return rep["summary"]
 
 
+def check_refused(tmp):
+    """Where memory cannot be read (process_vm_readv and /proc/self/mem
+    refused, as a sandbox may), nothing is classed: every block is a leak,
+    as under leak_scan:0, and verbose:2 says the scan was incomplete."""
+    preload = env_path("E2E_NOREAD") + ":" + os.environ["E2E_PRELOAD"]
+    r = run("global", "verbose:2", prog=PROG, preload=preload)
+    lines = lines_of(r, r.err)
+    scans = [l for l in lines if SCAN.match(l.replace(" (incomplete: nothing classed)", ""))]
+    expect(len(scans) == 1 and scans[0].endswith("(incomplete: nothing classed)"),
+           f"scan lines {scans}: want one, incomplete", r)
+    reports, other = parse_reports(r, [l for l in lines if l not in scans])
+    want = f"SUMMARY: {ALL} bytes leaked in {COUNT} allocations"
+    expect(len(reports) == 1 and reports[0]["summary"] == want,
+           f"summary {[rep['summary'] for rep in reports]}, want '{want}'", r)
+    return scans[0]
+
+
 def check_bound(tmp):
     """The scan of a process with 2 GiB of heap: every byte read, in at
     most 4 times what one plain pass over the heap takes in the program
@@ -169,7 +186,8 @@ def check_bound(tmp):
 CHECKS = {"lost": check_lost, "global": check_global, "heap": check_heap,
           "interior": check_interior, "thread": check_thread, "half": check_half,
           "managed": check_managed, "listed": check_listed, "json": check_json,
-          "exitcode": check_exitcode, "off": check_off, "bound": check_bound}
+          "exitcode": check_exitcode, "off": check_off, "refused": check_refused,
+          "bound": check_bound}
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv, CHECKS, "reach"))

@@ -276,11 +276,19 @@ void ca_lifecycle_context_gone(void *ctx, ca_pool *pool, int device) {
  * child (another pid) prints its own. */
 static atomic_int ca__exit_reported_by;
 
+/* The timeline's figures (below, with the watcher). */
+static void ca__trace_tick(const cudalloc_device_stats *all, size_t n);
+
 static void ca__at_exit(int status, void *arg) {
   ca_reach_roots roots;
   CA_REACH_ROOTS_HERE(&roots);
   (void)arg;
   ca_publish_close(); /* takes no lock the exiting thread could hold */
+  if (ca_locks_held == 0 && __atomic_load_n(&ca_trace_recording, __ATOMIC_ACQUIRE)) {
+    cudalloc_device_stats all[CUDALLOC_MAX_DEVICES];
+    uint64_t allocs = 0;
+    ca__trace_tick(all, ca__gather_stats(all, &allocs)); /* the last figures */
+  }
   ca_trace_finish(ca_report_stack_lines);
   if (ca_locks_held > 0) {
     /* exit() from a signal handler that interrupted this thread inside
@@ -384,9 +392,12 @@ static void ca__publish_tick(const cudalloc_device_stats *all, size_t nall) {
 }
 
 /* The trace's counters every tick, and an instant event for each
- * out-of-memory retry and collection since the last one. */
+ * out-of-memory retry and collection since the last one; from the watcher,
+ * and once more at exit. */
 static void ca__trace_tick(const cudalloc_device_stats *all, size_t n) {
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
   static uint64_t retries[CUDALLOC_MAX_DEVICES], collected[CUDALLOC_MAX_DEVICES];
+  pthread_mutex_lock(&lock);
   for (size_t i = 0; i < n; i++) {
     const cudalloc_device_stats *s = &all[i];
     ca_trace_counter(s->device, s->allocated_bytes.current, s->reserved_bytes.current);
@@ -395,6 +406,7 @@ static void ca__trace_tick(const cudalloc_device_stats *all, size_t n) {
     for (; collected[s->device] < s->gc_segments_released; collected[s->device]++)
       ca_trace_instant(s->device, "segment given back (collection)");
   }
+  pthread_mutex_unlock(&lock);
   ca_trace_drain(ca_report_stack_lines);
 }
 

@@ -18,6 +18,8 @@
  *              a sleep of S seconds before exiting (for cudalloc top)
  *   grow S     keeps one more 1 MiB block from grow_step() every 20 ms, 100
  *              in all, calling cudalloc_mark() after each, then sleeps S s
+ *   huge       asks for 64 GiB once (refused by the mock: an out-of-memory
+ *              retry in the pool) and exits
  *   bigheap N  lost, as "lost", after N MiB of heap are malloc'd and
  *              written, then read once, timed (read_ms=: what the scan's
  *              cost on a large heap is weighed against)
@@ -145,6 +147,9 @@ int main(int argc, char **argv) {
     printf("held=%zu\n", n);
     fflush(stdout);
     sleep((unsigned)strtoul(argv[3], NULL, 10));
+  } else if (!strcmp(mode, "huge")) {
+    CUdeviceptr p = 0;
+    printf("huge=%d\n", (int)cuMemAlloc_v2(&p, 64ull << 30));
   } else if (!strcmp(mode, "grow") && argc > 2) {
     grow((unsigned)strtoul(argv[2], NULL, 10));
   } else if (!strcmp(mode, "bigheap") && argc > 2) {

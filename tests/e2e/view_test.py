@@ -62,6 +62,30 @@ def check_trace(tmp):
     return f"{len(events)} events: {want} slices, {len(stacks)} stacks"
 
 
+def check_events(tmp):
+    """Each device's counters (every 100 ms and at exit: the held blocks'
+    bytes), an out-of-memory retry, and a context death, as events."""
+    r, path, text = traced(tmp, conf="verbose:0")
+    events = json.loads(text)
+    counters = [e for e in events if e.get("ph") == "C" and e.get("name") == "device 0"]
+    expect(counters and all(c["args"]["reserved"] >= c["args"]["allocated"] for c in counters),
+           f"device 0's counters {counters[:2]}", r)
+    d = os.path.join(tmp, "reset.%p.json")
+    r2 = run("reset", f"trace_path:{d}")
+    with open(d.replace("%p", str(r2.pid))) as f:
+        reset = json.load(f)
+    names = [e.get("name") for e in reset if e.get("ph") == "i"]
+    expect("context death (its memory gone)" in names, f"instant events {names}", r2)
+    d = os.path.join(tmp, "oom.%p.json")
+    r3 = run("huge", f"trace_path:{d}", prog=env_path("E2E_REACH_PROG"))
+    with open(d.replace("%p", str(r3.pid))) as f:
+        oom = json.load(f)
+    names3 = [e.get("name") for e in oom if e.get("ph") == "i"]
+    expect("out-of-memory retry" in names3, f"instant events of a refused 64 GiB request {names3}",
+           r3)
+    return f"{len(counters)} counter(s); {sorted(set(names + names3))}"
+
+
 def check_unfinished(tmp):
     """A trace without its closing bracket (the process was killed) still
     makes a page."""
@@ -123,7 +147,7 @@ def check_page(tmp):
     return status.group(1).replace("&quot;", '"')
 
 
-CHECKS = {"trace": check_trace, "unfinished": check_unfinished, "refused": check_refused,
+CHECKS = {"trace": check_trace, "events": check_events, "unfinished": check_unfinished, "refused": check_refused,
           "page": check_page}
 
 if __name__ == "__main__":

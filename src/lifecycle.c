@@ -415,7 +415,7 @@ static void ca__trace_tick(const cudalloc_device_stats *all, size_t n) {
  * trace_path writes the timeline every 100 ms. */
 static void *ca__watch(void *arg) {
   (void)arg;
-  bool publish = ca_config_get()->publish_stats && ca_publish_open();
+  bool publish = ca_config_get()->publish_stats && ca_publish_open(); /* made already */
   bool trace = ca_config_get()->trace_path[0] != '\0';
   long tick_ms = trace ? 100 : 1000;
   for (unsigned tick = 0;; tick++) {
@@ -493,8 +493,14 @@ void ca_lifecycle_device_used(void) {
     return;
   const ca_config *cfg = ca_config_get();
   ca_sites_set_growth(cfg->growth_report);
+  /* Files are made here, on the program's thread inside its first device
+   * call, never by the watcher: a descriptor opened by another thread, even
+   * for a moment, could take the number a program is about to reopen
+   * stderr at (a daemon closing and reopening its standard files). */
   bool trace = cfg->trace_path[0] != '\0' &&
                ca_trace_start(cfg->trace_path, cfg->trace_allocations);
+  if (cfg->publish_stats)
+    ca_publish_open();
   if (cfg->stats_signal || cfg->growth_report || cfg->publish_stats || trace)
     ca__start_watcher(cfg->stats_signal || cfg->growth_report);
 }

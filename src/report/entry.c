@@ -150,22 +150,40 @@ ca_leak_totals ca_report(const ca_report_input *in) {
   return ca_report_print(ca_report_prepare(in));
 }
 
+/* A frame as the loader knows it, from memory: its dynamic symbol, if
+ * any, and its object. No file is opened. */
+static void ca__symbol_in_memory(uintptr_t pc, ca_symbol *sym) {
+  Dl_info info;
+  memset(sym, 0, sizeof(*sym));
+  sym->pc = pc;
+  if (ca_pyframes_is(pc)) {
+    ca__python_symbol(pc, sym);
+    return;
+  }
+  if (dladdr((void *)(pc - 1), &info) == 0)
+    return;
+  ca__copy_name(sym->module, sizeof(sym->module), info.dli_fname);
+  ca__copy_name(sym->function, sizeof(sym->function), info.dli_sname);
+  sym->module_offset = pc - (uintptr_t)info.dli_fbase;
+}
+
 void ca_report_site_name(uint32_t stack, char *buf, size_t len) {
-  ca__symbols s;
-  ca__symbolize_stacks(&stack, 1, &s);
   const uintptr_t *pcs;
   size_t n = ca_stacks_get(stack, &pcs);
-  size_t from = ca__first_shown(pcs, n, &s);
-  const ca_symbol *sym = from < n ? ca__symbol(&s, pcs[from]) : NULL;
-  if (sym == NULL || (sym->function[0] == '\0' && sym->module[0] == '\0'))
+  ca_symbol sym = {0};
+  bool named = false;
+  for (size_t i = 0; i < n && !named; i++) {
+    ca__symbol_in_memory(pcs[i], &sym);
+    named = !ca__is_plumbing(&sym) || i + 1 == n;
+  }
+  if (!named || (sym.function[0] == '\0' && sym.module[0] == '\0'))
     snprintf(buf, len, "?");
-  else if (sym->function[0] != '\0' && sym->line != 0)
-    snprintf(buf, len, "%s (%s:%u)", sym->function, ca__basename(sym->file), sym->line);
-  else if (sym->function[0] != '\0')
-    snprintf(buf, len, "%s", sym->function);
+  else if (ca__is_python(&sym))
+    snprintf(buf, len, "%s (%s:%u)", sym.function, ca__basename(sym.file), sym.line);
+  else if (sym.function[0] != '\0')
+    snprintf(buf, len, "%s", sym.function);
   else
-    snprintf(buf, len, "%s+0x%" PRIx64, ca__basename(sym->module), sym->module_offset);
-  ca__symbols_free(&s);
+    snprintf(buf, len, "%s+0x%" PRIx64, ca__basename(sym.module), sym.module_offset);
 }
 
 void ca_report_stack_lines(uint32_t stack, void (*line)(const char *text, void *arg),

@@ -12,8 +12,12 @@
  * Compiled as one unit: the files of src/report/ are included below, each
  * one concern, in the order they build on each other.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* dladdr */
+#endif
 #include "report/report.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>

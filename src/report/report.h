@@ -112,9 +112,11 @@ ca_report_job *ca_report_prepare(const ca_report_input *in);
 ca_leak_totals ca_report_print(ca_report_job *job);
 
 /* The first frame of a stack that is the program's own (as a report group
- * shows it first), in one line: "keep_step (e2e_leaks.c:120)", a Python
- * frame "train (torch_leak.py:88)", or "libfoo.so+0x1234"; "?" for none.
- * Symbolizes: asks the dynamic loader, so hold no library lock. */
+ * shows it first), in one line, from what is in memory only (dynamic
+ * symbols, Python frames), so that a background thread may ask without
+ * opening a file, whose descriptor the program might have counted on:
+ * "train (torch_leak.py:88)", "my_exported_fn", or "prog+0x1234"; "?" for
+ * none. Asks the dynamic loader: hold no library lock. */
 void ca_report_site_name(uint32_t stack, char *buf, size_t len);
 
 /* Each frame a report shows of a stack, one line each, to `line`:

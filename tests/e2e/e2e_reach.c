@@ -88,7 +88,10 @@ static void *hold_on_stack(void *arg) {
 
 static CUcontext ctx;
 
-static __attribute__((noinline)) void grow_step(size_t i) {
+/* Exported (the program links with -rdynamic): cudalloc top names a growing
+ * site from the dynamic symbols, without opening a file. */
+__attribute__((noinline, visibility("default"))) void grow_step(size_t i);
+void grow_step(size_t i) {
   check(cuMemAlloc_v2(&kept[i], MIB), "cuMemAlloc_v2");
 }
 

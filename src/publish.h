@@ -2,8 +2,9 @@
  * The figures a process under the library publishes for `cudalloc top`:
  * one small file of shared memory, /dev/shm/cudalloc.<uid>.<pid>, created
  * 0600 (never through a link, never another user's) on the process's first
- * use of device memory (on its own thread: no other thread of the library
- * ever opens a file), rewritten by the library's watcher thread once a second (never on an allocation's path, so the program never
+ * use of device memory, on the program's own thread (a descriptor the
+ * watcher opened, even for a moment, could take a number the program is
+ * about to reuse), rewritten by the library's watcher thread once a second (never on an allocation's path, so the program never
  * waits on it), removed at exit. `cudalloc top` (src/top/top.c) removes the
  * files of processes that died without exiting.
  *

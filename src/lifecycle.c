@@ -416,7 +416,7 @@ static void ca__trace_tick(const cudalloc_device_stats *all, size_t n) {
 static void *ca__watch(void *arg) {
   (void)arg;
   bool publish = ca_config_get()->publish_stats && ca_publish_open(); /* made already */
-  bool trace = ca_config_get()->trace_path[0] != '\0';
+  bool trace = __atomic_load_n(&ca_trace_recording, __ATOMIC_ACQUIRE);
   long tick_ms = trace ? 100 : 1000;
   for (unsigned tick = 0;; tick++) {
     cudalloc_device_stats all[CUDALLOC_MAX_DEVICES];

@@ -22,6 +22,7 @@
 static pthread_mutex_t ca__page_lock = PTHREAD_MUTEX_INITIALIZER;
 static ca_published *ca__page;
 static bool ca__closed; /* at exit: no file may be made after */
+static bool ca__tried;  /* the file is made once, or never */
 static char ca__path[96];
 static pid_t ca__owner;
 
@@ -75,8 +76,10 @@ static bool ca__map_new(void) {
 bool ca_publish_open(void) {
   pthread_mutex_lock(&ca__page_lock);
   bool ok = ca__page != NULL;
-  if (!ok && !ca__closed)
+  if (!ok && !ca__closed && !ca__tried) {
+    ca__tried = true;
     ok = ca__map_new();
+  }
   pthread_mutex_unlock(&ca__page_lock);
   return ok;
 }
@@ -121,6 +124,7 @@ void ca_publish_close(void) {
 void ca_publish_forget(void) {
   pthread_mutex_init(&ca__page_lock, NULL);
   ca__closed = false;
+  ca__tried = false;
   if (ca__page != NULL)
     munmap(ca__page, sizeof(*ca__page));
   ca__page = NULL;

@@ -50,8 +50,9 @@ typedef struct ca_published {
   ca_published_device devices[CA_PUBLISH_DEVICES];
 } ca_published;
 
-/* Creates this process's file (once; false where it cannot: no /dev/shm, a
- * file there that is not ours). */
+/* Creates this process's file, on the first call only (false where it
+ * cannot: no /dev/shm, a file there that is not ours); a later call says
+ * whether the first made it, and opens nothing. */
 bool ca_publish_open(void);
 
 /* Rewrites the figures: `n` devices, the growing site's line ("" for none). */

@@ -192,23 +192,10 @@ void ca_report_stack_lines(uint32_t stack, void (*line)(const char *text, void *
   ca__symbolize_stacks(&stack, 1, &s);
   const uintptr_t *pcs;
   size_t n = ca_stacks_get(stack, &pcs);
-  char text[1100];
+  char words[1024];
   for (size_t i = ca__first_shown(pcs, n, &s); i < n; i++) {
-    const ca_symbol *sym = ca__symbol(&s, pcs[i]);
-    if (sym != NULL && ca__is_python(sym))
-      snprintf(text, sizeof(text), "%s %s:%u (Python)", sym->function, sym->file, sym->line);
-    else if (sym == NULL || sym->module[0] == '\0')
-      snprintf(text, sizeof(text), "0x%" PRIxPTR " ??", pcs[i]);
-    else if (sym->function[0] != '\0' && sym->line != 0)
-      snprintf(text, sizeof(text), "%s %s:%u (%s)", sym->function, sym->file, sym->line,
-               ca__basename(sym->module));
-    else if (sym->function[0] != '\0')
-      snprintf(text, sizeof(text), "%s+0x%" PRIx64 " (%s)", sym->function,
-               sym->function_offset, ca__basename(sym->module));
-    else
-      snprintf(text, sizeof(text), "?? (%s+0x%" PRIx64 ")", ca__basename(sym->module),
-               sym->module_offset);
-    line(text, arg);
+    ca__frame_words(words, sizeof(words), ca__symbol(&s, pcs[i]));
+    line(words, arg);
   }
   ca__symbols_free(&s);
 }

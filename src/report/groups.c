@@ -181,6 +181,29 @@ static const char *ca__basename(const char *path) {
   return slash ? slash + 1 : path;
 }
 
+/* A frame as every output names it, after "in ": "fn file:line (Python)",
+ * "fn file:line (module+0xoff)", "fn+0xoff (module+0xoff)",
+ * "?? (module+0xoff)", or "??" when nothing is known. */
+static void ca__frame_words(char *buf, size_t len, const ca_symbol *sym) {
+  if (sym != NULL && ca__is_python(sym)) {
+    snprintf(buf, len, "%s %s:%u (Python)", sym->function, sym->file, sym->line);
+    return;
+  }
+  if (sym == NULL || sym->module[0] == '\0') {
+    snprintf(buf, len, "??");
+    return;
+  }
+  const char *module = ca__basename(sym->module);
+  if (sym->function[0] != '\0' && sym->line != 0)
+    snprintf(buf, len, "%s %s:%u (%s+0x%" PRIx64 ")", sym->function, sym->file, sym->line,
+             module, sym->module_offset);
+  else if (sym->function[0] != '\0')
+    snprintf(buf, len, "%s+0x%" PRIx64 " (%s+0x%" PRIx64 ")", sym->function,
+             sym->function_offset, module, sym->module_offset);
+  else
+    snprintf(buf, len, "?? (%s+0x%" PRIx64 ")", module, sym->module_offset);
+}
+
 static bool ca__starts(const char *s, const char *prefix) {
   return strncmp(s, prefix, strlen(prefix)) == 0;
 }

@@ -119,9 +119,10 @@ ca_leak_totals ca_report_print(ca_report_job *job);
  * none. Asks the dynamic loader: hold no library lock. */
 void ca_report_site_name(uint32_t stack, char *buf, size_t len);
 
-/* Each frame a report shows of a stack, one line each, to `line`:
- * "keep_step /src/e2e_leaks.c:120 (e2e_leaks)", "train torch_leak.py:88
- * (Python)". Symbolizes: hold no library lock. */
+/* Each frame a report shows of a stack, one line each, to `line`, named as
+ * the text report names it after "in ": "keep_step /src/e2e_leaks.c:120
+ * (e2e_leaks+0x1234)", "train torch_leak.py:88 (Python)". Symbolizes: hold
+ * no library lock. */
 void ca_report_stack_lines(uint32_t stack, void (*line)(const char *text, void *arg),
                            void *arg);
 

@@ -23,25 +23,12 @@ static void ca__call_words(char *buf, size_t len, const char *call) {
 }
 
 static void ca__text_frame(size_t index, uintptr_t pc, const ca_symbol *sym) {
-  if (sym != NULL && ca__is_python(sym)) {
-    ca_log("    #%zu in %s %s:%u (Python)", index, sym->function, sym->file, sym->line);
-    return;
-  }
-  if (sym == NULL || sym->module[0] == '\0') {
-    ca_log("    #%zu 0x%" PRIxPTR " in ??", index, pc);
-    return;
-  }
-  const char *module = ca__basename(sym->module);
-  if (sym->function[0] != '\0' && sym->line != 0)
-    ca_log("    #%zu 0x%" PRIxPTR " in %s %s:%u (%s+0x%" PRIx64 ")", index, pc,
-           sym->function, sym->file, sym->line, module, sym->module_offset);
-  else if (sym->function[0] != '\0')
-    ca_log("    #%zu 0x%" PRIxPTR " in %s+0x%" PRIx64 " (%s+0x%" PRIx64 ")",
-           index, pc, sym->function, sym->function_offset, module,
-           sym->module_offset);
+  char words[1024];
+  ca__frame_words(words, sizeof(words), sym);
+  if (sym != NULL && ca__is_python(sym))
+    ca_log("    #%zu in %s", index, words);
   else
-    ca_log("    #%zu 0x%" PRIxPTR " in ?? (%s+0x%" PRIx64 ")", index, pc,
-           module, sym->module_offset);
+    ca_log("    #%zu 0x%" PRIxPTR " in %s", index, pc, words);
 }
 
 /* "allocations #1 at 0x..., #2 at 0x..., ... (97 more)" */

@@ -30,7 +30,9 @@
 
 /* ---- The targets ---------------------------------------------------------- */
 
-/* Heapsort by lo: no malloc (qsort may call it), n log n at worst. */
+/* Heapsort by lo, in place: glibc's qsort copies an array this size into a
+ * malloc'd buffer, whose freed copy of the addresses the scan would then
+ * find in the heap. n log n at worst. */
 static void ca__sift(ca_reach_target *t, size_t at, size_t n) {
   for (;;) {
     size_t top = at, l = 2 * at + 1, r = l + 1;

@@ -110,12 +110,13 @@ static void ca__classify(ca__gather *g, const ca_reach_roots *roots) {
     }
     ca_reach_scan(t, n, roots, &st);
   }
-  for (size_t i = 0; i < g->n; i++)
-    if (!st.complete)
+  if (!st.complete)
+    for (size_t i = 0; i < g->n; i++)
       g->blocks[i].reach = CA_REACH_UNSCANNED;
-  for (size_t i = 0; st.complete && i < n; i++)
-    if (t[i].found)
-      g->blocks[t[i].index].reach = CA_REACH_REACHABLE;
+  else
+    for (size_t i = 0; i < n; i++)
+      if (t[i].found)
+        g->blocks[t[i].index].reach = CA_REACH_REACHABLE;
   if (t != NULL && ca_config_get()->verbose >= 2)
     ca_log("leak scan: %.1f MiB of host memory in %.1f ms%s",
            (double)st.scanned_bytes / (1 << 20), (double)st.ns / 1e6,

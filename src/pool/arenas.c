@@ -20,14 +20,11 @@ static int ca__live_init(ca__arena *p) {
   return p->live != NULL;
 }
 
-/* Zeroed memory on whole cache lines of its own (`size` is a multiple of
- * CA__LINE: the size of a type aligned to it); meta.h aligns every object
- * to its power-of-two class. */
-static void *ca__alloc_lines(size_t size) { return ca_meta_alloc(size); }
-
 /* An empty arena for `pool`; NULL when the host is out of memory. */
 static ca__arena *ca__arena_new(ca_pool *pool, unsigned index) {
-  ca__arena *p = ca__alloc_lines(sizeof(*p));
+  /* Zeroed, on whole cache lines of its own: meta.h aligns an object to
+   * its power-of-two class, and the arena's size is a multiple of CA__LINE. */
+  ca__arena *p = ca_meta_alloc(sizeof(*p));
   if (!p)
     return NULL;
   p->pool = pool;

@@ -8,7 +8,7 @@
 
 ca_pool *ca_pool_create(const ca_backend *backend, int device,
                         const ca_pool_options *options) {
-  ca_pool *pool = ca__alloc_lines(sizeof(*pool));
+  ca_pool *pool = ca_meta_alloc(sizeof(*pool)); /* zeroed, line-aligned */
   if (!pool)
     return NULL;
   pool->backend = backend;

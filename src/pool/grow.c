@@ -14,7 +14,6 @@ static uint64_t ca__segment_size_min(uint64_t size, uint64_t head) {
   return ca__round_up(size + head, CA_LARGE_ROUND);
 }
 
-
 /* The segment a request of `size` would like: PyTorch's scheme. */
 static uint64_t ca__segment_size(const ca__arena *p, uint64_t size) {
   if (size <= ca__small_max(p))

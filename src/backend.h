@@ -15,6 +15,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* What va_reserve and map answer when they may not now (backend.h). */
+#define CA_BACKEND_BUSY (-1)
+
 typedef struct ca_backend {
   void *ctx;    /* handed back to every call */
   int oom_code; /* the status meaning "out of device memory" */
@@ -61,6 +64,32 @@ typedef struct ca_backend {
    * finished (reuse_policy device_sync: cudaFree's own wait). Returns 0 when
    * it waited; nonzero when it must not wait now (a stream capture). */
   int (*synchronize)(void *ctx, int device);
+
+  /* Expandable segments (expandable_segments:1): address ranges reserved
+   * without memory behind them, then backed with memory a page at a time
+   * where blocks need it, and given back a page at a time from anywhere
+   * inside, while the blocks around stay where they are. `page` is the
+   * mapping unit in bytes (a power of two); 0, or NULL functions: the
+   * backend has no such ranges, and the pool uses plain segments.
+   *
+   * va_reserve: reserves `size` bytes of addresses (a multiple of page,
+   * aligned to one), no memory; stores the start.
+   * va_release: gives back a range reserved with exactly this size, with
+   * nothing mapped in it any more. va_reserve and map answer
+   * CA_BACKEND_BUSY when they may not now (a stream capture): the pool
+   * then serves the request from a plain segment. Any other status but 0
+   * and oom_code says the backend cannot: the pool stops using ranges.
+   * map: backs [addr, addr + size), whole pages of a reserved range with
+   * nothing mapped there, with device memory the device may read and
+   * write; oom_code when the device has no memory left.
+   * unmap: gives back the memory of [addr, addr + size), whole pages mapped
+   * earlier (by one map or several). The caller has synchronized first:
+   * no device work may still use them. */
+  uint64_t page;
+  int (*va_reserve)(void *ctx, int device, uint64_t size, uint64_t *addr);
+  int (*va_release)(void *ctx, int device, uint64_t addr, uint64_t size);
+  int (*map)(void *ctx, int device, uint64_t addr, uint64_t size);
+  int (*unmap)(void *ctx, int device, uint64_t addr, uint64_t size);
 } ca_backend;
 
 #endif /* CA_BACKEND_H */

@@ -6,11 +6,22 @@
  */
 /* ---- Arenas --------------------------------------------------------------- */
 
-static void ca__heap_init(ca__heap *h, int large, uint64_t max_split_size) {
+/* Whether the pool's large heap should grow by mapping pages. */
+static bool ca__wants_ranges(const ca_pool_options *opt,
+                             const ca_backend *be) {
+  return opt->expandable && be->page && be->va_reserve && be->va_release &&
+         be->map && be->unmap && be->synchronize;
+}
+
+static void ca__heap_init(ca__heap *h, int large, const ca_pool_options *opt,
+                          const ca_backend *be) {
   memset(h, 0, sizeof(*h));
   h->large = large;
-  /* Small blocks are never large enough to be kept whole. */
-  h->oversize_from = large ? max_split_size : UINT64_MAX;
+  h->expandable = large && ca__wants_ranges(opt, be);
+  /* Small blocks are never large enough to be kept whole; an expandable
+   * heap splits any block and gives its free pages back instead. */
+  h->oversize_from =
+      large && !h->expandable ? opt->max_split_size : UINT64_MAX;
 }
 
 static int ca__live_init(ca__arena *p) {
@@ -32,8 +43,8 @@ static ca__arena *ca__arena_new(ca_pool *pool, unsigned index) {
   p->backend = pool->backend;
   p->device = pool->device;
   p->opt = pool->opt;
-  ca__heap_init(&p->small, 0, p->opt.max_split_size);
-  ca__heap_init(&p->large, 1, p->opt.max_split_size);
+  ca__heap_init(&p->small, 0, &p->opt, p->backend);
+  ca__heap_init(&p->large, 1, &p->opt, p->backend);
   p->block_slab.obj_size = sizeof(ca__block);
   p->segment_slab.obj_size = sizeof(ca__segment);
   p->batch_slab.obj_size = sizeof(ca__batch);
@@ -45,19 +56,28 @@ static ca__arena *ca__arena_new(ca_pool *pool, unsigned index) {
   return p;
 }
 
-/* Frees every record and forgets every segment, leaving an empty arena. */
+/* Frees every record and forgets every segment, leaving an empty arena;
+ * with `release`, gives the segments back first (after the device's work,
+ * which expandable segments wait for, as cuMemFree does for plain ones). */
 static void ca__forget_all(ca__arena *p, int release) {
   HASH_CLEAR(hh, p->segment_table);
+  if (release && p->nexpandable)
+    p->backend->synchronize(p->backend->ctx, p->device);
   while (p->segments) {
     ca__segment *s = p->segments;
     p->segments = s->next;
-    if (release && !s->lost)
+    if (release && s->expandable)
+      ca__expandable_free(p, s);
+    else if (release && !s->lost)
       p->backend->release(p->backend->ctx, p->device, s->addr, s->size);
     ca__segment_put(p, s);
   }
   HASH_CLEAR(hh, p->live);
-  ca__heap_init(&p->small, 0, p->opt.max_split_size);
-  ca__heap_init(&p->large, 1, p->opt.max_split_size);
+  bool expandable = p->large.expandable;
+  ca__heap_init(&p->small, 0, &p->opt, p->backend);
+  ca__heap_init(&p->large, 1, &p->opt, p->backend);
+  p->large.expandable = expandable; /* off stays off: said once */
+  p->nexpandable = 0;
   p->lru_head = p->lru_tail = NULL;
   while (p->batch_head) {
     ca__batch *batch = p->batch_head;

@@ -199,7 +199,7 @@ static ca__block *ca__quick_take(ca__arena *p, uint64_t size) {
   return ca__quick_pop(p, h, fl, sl);
 }
 
-static void ca__block_make_free(ca__arena *p, ca__block *b);
+static ca__block *ca__block_make_free(ca__arena *p, ca__block *b);
 
 /* Merges the parked blocks of heap h into its bins. */
 static void ca__heap_flush(ca__arena *p, ca__heap *h) {

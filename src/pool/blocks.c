@@ -16,8 +16,18 @@ static void ca__block_merge_next(ca__arena *p, ca__block *b) {
   ca__slab_put(&p->block_slab, n);
 }
 
-/* Returns a block to the free index, merged with its free neighbours. */
-static void ca__block_make_free(ca__arena *p, ca__block *b) {
+/* Links block n into b's segment, right after b. */
+static void ca__block_link_after(ca__block *b, ca__block *n) {
+  n->prev = b;
+  n->next = b->next;
+  if (b->next)
+    b->next->prev = n;
+  b->next = n;
+}
+
+/* Returns a block to the free index, merged with its free neighbours;
+ * returns the merged block. */
+static ca__block *ca__block_make_free(ca__arena *p, ca__block *b) {
   if (b->next && b->next->state == CA__FREE) {
     ca__index_remove(b->next);
     ca__block_merge_next(p, b);
@@ -32,6 +42,7 @@ static void ca__block_make_free(ca__arena *p, ca__block *b) {
   ca__index_insert(b);
   if (ca__segment_is_free(b->seg))
     ca__lru_push(p, b->seg);
+  return b;
 }
 
 static int ca__worth_splitting(const ca__heap *h, uint64_t rest) {
@@ -55,11 +66,7 @@ static void ca__block_take(ca__arena *p, ca__block *b, uint64_t size) {
     r->seg = b->seg;
     r->state = CA__FREE;
     r->keep_out = false; /* slab records come uninitialized */
-    r->prev = b;
-    r->next = b->next;
-    if (b->next)
-      b->next->prev = r;
-    b->next = r;
+    ca__block_link_after(b, r);
     b->size = size;
     ca__index_insert(r);
   }

@@ -45,9 +45,9 @@ static size_t ca__count_index(const ca__heap *h) {
 static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
   uint64_t reserved = 0, live = 0, free_bytes = 0, held = 0, quick = 0;
   uint64_t gone = 0, heads = 0;
-  size_t nfree = 0, nlive = 0, nseg = 0, nlost = 0;
+  size_t nfree = 0, nlive = 0, nseg = 0, nlost = 0, nexp = 0;
   for (ca__segment *s = p->segments; s; s = s->next, nseg++) {
-    uint64_t at = s->addr + s->head;
+    uint64_t at = s->addr + s->head, unmapped = 0;
     CA__CHECK(s->first && !s->first->prev, "segment %#llx: bad first block",
               (unsigned long long)s->addr);
     for (ca__block *b = s->first; b; b = b->next) {
@@ -71,6 +71,17 @@ static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
         nlive++;
       } else if (b->state == CA__QUICK) {
         quick += b->size;
+      } else if (b->state == CA__UNMAPPED) {
+        CA__CHECK(s->expandable && b->addr % ca__page_size(p) == 0 &&
+                      b->size % ca__page_size(p) == 0 &&
+                      b->addr >= s->addr + ca__page_size(p),
+                  "unmapped block %#llx is not whole pages of an expandable "
+                  "segment past its first",
+                  (unsigned long long)b->addr);
+        CA__CHECK(!b->next || b->next->state != CA__UNMAPPED,
+                  "two unmapped neighbours at %#llx were not merged",
+                  (unsigned long long)b->addr);
+        unmapped += b->size;
       } else if (b->state == CA__GONE) {
         CA__CHECK(s->has_gone, "segment %#llx hides a GONE block",
                   (unsigned long long)s->addr);
@@ -91,8 +102,13 @@ static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
     CA__CHECK(s->lost || ca__segment_at(p, s->addr) == s,
               "segment %#llx missing from the address index",
               (unsigned long long)s->addr);
+    CA__CHECK(!s->expandable || s->mapped + unmapped == s->size,
+              "segment %#llx maps %llu bytes, its blocks say %llu",
+              (unsigned long long)s->addr, (unsigned long long)s->mapped,
+              (unsigned long long)(s->size - unmapped));
     nlost += s->lost;
-    reserved += s->size;
+    nexp += s->expandable;
+    reserved += ca__segment_bytes(s);
     heads += s->head;
   }
   CA__CHECK(p->nsegs + nlost == nseg, "address index holds %zu of %zu",
@@ -118,6 +134,7 @@ static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
             "reserved != live + cached + held + gone + heads");
   CA__CHECK(nlive == p->stats.blocks.current, "block count disagrees");
   CA__CHECK(nseg == p->stats.segments.current, "segment count disagrees");
+  CA__CHECK(nexp == p->nexpandable, "expandable segment count disagrees");
   return true;
 }
 

@@ -325,6 +325,7 @@ static void ca__span(ca__arena *p, ca__segment *s, uint64_t addr,
   memset(out, 0, sizeof(*out));
   out->segment = s->addr;
   out->segment_size = s->size;
+  out->expandable = s->expandable;
   out->live = b && b->state == CA__LIVE && addr - b->addr < b->requested;
   if (out->live)
     ca__describe(p, b, &out->block);
@@ -359,10 +360,13 @@ bool ca_pool_find(ca_pool *pool, uint64_t addr, ca_pool_span *out) {
   return ca__at_segment(pool, addr, ca__find_in, out);
 }
 
+/* An expandable segment's pages are mapped into a range the pool
+ * reserved: no cuMemFree can free them (the driver refuses VMM ranges). */
 static void ca__lose_at(ca__arena *p, ca__segment *s, uint64_t addr,
                         void *unused) {
   (void)addr, (void)unused;
-  ca__segment_lose(p, s);
+  if (!s->expandable)
+    ca__segment_lose(p, s);
 }
 
 bool ca_pool_segment_lost(ca_pool *pool, uint64_t addr) {
@@ -384,9 +388,12 @@ uint64_t ca_pool_releasable(ca_pool *pool) {
   uint64_t bytes = 0;
   for (unsigned i = 0; i < n; i++) {
     ca_lock_acquire(&all[i]->lock);
-    for (const ca__segment *s = all[i]->segments; s; s = s->next)
-      if (!s->lost && ca__live_in(s) == 0)
+    for (const ca__segment *s = all[i]->segments; s; s = s->next) {
+      if (s->expandable)
+        bytes += ca__expandable_releasable(all[i], s);
+      else if (!s->lost && ca__live_in(s) == 0)
         bytes += s->size;
+    }
     ca_lock_release(&all[i]->lock);
   }
   return bytes;

@@ -219,12 +219,15 @@ static int ca__reserve_last(ca__arena *p, ca__heap *h, uint64_t size,
   return rc;
 }
 
-/* Serves a cache miss with a new segment. Pending blocks are waited for
- * first, oldest first, until one serves the request; idle free segments are
- * traded in, the other free ones merged. When the backend or the memory
- * limit refuses the segment: give back every cached segment (the other
- * arenas' too) and retry once with the smallest segment that serves the
- * request. */
+static int ca__expand(ca__arena *p, ca__heap *h, uint64_t size,
+                      ca__block **out);
+
+/* Serves a cache miss with a new segment, or new pages of an expandable
+ * one (expandable.c). Pending blocks are waited for first, oldest first,
+ * until one serves the request; idle free segments are traded in, the
+ * other free ones merged. When the backend or the memory limit refuses the
+ * segment: give back every cached segment (the other arenas' too) and
+ * retry once with the smallest segment that serves the request. */
 static int ca__grow(ca__arena *p, uint64_t size, ca__block **out) {
   ca__heap *h = ca__heap_for(p, size);
   int oom = p->backend->oom_code;
@@ -232,6 +235,11 @@ static int ca__grow(ca__arena *p, uint64_t size, ca__block **out) {
   ca__quick_flush(p); /* what follows weighs fully free segments */
   if (ca__wait_for_fit(p, size, out))
     return 0;
+  if (h->expandable) {
+    int rc = ca__expand(p, h, size, out);
+    if (rc != CA_BACKEND_BUSY)
+      return rc;
+  }
   ca__collect_garbage(p, seg);
   ca__trade_idle(p, seg);
   uint64_t merged = ca__merge_free(p, h, size);

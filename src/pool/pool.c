@@ -14,6 +14,7 @@
 #include "pool/blocks.c"
 #include "pool/pending.c"
 #include "pool/grow.c"
+#include "pool/expandable.c"
 #include "pool/arenas.c"
 #include "pool/entry.c"
 #include "pool/check.c"

@@ -76,6 +76,13 @@ typedef struct ca_pool_options {
    * request grows by it, to the next CA_LARGE_ROUND when the request fills
    * its rounding. */
   uint64_t segment_head;
+  /* expandable_segments: the large heap grows inside address ranges
+   * reserved without memory, mapping pages where a block needs them, and
+   * gives free pages back from anywhere inside them; blocks never move.
+   * Every block of that heap may be split (max_split_size does not apply
+   * to it). Needs the backend's ranges (backend.h); without them, plain
+   * segments, and options.warn says so once. */
+  bool expandable;
   /* The device's memory budget (memory_limit_mb), which the pool books
    * every segment against before asking the backend for it, shared with
    * the device's other pools and the allocations passed through to the
@@ -143,6 +150,7 @@ bool ca_pool_holds_segment(ca_pool *pool, uint64_t addr);
  * lies in a live block's requested bytes, that block. */
 typedef struct ca_pool_span {
   uint64_t segment, segment_size;
+  bool expandable; /* the segment is a reserved range with pages mapped */
   bool live;
   ca_live_block block; /* when live */
 } ca_pool_span;

@@ -68,8 +68,10 @@ static inline unsigned ca__hash_addr(uint64_t addr) {
 
 /* A block's state. GONE: freed, but its bytes are never handed out again
  * while its segment lives (they were shared with another process, or the
- * segment was freed behind the pool's back); it never merges. */
-enum { CA__FREE = 1, CA__LIVE, CA__HELD, CA__QUICK, CA__GONE };
+ * segment was freed behind the pool's back); it never merges. UNMAPPED:
+ * addresses of an expandable segment with no memory behind them, whole
+ * pages; two never lie side by side, and none is in any index. */
+enum { CA__FREE = 1, CA__LIVE, CA__HELD, CA__QUICK, CA__GONE, CA__UNMAPPED };
 
 typedef struct ca__segment ca__segment;
 typedef struct ca__heap ca__heap;
@@ -103,6 +105,10 @@ struct ca__segment {
   ca__segment *lru_prev, *lru_next; /* fully free segments, oldest first */
   uint64_t last_free; /* free_tick of the latest free inside it */
   int in_lru;
+  /* A reserved range with pages mapped where blocks are (expandable.c):
+   * `mapped` bytes of its `size` are memory, its first page always. */
+  bool expandable;
+  uint64_t mapped;
   bool has_gone; /* holds GONE blocks: "fully free" means FREE or GONE */
   bool lost;     /* freed behind the pool's back: never used or released
                     again; its records go when its last block does */
@@ -127,6 +133,7 @@ struct ca__heap {
   uint32_t quick_sl_bitmap[CA__FL_COUNT];
   uint64_t oversize_from; /* blocks this large are oversize */
   int large;
+  bool expandable; /* grows by mapping pages (expandable.c) */
 };
 
 typedef struct ca__slab {
@@ -168,6 +175,8 @@ typedef struct ca__arena {
   uint64_t gone_bytes; /* in GONE blocks */
   uint64_t generation; /* bumped by drop_all: lets a waiter see it */
   uint64_t gc_budget;  /* bytes; 0 until known */
+  uint64_t va_size;    /* an expandable segment's range; 0 until known */
+  unsigned nexpandable; /* expandable segments held */
   uint64_t next_seq, seq_end; /* the allocation numbers the arena holds */
   uint64_t free_tick; /* counts frees: orders the LRU list */
   ca__block *live;     /* the live table */

@@ -38,15 +38,22 @@ static void ca__pool_reserved_sub(ca__arena *p, uint64_t bytes) {
 
 /* ---- Segments ------------------------------------------------------------- */
 
-/* Whether no byte of the segment is in use: one free block, or, once it
- * holds GONE blocks, nothing but FREE and GONE ones. */
+/* The device memory a segment holds: all of a plain one, the mapped pages
+ * of an expandable one. */
+static uint64_t ca__segment_bytes(const ca__segment *s) {
+  return s->expandable ? s->mapped : s->size;
+}
+
+/* Whether no byte of a plain segment is in use: one free block, or, once
+ * it holds GONE blocks, nothing but FREE and GONE ones. An expandable
+ * segment never is: it gives back pages instead (expandable.c). */
 static int ca__segment_is_free(const ca__segment *s) {
   if (!s->has_gone)
-    return s->first->state == CA__FREE && !s->first->next;
+    return s->first->state == CA__FREE && !s->first->next && !s->expandable;
   for (const ca__block *b = s->first; b; b = b->next)
     if (b->state != CA__FREE && b->state != CA__GONE)
       return 0;
-  return 1;
+  return !s->expandable;
 }
 
 static void ca__lru_remove(ca__arena *p, ca__segment *s) {
@@ -155,8 +162,8 @@ static void ca__segment_forget(ca__arena *p, ca__segment *s) {
     p->segments = s->next;
   if (s->next)
     s->next->prev = s->prev;
-  ca__pool_reserved_sub(p, s->size);
-  ca__stat_sub(&p->stats.reserved_bytes, s->size);
+  ca__pool_reserved_sub(p, ca__segment_bytes(s));
+  ca__stat_sub(&p->stats.reserved_bytes, ca__segment_bytes(s));
   ca__stat_sub(&p->stats.segments, 1);
 }
 
@@ -179,14 +186,19 @@ static void ca__segment_release(ca__arena *p, ca__segment *s) {
   ca__segment_put(p, s);
 }
 
-/* Gives back fully free segments, oldest first, until the pool's reserved
- * memory is at most `reserved_target`. Returns the bytes given back. */
+static uint64_t ca__unmap_free(ca__arena *p, uint64_t target);
+
+/* Gives back fully free segments, oldest first, then the free pages of
+ * expandable ones, until the pool's reserved memory is at most
+ * `reserved_target`. Returns the bytes given back. */
 static uint64_t ca__release_lru(ca__arena *p, uint64_t reserved_target) {
   uint64_t released = 0;
   while (p->lru_head && ca__pool_reserved(p) > reserved_target) {
     released += p->lru_head->size;
     ca__segment_release(p, p->lru_head);
   }
+  if (ca__pool_reserved(p) > reserved_target)
+    released += ca__unmap_free(p, reserved_target);
   return released;
 }
 

@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* Fake device ranges start high and far apart per device, never overlapping
  * host memory a test could touch by mistake. */
@@ -201,8 +202,19 @@ void ca_fake_fini(ca_fake_backend *f) {
     for (int i = 0; i < f->nsegments; i++)
       free((void *)(uintptr_t)f->segments[i].addr);
   f->nsegments = 0;
+  for (int i = 0; i < f->nranges; i++) {
+    free(f->ranges[i].mapped);
+    if (f->ranges[i].host)
+      munmap(f->ranges[i].host, f->ranges[i].host_len);
+  }
+  f->nranges = 0;
   pthread_mutex_destroy(&f->lock);
 }
+
+static ca_fake_range *ca__fake_range_at(ca_fake_backend *f, int device,
+                                        uint64_t addr, uint64_t size);
+static bool ca__fake_pages_are(const ca_fake_range *r, uint64_t addr,
+                               uint64_t size, unsigned char state);
 
 bool ca_fake_owns(ca_fake_backend *f, int device, uint64_t addr,
                   uint64_t size) {
@@ -213,6 +225,162 @@ bool ca_fake_owns(ca_fake_backend *f, int device, uint64_t addr,
     owned = s->device == device && addr >= s->addr &&
             addr + size <= s->addr + s->size;
   }
+  uint64_t lo = addr & ~(CA_FAKE_PAGE - 1);
+  ca_fake_range *r = owned ? NULL : ca__fake_range_at(f, device, addr, size);
+  owned = owned || (r && ca__fake_pages_are(r, lo, addr + size - lo, 1));
   pthread_mutex_unlock(&f->lock);
   return owned;
+}
+
+/* ---- Address ranges ------------------------------------------------------ */
+
+/* The range of `device` holding [addr, addr + size) whole, or NULL. */
+static ca_fake_range *ca__fake_range_at(ca_fake_backend *f, int device,
+                                        uint64_t addr, uint64_t size) {
+  for (int i = 0; i < f->nranges; i++) {
+    ca_fake_range *r = &f->ranges[i];
+    if (r->device == device && addr >= r->addr &&
+        addr + size <= r->addr + r->size)
+      return r;
+  }
+  return NULL;
+}
+
+/* Whether pages [addr, addr + size) of r are all `state` (size > 0). */
+static bool ca__fake_pages_are(const ca_fake_range *r, uint64_t addr,
+                               uint64_t size, unsigned char state) {
+  for (uint64_t at = addr; at < addr + size; at += CA_FAKE_PAGE)
+    if (r->mapped[(at - r->addr) / CA_FAKE_PAGE] != state)
+      return false;
+  return size > 0;
+}
+
+static void ca__fake_pages_set(ca_fake_range *r, uint64_t addr, uint64_t size,
+                               unsigned char state) {
+  for (uint64_t at = addr; at < addr + size; at += CA_FAKE_PAGE)
+    r->mapped[(at - r->addr) / CA_FAKE_PAGE] = state;
+}
+
+static int ca__fake_va_reserve(void *ctx, int device, uint64_t size,
+                               uint64_t *addr) {
+  ca_fake_backend *f = ctx;
+  int rc = 0;
+  void *m = NULL;
+  pthread_mutex_lock(&f->lock);
+  f->va_reserves++;
+  unsigned char *pages = calloc(size / CA_FAKE_PAGE + 1, 1);
+  if (f->busy_maps) {
+    rc = CA_BACKEND_BUSY;
+  } else if (f->fail_maps > 0) {
+    f->fail_maps--;
+    rc = f->fail_code;
+  } else if (!pages || size % CA_FAKE_PAGE ||
+             f->nranges == CA_FAKE_MAX_RANGES || device < 0 ||
+             device >= CA_FAKE_DEVICES) {
+    rc = 1; /* CUDA_ERROR_INVALID_VALUE */
+  } else if (f->host_backed) {
+    m = mmap(NULL, size + CA_FAKE_PAGE, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    rc = m == MAP_FAILED ? CA_FAKE_OOM : 0;
+    *addr = ((uint64_t)(uintptr_t)m + CA_FAKE_PAGE - 1) & ~(CA_FAKE_PAGE - 1);
+  } else {
+    *addr = f->next_addr[device];
+    f->next_addr[device] += size + CA__FAKE_ALIGN; /* leave a gap */
+  }
+  if (rc == 0) {
+    f->ranges[f->nranges++] = (ca_fake_range){
+        *addr, size, device, pages, m, m ? size + CA_FAKE_PAGE : 0};
+    pages = NULL;
+  }
+  free(pages);
+  pthread_mutex_unlock(&f->lock);
+  return rc;
+}
+
+static int ca__fake_va_release(void *ctx, int device, uint64_t addr,
+                               uint64_t size) {
+  ca_fake_backend *f = ctx;
+  int rc = 1;
+  pthread_mutex_lock(&f->lock);
+  f->va_releases++;
+  for (int i = 0; i < f->nranges; i++) {
+    ca_fake_range *r = &f->ranges[i];
+    if (r->device != device || r->addr != addr || r->size != size ||
+        !ca__fake_pages_are(r, addr, size, 0))
+      continue;
+    free(r->mapped);
+    if (r->host)
+      munmap(r->host, r->host_len);
+    *r = f->ranges[--f->nranges];
+    rc = 0;
+    break;
+  }
+  if (rc)
+    f->bad_releases++;
+  pthread_mutex_unlock(&f->lock);
+  return rc;
+}
+
+static int ca__fake_map(void *ctx, int device, uint64_t addr, uint64_t size) {
+  ca_fake_backend *f = ctx;
+  int rc = 0;
+  pthread_mutex_lock(&f->lock);
+  f->maps++;
+  ca_fake_range *r = ca__fake_range_at(f, device, addr, size);
+  if (f->busy_maps) {
+    rc = CA_BACKEND_BUSY;
+  } else if (f->fail_maps > 0) {
+    f->fail_maps--;
+    rc = f->fail_code;
+  } else if (!r || addr % CA_FAKE_PAGE || size % CA_FAKE_PAGE ||
+             !ca__fake_pages_are(r, addr, size, 0)) {
+    f->bad_maps++;
+    rc = 1;
+  } else if (f->used[device] + size > f->capacity[device]) {
+    rc = CA_FAKE_OOM;
+  } else if (f->host_backed &&
+             mprotect((void *)(uintptr_t)addr, size, PROT_READ | PROT_WRITE)) {
+    rc = CA_FAKE_OOM;
+  }
+  if (rc == 0) {
+    ca__fake_pages_set(r, addr, size, 1);
+    f->used[device] += size;
+    f->mapped_now += size;
+    if (f->used[device] > f->peak_used[device])
+      f->peak_used[device] = f->used[device];
+  }
+  pthread_mutex_unlock(&f->lock);
+  return rc;
+}
+
+static int ca__fake_unmap(void *ctx, int device, uint64_t addr,
+                          uint64_t size) {
+  ca_fake_backend *f = ctx;
+  int rc = 0;
+  pthread_mutex_lock(&f->lock);
+  f->unmaps++;
+  ca_fake_range *r = ca__fake_range_at(f, device, addr, size);
+  if (!r || addr % CA_FAKE_PAGE || size % CA_FAKE_PAGE ||
+      !ca__fake_pages_are(r, addr, size, 1)) {
+    f->bad_maps++;
+    rc = 1;
+  } else {
+    if (f->host_backed) { /* the bytes go with the memory */
+      madvise((void *)(uintptr_t)addr, size, MADV_DONTNEED);
+      mprotect((void *)(uintptr_t)addr, size, PROT_NONE);
+    }
+    ca__fake_pages_set(r, addr, size, 0);
+    f->used[device] -= size;
+    f->mapped_now -= size;
+  }
+  pthread_mutex_unlock(&f->lock);
+  return rc;
+}
+
+void ca_fake_enable_ranges(ca_fake_backend *f) {
+  f->backend.page = CA_FAKE_PAGE;
+  f->backend.va_reserve = ca__fake_va_reserve;
+  f->backend.va_release = ca__fake_va_release;
+  f->backend.map = ca__fake_map;
+  f->backend.unmap = ca__fake_unmap;
 }

@@ -29,6 +29,20 @@ typedef struct ca_fake_segment {
   int device;
 } ca_fake_segment;
 
+/* Address ranges (the backend's expandable-segment calls), once
+ * ca_fake_enable_ranges is called: pages of CA_FAKE_PAGE bytes, mapped
+ * ones counted against the capacity like segments. */
+#define CA_FAKE_PAGE (2ull << 20)
+#define CA_FAKE_MAX_RANGES 64
+
+typedef struct ca_fake_range {
+  uint64_t addr, size;
+  int device;
+  unsigned char *mapped; /* one byte per page */
+  void *host;            /* host_backed: the mapping reserved, its length */
+  size_t host_len;
+} ca_fake_range;
+
 typedef struct ca_fake_backend {
   ca_backend backend; /* hand &fake->backend to the pool */
   pthread_mutex_t lock;
@@ -54,6 +68,17 @@ typedef struct ca_fake_backend {
   /* The device's progress: markers up to `passed` have passed. */
   uint64_t passed;
   bool auto_pass; /* every marker passes as soon as it is made */
+  /* Ranges and their call counts; bad_maps: maps and unmaps of pages not
+   * whole, outside a range, or already (not) mapped. */
+  ca_fake_range ranges[CA_FAKE_MAX_RANGES];
+  int nranges;
+  int va_reserves, va_releases, maps, unmaps, bad_maps;
+  uint64_t mapped_now; /* bytes mapped, all devices */
+  /* Injection: the next `fail_maps` maps or va_reserves return
+   * `fail_code`; while
+   * busy_maps, maps and va_reserves answer CA_BACKEND_BUSY (a capture). */
+  int fail_maps;
+  bool busy_maps;
   /* The order in which segments were released, for LRU tests. */
   uint64_t released_addrs[CA_FAKE_MAX_SEGMENTS];
 } ca_fake_backend;
@@ -68,6 +93,12 @@ void ca_fake_init(ca_fake_backend *f, uint64_t capacity, bool with_sync,
                   bool host_backed);
 
 int ca_fake_fence(void *ctx, int device);
+
+/* Gives the fake the backend's range calls (va_reserve, map, ...): a pool
+ * with expandable set then uses them. Host-backed ranges are reserved host
+ * address space whose pages are readable and writable only while mapped
+ * (an unmapped page's bytes are gone). */
+void ca_fake_enable_ranges(ca_fake_backend *f);
 
 /* Frees host memory still held by a host-backed fake. */
 void ca_fake_fini(ca_fake_backend *f);

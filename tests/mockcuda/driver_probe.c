@@ -359,9 +359,41 @@ int main(int argc, char **argv) {
     IN("cuStreamIsCapturing(legacy)", cuStreamIsCapturing(CU_STREAM_LEGACY, &x));
   });
 
+  {
+    CUdeviceptr va = 0;
+    CUmemGenericAllocationHandle h = 0, h2 = 0;
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    CUmemAccessDesc acc;
+    memset(&acc, 0, sizeof acc);
+    acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    cuMemAddressReserve(&va, 8u << 20, 0, 0, 0);
+    cuMemCreate(&h, 2u << 20, &prop, 0);
+    cuMemMap(va, 2u << 20, 0, h, 0);
+    cuMemSetAccess(va, 2u << 20, &acc, 1);
+    CAPTURE("global, virtual memory", s, CU_STREAM_CAPTURE_MODE_GLOBAL, {
+      CUdeviceptr va2 = 0;
+      IN("cuMemAddressReserve", cuMemAddressReserve(&va2, 2u << 20, 0, 0, 0));
+      IN("cuMemCreate", cuMemCreate(&h2, 2u << 20, &prop, 0));
+      IN("cuMemMap", cuMemMap(va + (2u << 20), 2u << 20, 0, h2, 0));
+      IN("cuMemSetAccess", cuMemSetAccess(va + (2u << 20), 2u << 20, &acc, 1));
+      IN("cuMemUnmap", cuMemUnmap(va, 2u << 20));
+    });
+    cuMemUnmap(va, 2u << 20);
+    cuMemUnmap(va + (2u << 20), 2u << 20);
+    cuMemRelease(h);
+    if (h2)
+      cuMemRelease(h2);
+    cuMemAddressFree(va, 8u << 20);
+  }
+
   probe_pointers(ctx);
   probe_ipc(argv[0]);
   probe_free_memory();
+  probe_vmm();
 
   /* The primary context's last release frees its memory. */
   Q("cuMemAlloc before release", cuMemAlloc_v2(&p, 4096));

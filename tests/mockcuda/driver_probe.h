@@ -20,5 +20,8 @@ void probe_free_memory(void);
  * `self ipc-import IN OUT`) that opens them. */
 void probe_ipc(const char *self);
 int probe_ipc_import(int in, int out);
+/* The virtual-memory API: reserving, mapping, unmapping, and what a pointer
+ * in a mapping answers. */
+void probe_vmm(void);
 
 #endif /* DRIVER_PROBE_H */

@@ -57,18 +57,11 @@ struct CUgraph_st {
   int unused;
 };
 
-typedef struct mock_handle {
-  struct mock_handle *next;
-  CUmemGenericAllocationHandle id;
-  int device;
-  uint64_t size;
-} mock_handle;
-
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_verbose;
 static int g_inited;
 MOCK_HIDDEN int g_ndev;
-static uint64_t g_capacity;
+MOCK_HIDDEN uint64_t g_capacity;
 MOCK_HIDDEN mock_device g_dev[MOCK_MAX_DEVICES];
 static struct CUmemPoolHandle_st g_pools[MOCK_MAX_DEVICES];
 MOCK_HIDDEN mockcuda_counters g_cnt;
@@ -78,8 +71,6 @@ static mock_obj *g_objs;
  * while a test still holds the old handle. */
 static mock_obj *g_zombies;
 static int g_event_delay; /* mockcuda_set_event_delay */
-static mock_handle *g_handles;
-static CUmemGenericAllocationHandle g_next_handle = 0x100000;
 static CUstream g_captures[MOCK_MAX_CAPTURES]; /* captures begun, not ended */
 static int g_ncaptures;
 static struct CUstream_st g_legacy = {.kind = MOCK_STREAM_LEGACY};
@@ -270,6 +261,9 @@ static void mock_capture_forget(CUstream s) {
 /* ---- simulated device memory ------------------------------------------ */
 
 mock_alloc *mock_find(uint64_t p, uint64_t n, mock_device **dev_out) {
+  mock_alloc *m = mock_vmm_find(p, n, dev_out);
+  if (m)
+    return m;
   for (int d = 0; d < g_ndev; d++) {
     mock_device *dv = &g_dev[d];
     if (p < dv->va_base || p >= dv->va_end || dv->n == 0)
@@ -293,9 +287,11 @@ mock_alloc *mock_find(uint64_t p, uint64_t n, mock_device **dev_out) {
   return NULL;
 }
 
+/* A mapping of a reserved range is no allocation of cuMemAlloc's: the
+ * calls that free one refuse it (measured). */
 static mock_alloc *mock_find_base(uint64_t p, mock_device **dev_out) {
   mock_alloc *a = mock_find(p, 0, dev_out);
-  return a && a->addr == p ? a : NULL;
+  return a && a->addr == p && a->kind != MOCK_KIND_MAPPED ? a : NULL;
 }
 
 /* Imports take no capacity: their memory is the exporter's. */
@@ -1233,70 +1229,6 @@ static CUresult mock_free_async(CUdeviceptr dptr, CUstream hs, int ptsz) {
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) { return mock_free_async(dptr, s, 0); }
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) { return mock_free_async(dptr, s, 1); }
 
-/* Virtual memory management: physical memory only (no mapping calls), so a
- * handle takes capacity but has no device address. */
-CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
-                     const CUmemAllocationProp *prop, unsigned long long flags) {
-  mock_lock();
-  g_cnt.mem_create++;
-  CUresult rc = mock_need_init();
-  if (rc == CUDA_SUCCESS &&
-      (!handle || !prop || flags || size == 0 || size % MOCK_LARGE ||
-       prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
-       prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0 ||
-       prop->location.id >= g_ndev))
-    rc = CUDA_ERROR_INVALID_VALUE;
-  mock_device *dv = rc == CUDA_SUCCESS ? &g_dev[prop->location.id] : NULL;
-  if (rc == CUDA_SUCCESS && (size > g_capacity || dv->used + size > g_capacity)) {
-    g_cnt.oom++;
-    rc = CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  mock_handle *h = NULL;
-  if (rc == CUDA_SUCCESS && !(h = calloc(1, sizeof *h)))
-    rc = CUDA_ERROR_OUT_OF_MEMORY;
-  if (rc == CUDA_SUCCESS) {
-    *h = (mock_handle){g_handles, g_next_handle++, prop->location.id, size};
-    g_handles = h;
-    dv->used += size;
-    g_cnt.used_bytes += size;
-    if (g_cnt.used_bytes > g_cnt.peak_used_bytes)
-      g_cnt.peak_used_bytes = g_cnt.used_bytes;
-    g_cnt.live_handles++;
-    *handle = h->id;
-  }
-  mock_unlock();
-  mock_trace("cuMemCreate(%zu) = %d", size, rc);
-  return rc;
-}
-
-CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
-  mock_lock();
-  g_cnt.mem_release++;
-  CUresult rc = mock_need_init();
-  mock_handle **pp = &g_handles;
-  while (*pp && (*pp)->id != handle)
-    pp = &(*pp)->next;
-  if (rc == CUDA_SUCCESS && !*pp)
-    rc = CUDA_ERROR_INVALID_VALUE;
-  if (rc == CUDA_SUCCESS) {
-    mock_handle *h = *pp;
-    *pp = h->next;
-    g_dev[h->device].used -= h->size;
-    g_cnt.used_bytes -= h->size;
-    g_cnt.live_handles--;
-    free(h);
-  }
-  mock_unlock();
-  mock_trace("cuMemRelease(0x%llx) = %d", (unsigned long long)handle, rc);
-  return rc;
-}
-
-CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
-                                       CUmemAllocationGranularity_flags option) {
-  (void)option;
-  MOCK_QUERY(mock_need_init(), !granularity || !prop, *granularity = (size_t)MOCK_LARGE);
-}
-
 /* Copies and sets must stay inside one allocation, as on a GPU (where going
  * past it faults or corrupts a neighbour). */
 static CUresult mock_memset(CUdeviceptr dst, unsigned char v, size_t n, int ptds) {
@@ -1492,6 +1424,11 @@ static const struct mock_sym {
     S("cuMemCreate", cuMemCreate, 10020),
     S("cuMemRelease", cuMemRelease, 10020),
     S("cuMemGetAllocationGranularity", cuMemGetAllocationGranularity, 10020),
+    S("cuMemAddressReserve", cuMemAddressReserve, 10020),
+    S("cuMemAddressFree", cuMemAddressFree, 10020),
+    S("cuMemMap", cuMemMap, 10020),
+    S("cuMemUnmap", cuMemUnmap, 10020),
+    S("cuMemSetAccess", cuMemSetAccess, 10020),
     S("cuMemGetAddressRange", cuMemGetAddressRange_v2, 3020),
     S("cuMemGetHandleForAddressRange", cuMemGetHandleForAddressRange, 11070),
     S("cuPointerGetAttribute", cuPointerGetAttribute, 4000),

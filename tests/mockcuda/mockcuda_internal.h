@@ -24,7 +24,7 @@
 #define MOCK_LARGE (2ull << 20) /* alignment and granularity from here up */
 
 enum { MOCK_KIND_ALLOC, MOCK_KIND_PITCH, MOCK_KIND_MANAGED, MOCK_KIND_ASYNC,
-       MOCK_KIND_POOL_ASYNC, MOCK_KIND_IMPORTED };
+       MOCK_KIND_POOL_ASYNC, MOCK_KIND_IMPORTED, MOCK_KIND_MAPPED };
 
 /* Handles the program sees are pointers to these: validity is checked by
  * looking the pointer up in the object list, never by reading through it. */
@@ -63,6 +63,10 @@ typedef struct mock_alloc {
   uint64_t id;      /* CU_POINTER_ATTRIBUTE_BUFFER_ID: never reused */
   int sync_memops;  /* CU_POINTER_ATTRIBUTE_SYNC_MEMOPS */
   mock_shared *shared; /* exported or imported; NULL otherwise */
+  /* MAPPED (mockcuda_vmm.c): a cuMemMap of a reserved range; addr and size
+   * are the mapping's, these the range's. */
+  uint64_t range_addr, range_size;
+  int range_device;
 } mock_alloc;
 
 typedef struct mock_device {
@@ -82,6 +86,7 @@ MOCK_HIDDEN uint64_t mock_round_up(uint64_t x, uint64_t a);
 /* Under the lock. */
 MOCK_HIDDEN extern mock_device g_dev[MOCK_MAX_DEVICES];
 MOCK_HIDDEN extern int g_ndev;
+MOCK_HIDDEN extern uint64_t g_capacity; /* bytes per device */
 MOCK_HIDDEN extern mockcuda_counters g_cnt;
 MOCK_HIDDEN CUresult mock_need_init(void);
 MOCK_HIDDEN CUresult mock_need_ctx(CUcontext *out);
@@ -93,6 +98,9 @@ MOCK_HIDDEN mock_alloc *mock_find(uint64_t p, uint64_t n, mock_device **dev_out)
 MOCK_HIDDEN mock_alloc *mock_place(int dev, uint64_t span, uint64_t align);
 /* Forgets an allocation and gives its memory back. */
 MOCK_HIDDEN void mock_remove(mock_device *dv, mock_alloc *a);
+/* The mapping of a reserved range holding [p, p+n), mapped and open to
+ * the device throughout (mockcuda_vmm.c); NULL if none. */
+MOCK_HIDDEN mock_alloc *mock_vmm_find(uint64_t p, uint64_t n, mock_device **dev_out);
 /* Releases what an exported or imported allocation holds (mockcuda_ipc.c). */
 MOCK_HIDDEN void mock_shared_release(mock_alloc *a);
 /* The MEMORY_BLOCK_ID and mapping of an allocation: an exported one keeps

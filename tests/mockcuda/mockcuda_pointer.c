@@ -27,6 +27,8 @@ static mock_value mock_u32(uint64_t v) { return (mock_value){v, 0, 4}; }
 static mock_value mock_u64(uint64_t v) { return (mock_value){v, 0, 8}; }
 
 static int mock_device_of(const mock_alloc *a) {
+  if (a->kind == MOCK_KIND_MAPPED)
+    return a->range_device;
   for (int d = 0; d < g_ndev; d++)
     if (a >= g_dev[d].allocs && a < g_dev[d].allocs + g_dev[d].n)
       return d;
@@ -63,8 +65,11 @@ static mock_value mock_attr(mock_alloc *a, CUdeviceptr ptr, int attr, int plural
   case CU_POINTER_ATTRIBUTE_IS_MANAGED: return mock_u32(a->kind == MOCK_KIND_MANAGED);
   case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: return mock_u32((uint64_t)mock_device_of(a));
   case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: return mock_u32(mock_plain_device(a));
-  case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: return mock_u64(a->addr);
-  case CU_POINTER_ATTRIBUTE_RANGE_SIZE: return mock_u64(a->size);
+  /* A mapping answers with its reservation's range (measured). */
+  case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+    return mock_u64(a->kind == MOCK_KIND_MAPPED ? a->range_addr : a->addr);
+  case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+    return mock_u64(a->kind == MOCK_KIND_MAPPED ? a->range_size : a->size);
   case CU_POINTER_ATTRIBUTE_MAPPED: return mock_u32(1);
   case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: return mock_u64(0);
   case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE: return mock_u32(mock_plain_device(a));

@@ -4,6 +4,7 @@
  */
 #include "backend_cuda.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -58,7 +59,8 @@ typedef struct ca__call {
 } ca__call;
 
 enum { CA__RESERVE, CA__RELEASE, CA__MEM_INFO, CA__SYNC, CA__MARK, CA__POLL,
-       CA__WAIT, CA__FENCE };
+       CA__WAIT, CA__FENCE, CA__VA_RESERVE, CA__VA_RELEASE, CA__MAP,
+       CA__UNMAP };
 
 static CUresult ca__do(const ca_driver_api *d, ca__call *c);
 
@@ -128,6 +130,91 @@ static CUresult ca__run(void *pool_ctx, int device, ca__call *c) {
 
 
 /* ------------------------------------------------------------------------ */
+/* Address ranges (expandable segments)                                      */
+
+/* The unit the pool maps in. Each page has memory of its own (one
+ * cuMemCreate), since the driver unmaps only whole mappings and the pool
+ * gives pages back one by one: mapping costs about 43 us a page on the
+ * H200 (docs/BENCHMARKS.md), so the pool maps only at a miss. */
+#define CA__PAGE (2ull << 20)
+
+static bool ca__has_ranges(const ca_driver_api *d) {
+  return d->mem_address_reserve && d->mem_address_free && d->mem_map &&
+         d->mem_unmap && d->mem_set_access && d->mem_create &&
+         d->mem_release && d->mem_get_allocation_granularity &&
+         d->device_get;
+}
+
+static CUmemAllocationProp ca__page_prop(CUdevice dev) {
+  CUmemAllocationProp prop = {0};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = (int)dev;
+  return prop;
+}
+
+/* Reserves a range for the pool, once the driver says a page is a whole
+ * number of its mapping granules. */
+static CUresult ca__va_reserve(const ca_driver_api *d, ca__call *c) {
+  CUdevice dev = 0;
+  size_t granule = 0;
+  if (!ca__has_ranges(d))
+    return CUDA_ERROR_NOT_SUPPORTED;
+  CUresult r = d->device_get(&dev, c->where.device);
+  CUmemAllocationProp prop = ca__page_prop(dev);
+  if (r == CUDA_SUCCESS)
+    r = d->mem_get_allocation_granularity(&granule, &prop,
+                                          CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  if (r == CUDA_SUCCESS && (granule == 0 || CA__PAGE % granule != 0))
+    r = CUDA_ERROR_NOT_SUPPORTED;
+  CUdeviceptr p = 0;
+  if (r == CUDA_SUCCESS)
+    r = d->mem_address_reserve(&p, (size_t)c->size, CA__PAGE, 0, 0);
+  c->addr = (uint64_t)p;
+  return r;
+}
+
+/* One call unmaps a range of whole mappings (measured: driver_facts.txt). */
+static CUresult ca__unmap_pages(const ca_driver_api *d, uint64_t addr,
+                                uint64_t size) {
+  return size ? d->mem_unmap((CUdeviceptr)addr, (size_t)size) : CUDA_SUCCESS;
+}
+
+/* Maps one page of memory at `at`; the handle is released at once, so the
+ * memory lives exactly as long as its mapping. */
+static CUresult ca__map_page(const ca_driver_api *d,
+                             const CUmemAllocationProp *prop, uint64_t at) {
+  CUmemGenericAllocationHandle h = 0;
+  CUresult r = d->mem_create(&h, CA__PAGE, prop, 0);
+  if (r != CUDA_SUCCESS)
+    return r;
+  r = d->mem_map((CUdeviceptr)at, CA__PAGE, 0, h, 0);
+  d->mem_release(h);
+  return r;
+}
+
+/* Maps [addr, addr + size) page by page, then opens it to the device in
+ * one call; on any failure, unmaps what it mapped. */
+static CUresult ca__map(const ca_driver_api *d, ca__call *c) {
+  CUdevice dev = 0;
+  CUresult r = d->device_get(&dev, c->where.device);
+  CUmemAllocationProp prop = ca__page_prop(dev);
+  uint64_t at = c->addr, end = c->addr + c->size;
+  for (; r == CUDA_SUCCESS && at < end; at += CA__PAGE)
+    if ((r = ca__map_page(d, &prop, at)) != CUDA_SUCCESS)
+      break;
+  if (r == CUDA_SUCCESS) {
+    CUmemAccessDesc access = {0};
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    r = d->mem_set_access((CUdeviceptr)c->addr, (size_t)c->size, &access, 1);
+  }
+  if (r != CUDA_SUCCESS)
+    ca__unmap_pages(d, c->addr, at - c->addr);
+  return r;
+}
+
+/* ------------------------------------------------------------------------ */
 /* The backend                                                               */
 
 static CUresult ca__do(const ca_driver_api *d, ca__call *c) {
@@ -162,6 +249,17 @@ static CUresult ca__do(const ca_driver_api *d, ca__call *c) {
     return ca_marks_sync(c->mark);
   case CA__FENCE:
     return ca_streams_fence(&c->where);
+  case CA__VA_RESERVE:
+    return ca__va_reserve(d, c);
+  case CA__VA_RELEASE:
+    return d->mem_address_free ? d->mem_address_free((CUdeviceptr)c->addr,
+                                                     (size_t)c->size)
+                               : CUDA_ERROR_NOT_SUPPORTED;
+  case CA__MAP:
+    return ca__map(d, c);
+  case CA__UNMAP:
+    return d->mem_unmap ? ca__unmap_pages(d, c->addr, c->size)
+                        : CUDA_ERROR_NOT_SUPPORTED;
   }
   return CUDA_ERROR_INVALID_VALUE;
 }
@@ -252,6 +350,41 @@ static int ca__cuda_fence(void *ctx, int device) {
   return (int)ca__run(ctx, device, &c);
 }
 
+/* Mapping and unmapping wait for no stream, but the pool may not change
+ * what memory a capture's kernels see: during one, a plain segment serves
+ * the request, and free pages stay. */
+static int ca__cuda_va_reserve(void *ctx, int device, uint64_t size,
+                               uint64_t *addr) {
+  if (ca_capture_seen())
+    return CA_BACKEND_BUSY;
+  ca__call c = {.kind = CA__VA_RESERVE, .size = size};
+  CUresult r = ca__run(ctx, device, &c);
+  if (r == CUDA_SUCCESS)
+    *addr = c.addr;
+  return (int)r;
+}
+
+static int ca__cuda_va_release(void *ctx, int device, uint64_t addr,
+                               uint64_t size) {
+  ca__call c = {.kind = CA__VA_RELEASE, .addr = addr, .size = size};
+  return (int)ca__run(ctx, device, &c);
+}
+
+static int ca__cuda_map(void *ctx, int device, uint64_t addr, uint64_t size) {
+  if (ca_capture_seen())
+    return CA_BACKEND_BUSY;
+  ca__call c = {.kind = CA__MAP, .addr = addr, .size = size};
+  return (int)ca__run(ctx, device, &c);
+}
+
+static int ca__cuda_unmap(void *ctx, int device, uint64_t addr,
+                          uint64_t size) {
+  if (ca_capture_seen())
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  ca__call c = {.kind = CA__UNMAP, .addr = addr, .size = size};
+  return (int)ca__run(ctx, device, &c);
+}
+
 static const ca_backend ca__backend = {
     .ctx = NULL,
     .oom_code = CUDA_ERROR_OUT_OF_MEMORY,
@@ -264,6 +397,11 @@ static const ca_backend ca__backend = {
     .forget = ca__cuda_forget,
     .fence = ca__cuda_fence,
     .synchronize = ca__cuda_synchronize,
+    .page = CA__PAGE,
+    .va_reserve = ca__cuda_va_reserve,
+    .va_release = ca__cuda_va_release,
+    .map = ca__cuda_map,
+    .unmap = ca__cuda_unmap,
 };
 
 const ca_backend *ca_backend_cuda(void) { return &ca__backend; }

@@ -113,6 +113,14 @@ static const ca__key ca__keys[] = {
      "MiB >= 2",
      "Hard cap on the device memory held on each device, by all of its "
      "contexts together, cached memory included; 0 means no limit."},
+    {"expandable_segments", CA__BOOL_AT(expandable_segments), 0, 1,
+     {.integer = 0}, "0", CA__BOOL_ACCEPTED,
+     "1 serves requests above 1 MiB from address ranges mapped in 2 MiB "
+     "pages (the driver's virtual-memory API), as PyTorch's setting of the "
+     "name: free pages go back to the driver from anywhere inside them, so "
+     "reserved memory follows what the program holds; their blocks cannot "
+     "be exported with CUDA IPC. Falls back to plain segments, saying so, "
+     "where the driver refuses."},
     {"enabled", CA__BOOL_AT(enabled), 0, 1, {.integer = 1}, "1",
      CA__BOOL_ACCEPTED,
      "0 makes the library a pure pass-through to the driver."},

@@ -52,6 +52,7 @@ typedef struct ca_config {
   bool growth_report;      /* growth_report; sites that kept growing */
   bool python_frames;      /* python_frames; Python lines in stacks */
   bool leak_scan;          /* leak_scan; lost vs still reachable */
+  bool expandable_segments; /* expandable_segments */
   bool report_reachable;   /* report_reachable; list reachable ones */
   char trace_path[CA_CONFIG_PATH_MAX];   /* trace_path; "" = none */
   bool trace_allocations;  /* trace_allocations; slices per allocation */

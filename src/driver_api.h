@@ -157,6 +157,19 @@
   X(cuEventSynchronize, event_synchronize, (CUevent event))                    \
   X(cuEventDestroy_v2, event_destroy, (CUevent event))                         \
   X(cuStreamWaitEvent, stream_wait_event,                                      \
-    (CUstream stream, CUevent event, unsigned int flags))
+    (CUstream stream, CUevent event, unsigned int flags))                      \
+  X(cuMemGetAllocationGranularity, mem_get_allocation_granularity,             \
+    (size_t * granularity, const CUmemAllocationProp *prop,                    \
+     CUmemAllocationGranularity_flags option))                                 \
+  X(cuMemAddressReserve, mem_address_reserve,                                  \
+    (CUdeviceptr * ptr, size_t size, size_t alignment, CUdeviceptr addr,       \
+     unsigned long long flags))                                                \
+  X(cuMemAddressFree, mem_address_free, (CUdeviceptr ptr, size_t size))        \
+  X(cuMemMap, mem_map,                                                         \
+    (CUdeviceptr ptr, size_t size, size_t offset,                              \
+     CUmemGenericAllocationHandle handle, unsigned long long flags))           \
+  X(cuMemUnmap, mem_unmap, (CUdeviceptr ptr, size_t size))                     \
+  X(cuMemSetAccess, mem_set_access,                                            \
+    (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count))
 
 #endif /* CA_DRIVER_API_H */

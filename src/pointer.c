@@ -222,6 +222,19 @@ static CUresult ca__block_handle(CUdeviceptr dptr, const ca_registry_span *at,
   return CUDA_SUCCESS;
 }
 
+/* Memory mapped into a reserved range has no legacy IPC handle: the driver
+ * refuses it (driver_facts.txt), so a block of an expandable segment is
+ * refused too, with the reason and the way out. */
+static CUresult ca__refuse_mapped(CUdeviceptr dptr, const ca_registry_span *at) {
+  ca_log("cuIpcGetMemHandle(%#llx) refused: the pooled block (%llu bytes) "
+         "lies in an expandable segment, memory mapped with the driver's "
+         "virtual-memory API, which CUDA IPC cannot export; set "
+         "CUDALLOC_CONF=expandable_segments:0 in a process that shares its "
+         "allocations through CUDA IPC",
+         (unsigned long long)dptr, (unsigned long long)at->span.block.requested);
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
 CUresult ca_on_ipc_get_mem_handle(CUipcMemHandle *handle, CUdeviceptr dptr) {
   ca_registry_span at;
   ca__where w = ca__locate(dptr, &at);
@@ -229,6 +242,8 @@ CUresult ca_on_ipc_get_mem_handle(CUipcMemHandle *handle, CUdeviceptr dptr) {
     return CA_REAL(ipc_get_mem_handle, handle, dptr);
   if (w == CA__IN_NO_BLOCK)
     return CUDA_ERROR_INVALID_VALUE; /* as for a freed pointer */
+  if (at.span.expandable)
+    return ca__refuse_mapped(dptr, &at);
   CUipcMemHandle h;
   CUresult r = ca__block_handle(dptr, &at, &h);
   if (r != CUDA_SUCCESS)
@@ -267,11 +282,13 @@ CUresult ca_on_mem_get_handle_for_address_range(void *handle, CUdeviceptr dptr,
 
 /* Whether the driver still sees the segment where the pool does: when not,
  * it was freed behind the library's back, and the driver's answer about
- * what lies there now is the only true one. */
+ * what lies there now is the only true one. A page of an expandable
+ * segment is its own mapping to the driver (driver_facts.txt), which no
+ * cuMemFree can free: mapped is alive. */
 static bool ca__segment_alive(CUdeviceptr ptr, const ca_registry_span *at) {
   CUdeviceptr base = 0;
   return CA_REAL(mem_get_address_range, &base, NULL, ptr) == CUDA_SUCCESS &&
-         base == at->span.segment;
+         (base == at->span.segment || at->span.expandable);
 }
 
 CUresult ca_on_mem_get_address_range(CUdeviceptr *base, size_t *size,

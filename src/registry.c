@@ -96,6 +96,7 @@ static ca_pool_options ca__pool_options(int device) {
       .gc_threshold = c->gc_threshold,
       .reuse = ca__reuse(c->reuse_policy),
       .segment_head = c->leak_scan ? CA_GRANULE : 0,
+      .expandable = c->expandable_segments,
       .budget = ca_registry_budget(device),
       .warn = ca__pool_warn,
   };

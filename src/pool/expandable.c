@@ -146,6 +146,10 @@ static int ca__expandable_new(ca__arena *p, ca__heap *h, uint64_t size) {
   if (!ca__addr_room(p) || !ca__book_segment(p, page))
     return be->oom_code;
   int rc = be->va_reserve(be->ctx, p->device, va, &addr);
+  if (rc != 0 && rc != CA_BACKEND_BUSY && va > least) {
+    va = least; /* the driver bounds the addresses a process reserves */
+    rc = be->va_reserve(be->ctx, p->device, va, &addr);
+  }
   if (rc == 0 && (rc = be->map(be->ctx, p->device, addr, page)) != 0)
     be->va_release(be->ctx, p->device, addr, va);
   if (rc != 0) {

@@ -285,7 +285,7 @@ static void test_message_wording(void **state) {
       take_log(),
       "cudalloc: CUDALLOC_CONF: unknown key 'max_split' in 'max_split:100' "
       "(known keys: garbage_collection_threshold, max_split_size_mb, "
-      "memory_limit_mb, enabled, verbose, help, leak_report, "
+      "memory_limit_mb, expandable_segments, enabled, verbose, help, leak_report, "
       "backtrace_depth, log_path, leak_exitcode, suppressions, report_format, "
       "max_leaks, stats, stats_signal, reuse_policy, growth_report, "
       "python_frames, leak_scan, report_reachable, trace_path, trace_allocations, "
@@ -435,11 +435,28 @@ static void test_locale_independent(void **state) {
   assert_non_null(strstr(printed, "stays 0.8"));
 }
 
+/* PyTorch's spelling works as is: users copy it from PYTORCH_CUDA_ALLOC_CONF. */
+static void test_expandable_segments(void **state) {
+  (void)state;
+  ca_config c;
+  ca_config_defaults(&c);
+  assert_false(c.expandable_segments);
+  take_log();
+  assert_int_equal(ca_config_parse(&c, "expandable_segments:True"), 0);
+  assert_string_equal(take_log(), "");
+  assert_true(c.expandable_segments);
+  assert_int_equal(ca_config_parse(&c, "expandable_segments:2"), 1);
+  assert_non_null(strstr(take_log(), "expandable_segments:2"));
+  assert_true(c.expandable_segments);
+  assert_int_equal(ca_config_parse(&c, "expandable_segments:False"), 0);
+  assert_false(c.expandable_segments);
+}
+
 static void test_help(void **state) {
   (void)state;
   static const char *const keys[] = {
       "garbage_collection_threshold", "max_split_size_mb", "memory_limit_mb",
-      "enabled", "verbose", "help", "leak_report", "backtrace_depth",
+      "expandable_segments", "enabled", "verbose", "help", "leak_report", "backtrace_depth",
       "log_path", "leak_exitcode", "suppressions", "report_format",
       "max_leaks", "stats", "stats_signal", "reuse_policy", "growth_report",
       "python_frames", "leak_scan", "report_reachable", "trace_path",
@@ -480,7 +497,7 @@ static void test_get_reads_environment_once(void **state) {
   expect_config("environment", c, &want);
   const char *printed = take_log();
   assert_non_null(strstr(printed, "max_split_size_mb"));
-  assert_int_equal(count_lines(printed), 24);
+  assert_int_equal(count_lines(printed), 25);
 
   assert_int_equal(setenv("CUDALLOC_CONF", "verbose:0", 1), 0);
   assert_ptr_equal(ca_config_get(), c);
@@ -499,6 +516,7 @@ int main(void) {
       cmocka_unit_test(test_flood_of_bad_items),
       cmocka_unit_test(test_huge_text),
       cmocka_unit_test(test_locale_independent),
+      cmocka_unit_test(test_expandable_segments),
       cmocka_unit_test(test_help),
       cmocka_unit_test(test_get_reads_environment_once),
   };

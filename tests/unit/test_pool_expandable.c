@@ -194,13 +194,32 @@ static void uses_a_plain_segment_while_mapping_is_refused(void **state) {
 static void falls_back_to_plain_segments_saying_so_once(void **state) {
   (void)state;
   fixture *fx = ranges_fixture(1024 * MiB, expandable_options());
-  fx->fake.fail_maps = 1;
+  fx->fake.fail_maps = 2; /* the device-sized range, then the least one */
   fx->fake.fail_code = 801; /* CUDA_ERROR_NOT_SUPPORTED */
   must_alloc(fx, 10 * MiB);
   must_alloc(fx, 30 * MiB);
-  assert_int_equal(fx->fake.va_reserves, 1);
+  assert_int_equal(fx->fake.va_reserves, 2);
   assert_int_equal(fx->fake.reserves, 2);
   assert_int_equal(warnings, 1);
+  ranges_free(fx);
+}
+
+/* The driver bounds the addresses a process may reserve (four times the
+ * device's memory was refused on the H200): a range as large as the device
+ * refused, one just large enough for the request serves it. */
+static void reserves_a_smaller_range_when_refused(void **state) {
+  (void)state;
+  fixture *fx = ranges_fixture(1024 * MiB, expandable_options());
+  fx->fake.fail_maps = 1;
+  fx->fake.fail_code = 1; /* CUDA_ERROR_INVALID_VALUE */
+  must_alloc(fx, 10 * MiB);
+  assert_int_equal(fx->fake.va_reserves, 2);
+  assert_int_equal(fx->fake.nranges, 1);
+  assert_int_equal(fx->fake.ranges[0].size, 12 * MiB);
+  assert_int_equal(fx->fake.reserves, 0);
+  assert_int_equal(warnings, 0);
+  must_alloc(fx, 30 * MiB); /* another range, as large as the device */
+  assert_int_equal(fx->fake.nranges, 2);
   ranges_free(fx);
 }
 
@@ -290,6 +309,7 @@ int main(void) {
       cmocka_unit_test(garbage_collection_unmaps_free_pages),
       cmocka_unit_test(uses_a_plain_segment_while_mapping_is_refused),
       cmocka_unit_test(falls_back_to_plain_segments_saying_so_once),
+      cmocka_unit_test(reserves_a_smaller_range_when_refused),
       cmocka_unit_test(keeps_pages_while_the_device_may_not_be_waited_for),
       cmocka_unit_test(a_reset_forgets_every_range),
       cmocka_unit_test(random_work_keeps_every_block_intact),

@@ -39,6 +39,7 @@ static ca__block *ca__block_make_free(ca__arena *p, ca__block *b) {
     b = prev;
   }
   b->state = CA__FREE;
+  b->freed_at = p->free_tick;
   ca__index_insert(b);
   if (ca__segment_is_free(b->seg))
     ca__lru_push(p, b->seg);

@@ -13,6 +13,9 @@
  */
 /* ---- Expandable segments ------------------------------------------------- */
 
+
+#define CA__TRADE_IDLE (4 * CA_TRADE_IDLE_FREES)
+#define CA__TRADE_LARGE 5
 static inline uint64_t ca__page_size(const ca__arena *p) { return p->backend->page; }
 
 static inline uint64_t ca__round_down(uint64_t n, uint64_t to) {
@@ -242,15 +245,17 @@ static bool ca__synced(ca__arena *p, int *synced) {
   return *synced > 0;
 }
 
-/* Unmaps free pages of segment s until the pool's reserved memory is at
- * most `target`. Returns the bytes given back. */
+/* Unmaps free pages of segment s, of blocks free for `idle` frees of the
+ * arena at least, until the pool's reserved memory is at most `target`.
+ * Returns the bytes given back. */
 static uint64_t ca__unmap_segment(ca__arena *p, ca__segment *s,
-                                  uint64_t target, int *synced) {
+                                  uint64_t target, uint64_t idle,
+                                  int *synced) {
   uint64_t released = 0;
   for (ca__block *b = s->first; b && ca__pool_reserved(p) > target;
        b = b->next) {
     uint64_t lo, hi;
-    if (b->state != CA__FREE)
+    if (b->state != CA__FREE || p->free_tick - b->freed_at < idle)
       continue;
     ca__block_pages(p, b, &lo, &hi);
     if (hi <= lo)
@@ -266,17 +271,17 @@ static uint64_t ca__unmap_segment(ca__arena *p, ca__segment *s,
   return released;
 }
 
-/* Gives back the free pages of the arena's expandable segments, then the
- * idle segments whole, while the pool's reserved memory is above
- * `target`. Returns the bytes given back. */
-static uint64_t ca__unmap_free(ca__arena *p, uint64_t target) {
+/* Gives back the free pages of the arena's expandable segments (of blocks
+ * free for `idle` frees at least), then the idle segments whole, while the
+ * pool's reserved memory is above `target`. Returns the bytes given back. */
+static uint64_t ca__unmap_idle(ca__arena *p, uint64_t target, uint64_t idle) {
   uint64_t released = 0;
   int synced = -1;
   if (!p->nexpandable)
     return 0;
   for (ca__segment *s = p->segments; s && synced != 0; s = s->next)
     if (s->expandable)
-      released += ca__unmap_segment(p, s, target, &synced);
+      released += ca__unmap_segment(p, s, target, idle, &synced);
   for (ca__segment *s = p->segments, *next; s && synced != 0; s = next) {
     next = s->next;
     if (ca__pool_reserved(p) <= target)
@@ -289,7 +294,25 @@ static uint64_t ca__unmap_free(ca__arena *p, uint64_t target) {
   return released;
 }
 
+/* Every free page, as the collection threshold, the memory limit,
+ * out-of-memory recovery and empty_cache ask (segments.c). */
+static uint64_t ca__unmap_free(ca__arena *p, uint64_t target) {
+  return ca__unmap_idle(p, target, 0);
+}
+
 /* Free pages an expandable segment could give back now. */
+static uint64_t ca__expandable_releasable(const ca__arena *p,
+                                          const ca__segment *s);
+
+/* Free pages of heap h's segments. */
+static uint64_t ca__heap_free_pages(const ca__arena *p, const ca__heap *h) {
+  uint64_t bytes = 0;
+  for (const ca__segment *s = p->segments; s; s = s->next)
+    if (s->expandable && s->heap == h)
+      bytes += ca__expandable_releasable(p, s);
+  return bytes;
+}
+
 static uint64_t ca__expandable_releasable(const ca__arena *p,
                                           const ca__segment *s) {
   uint64_t bytes = 0;
@@ -362,12 +385,35 @@ static int ca__map_at(ca__arena *p, ca__block *u, uint64_t bytes,
   return 0;
 }
 
+/* Before mapping `bytes` past the most the pool ever reserved, gives back
+ * free pages of the heap for them, as many as it has up to that: reserved
+ * memory then grows only by what the program holds, not by the free bytes
+ * scattered between its blocks. Below the peak nothing is traded: a steady
+ * loop maps and unmaps nothing (unmapping waits for the device, and pages
+ * cost about 20 us per MiB to map and as much to unmap). Returns whether
+ * pages went back. */
+static bool ca__trade_pages(ca__arena *p, const ca__heap *h, uint64_t bytes) {
+  uint64_t peak =
+      atomic_load_explicit(&p->pool->reserved_peak, memory_order_relaxed);
+  uint64_t reserved = ca__pool_reserved(p);
+  if (reserved + bytes <= peak || !ca__heap_free_pages(p, h))
+    return false;
+  uint64_t target = peak > bytes ? peak - bytes : 0;
+  target = target < reserved ? target : reserved;
+  uint64_t traded = ca__unmap_idle(p, target, CA__TRADE_IDLE);
+  if (ca__pool_reserved(p) > target && bytes >= peak >> CA__TRADE_LARGE)
+    traded += ca__unmap_idle(p, target, 0);
+  return traded > 0;
+}
+
 /* One try at serving `size` from heap h's ranges, within the memory limit
  * (giving back cached memory first if need be). */
 static int ca__expand_once(ca__arena *p, ca__heap *h, uint64_t size,
                            ca__block **out) {
   uint64_t bytes;
   ca__block *u = ca__map_site(p, h, size, &bytes);
+  if (u && bytes && ca__trade_pages(p, h, bytes))
+    u = ca__map_site(p, h, size, &bytes);
   if (!u || !ca__fits_limit(p, bytes)) {
     uint64_t room = ca__limit_room(p), want = u ? bytes : ca__page_size(p) * 2;
     uint64_t target = room > want ? room - want : 0;

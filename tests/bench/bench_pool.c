@@ -12,6 +12,9 @@
  *                                    thread's, and the arenas the threads
  *                                    ended on (contention spreads them)
  *
+ * A fourth argument "expandable" runs each as under expandable_segments:1
+ * (the fake maps 2 MiB pages into ranges).
+ *
  * COUNT defaults to 1e6. REUSE is "immediate" (freed blocks reused at once),
  * "safe" (reuse_policy safe, the library's default: freed blocks wait until
  * a fence, which the fake backend makes as the CUDA one does, only without
@@ -52,14 +55,19 @@ static uint64_t log_uniform_size(uint64_t *rng) {
   return (uint64_t)(256.0 * exp2(u * 18.0)); /* 256 B .. 64 MiB */
 }
 
+static int expandable; /* the fourth argument */
+
 /* A pool over a fresh fake backend, which fences under safe reuse as the
- * CUDA backend does. */
+ * CUDA backend does (expandable segments need its synchronize). */
 static ca_pool *fake_pool(ca_fake_backend *fake, int safe) {
-  ca_fake_init(fake, 1ull << 40, safe, false);
+  ca_fake_init(fake, 1ull << 40, safe || expandable, false);
   if (safe)
     fake->backend.fence = ca_fake_fence;
+  if (expandable)
+    ca_fake_enable_ranges(fake);
   ca_pool_options opt = {.max_split_size = UINT64_MAX,
-                         .reuse = safe ? CA_REUSE_SAFE : CA_REUSE_IMMEDIATE};
+                         .reuse = safe ? CA_REUSE_SAFE : CA_REUSE_IMMEDIATE,
+                         .expandable = expandable};
   return ca_pool_create(&fake->backend, 0, &opt);
 }
 
@@ -176,13 +184,14 @@ int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "mixed";
   long n = argc > 2 ? atol(argv[2]) : 1000000;
   const char *reuse = argc > 3 ? argv[3] : "both";
+  expandable = argc > 4 && strcmp(argv[4], "expandable") == 0;
   int mixed = strcmp(mode, "mixed") == 0;
   int threads = strcmp(mode, "threads") == 0;
   int from = strcmp(reuse, "safe") == 0, to = strcmp(reuse, "immediate") ? 2 : 1;
   if ((!mixed && !threads && strcmp(mode, "pair") != 0) || n <= 0 ||
       (strcmp(reuse, "both") && !from && to == 2)) {
     fprintf(stderr, "usage: bench_pool mixed|pair|threads "
-                    "[COUNT [immediate|safe|both]]\n");
+                    "[COUNT [immediate|safe|both [expandable]]]\n");
     return 2;
   }
   for (int safe = from; safe < to; safe++) {

@@ -4,7 +4,7 @@
  * machine by trace_alloc (see tests/bench/trace_alloc.c) is replayed through
  * the pool over the fake backend.
  *
- *   bench_replay TRACE [immediate|safe [LAG [HEAD]]]
+ *   bench_replay TRACE [immediate|safe[+expandable] [LAG [HEAD]]]
  *
  * TRACE is a trace file ("-": standard input, e.g. from zcat). Under safe,
  * the fake backend fences as the CUDA one does, and the fake device runs
@@ -13,7 +13,8 @@
  * host thread runs ahead of its kernels), or at once when the pool waits
  * for it (the device catches up while the host waits). HEAD: the bytes
  * before each segment's first block (default 512, the library's under
- * leak_scan:1; 0 as under leak_scan:0).
+ * leak_scan:1; 0 as under leak_scan:0). +expandable: as under
+ * expandable_segments:1, the fake mapping 2 MiB pages into ranges.
  * Prints the peaks of the bytes the program held (requested), the pool's
  * blocks (allocated) and the pool's segments (reserved), the overhead
  * (reserved over requested, at their peaks), and the driver calls the pool
@@ -136,11 +137,12 @@ static void print_sixths(const char *what, const int *counts) {
 
 int main(int argc, char **argv) {
   if (argc < 2)
-    die("usage: bench_replay TRACE [immediate|safe [LAG [HEAD]]]");
+    die("usage: bench_replay TRACE [immediate|safe[+expandable] [LAG [HEAD]]]");
   FILE *in = strcmp(argv[1], "-") == 0 ? stdin : fopen(argv[1], "r");
   if (in == NULL)
     die("cannot open the trace");
-  bool safe = argc > 2 && strcmp(argv[2], "safe") == 0;
+  bool safe = argc > 2 && strncmp(argv[2], "safe", 4) == 0;
+  bool expandable = argc > 2 && strstr(argv[2], "+expandable") != NULL;
   uint64_t lag = argc > 3 ? strtoull(argv[3], NULL, 10) : 500;
   /* Segment heads as the library makes them by default (leak_scan:1); 0
    * for leak_scan:0. */
@@ -154,20 +156,29 @@ int main(int argc, char **argv) {
   fake.backend.fence = ca_fake_fence;
   fake_mark = fake.backend.mark;
   fake.backend.mark = mark_now;
+  if (expandable)
+    ca_fake_enable_ranges(&fake);
   ca_pool_options opt = {.max_split_size = UINT64_MAX,
                          .reuse = safe ? CA_REUSE_SAFE : CA_REUSE_IMMEDIATE,
-                         .segment_head = head};
+                         .segment_head = head,
+                         .expandable = expandable};
   ca_pool *pool = ca_pool_create(&fake.backend, 0, &opt);
   if (pool == NULL)
     die("out of host memory");
 
+  /* Segments reserved and released; pages mapped and unmapped count as
+   * such calls too. */
   int reserves[SIXTHS] = {0}, releases[SIXTHS] = {0};
+  uint64_t mapped[SIXTHS] = {0};
   for (size_t i = 0; i < count; i++) {
     int sixth = (int)(i * SIXTHS / count);
-    int reserves_before = fake.reserves, releases_before = fake.releases;
+    int reserves_before = fake.reserves + fake.maps;
+    int releases_before = fake.releases + fake.unmaps;
+    uint64_t mapped_before = fake.mapped_total;
     replay_op(pool, &trace[i]);
-    reserves[sixth] += fake.reserves - reserves_before;
-    releases[sixth] += fake.releases - releases_before;
+    mapped[sixth] += fake.mapped_total - mapped_before;
+    reserves[sixth] += fake.reserves + fake.maps - reserves_before;
+    releases[sixth] += fake.releases + fake.unmaps - releases_before;
     /* The device finishes what was queued LAG operations ago. */
     ops++;
     while (fake.passed < (uint64_t)fake.marks &&
@@ -177,8 +188,8 @@ int main(int argc, char **argv) {
   free(trace);
   cudalloc_device_stats s;
   ca_pool_get_stats(pool, &s);
-  printf("bench_replay: %llu operations, %s reuse", (unsigned long long)ops,
-         safe ? "safe" : "immediate");
+  printf("bench_replay: %llu operations, %s reuse%s", (unsigned long long)ops,
+         safe ? "safe" : "immediate", expandable ? ", expandable segments" : "");
   if (safe)
     printf(", the device %llu operations behind", (unsigned long long)lag);
   printf("\n");
@@ -190,11 +201,18 @@ int main(int argc, char **argv) {
          100.0 * ((double)s.reserved_bytes.peak / (double)s.requested_bytes.peak -
                   1.0));
   printf("bench_replay: driver calls: %d segments reserved, %d released; "
+         "%d ranges reserved, %d maps, %d unmaps; "
          "%d markers made, %d waited for; %d fences\n",
-         fake.reserves, fake.releases, fake.marks, fake.waits, fake.fences);
+         fake.reserves, fake.releases, fake.va_reserves, fake.maps,
+         fake.unmaps, fake.marks, fake.waits, fake.fences);
   print_sixths("bench_replay: by sixth of the trace: segments reserved",
                reserves);
   print_sixths(", released", releases);
+  if (expandable) {
+    printf("; MiB mapped");
+    for (int i = 0; i < SIXTHS; i++)
+      printf("%s%llu", i ? "/" : " ", (unsigned long long)(mapped[i] >> 20));
+  }
   printf("\n");
   ca_pool_destroy(pool);
   return 0;

@@ -346,6 +346,7 @@ static int ca__fake_map(void *ctx, int device, uint64_t addr, uint64_t size) {
     ca__fake_pages_set(r, addr, size, 1);
     f->used[device] += size;
     f->mapped_now += size;
+    f->mapped_total += size;
     if (f->used[device] > f->peak_used[device])
       f->peak_used[device] = f->used[device];
   }

@@ -73,7 +73,8 @@ typedef struct ca_fake_backend {
   ca_fake_range ranges[CA_FAKE_MAX_RANGES];
   int nranges;
   int va_reserves, va_releases, maps, unmaps, bad_maps;
-  uint64_t mapped_now; /* bytes mapped, all devices */
+  uint64_t mapped_now;   /* bytes mapped, all devices */
+  uint64_t mapped_total; /* bytes ever mapped */
   /* Injection: the next `fail_maps` maps or va_reserves return
    * `fail_code`; while
    * busy_maps, maps and va_reserves answer CA_BACKEND_BUSY (a capture). */

@@ -143,6 +143,64 @@ static void serves_what_fits_the_limit_despite_fragments(void **state) {
   fixture_free(px);
 }
 
+/* Ages the pool's free blocks by `frees` frees of small blocks. */
+static void age(fixture *fx, int frees) {
+  for (int i = 0; i < frees; i++)
+    assert_true(ca_pool_free(fx->pool, must_alloc(fx, 4 * KiB), NULL));
+}
+
+/* Sets up the miss the trading rules weigh: a 320 MiB block and a 4 MiB
+ * one live, the 8 MiB between them free (*hole). */
+static fixture *peak_fixture(uint64_t *hole) {
+  fixture *fx = ranges_fixture(1024 * MiB, expandable_options());
+  must_alloc(fx, 320 * MiB);
+  *hole = must_alloc(fx, 8 * MiB);
+  must_alloc(fx, 4 * MiB);
+  assert_true(ca_pool_free(fx->pool, *hole, NULL));
+  return fx;
+}
+
+/* At the peak, a miss trades free pages idle for a while for the ones it
+ * maps: reserved memory grows by what the program holds more, not by the
+ * free bytes between its blocks. */
+static void trades_idle_free_pages_at_the_peak(void **state) {
+  (void)state;
+  uint64_t hole;
+  fixture *fx = peak_fixture(&hole);
+  age(fx, 4000);
+  uint64_t before = stats_of(fx).reserved_bytes.current;
+  must_alloc(fx, 10 * MiB); /* the hole is too small */
+  assert_true(fx->fake.unmaps > 0);
+  assert_int_equal(stats_of(fx).reserved_bytes.current, before + 2 * MiB);
+  ranges_free(fx);
+}
+
+/* Freed just now, the hole's pages are kept: a steady loop would map and
+ * unmap them every step. A request small beside the pool maps new pages. */
+static void keeps_fresh_free_pages_for_a_small_request(void **state) {
+  (void)state;
+  uint64_t hole;
+  fixture *fx = peak_fixture(&hole);
+  uint64_t before = stats_of(fx).reserved_bytes.current;
+  must_alloc(fx, 10 * MiB);
+  assert_int_equal(fx->fake.unmaps, 0);
+  assert_int_equal(stats_of(fx).reserved_bytes.current, before + 10 * MiB);
+  ranges_free(fx);
+}
+
+/* A request of a thirty-second of the pool or more trades even fresh free
+ * pages: such requests are what scatter free memory most. */
+static void trades_fresh_pages_for_a_large_request(void **state) {
+  (void)state;
+  uint64_t hole;
+  fixture *fx = peak_fixture(&hole);
+  uint64_t before = stats_of(fx).reserved_bytes.current;
+  must_alloc(fx, 12 * MiB); /* 12 MiB >= 334 MiB / 32 */
+  assert_true(fx->fake.unmaps > 0);
+  assert_int_equal(stats_of(fx).reserved_bytes.current, before + 4 * MiB);
+  ranges_free(fx);
+}
+
 /* The device running out is met the same way: free pages go back and the
  * map is tried again. */
 static void recovers_from_out_of_memory_by_unmapping(void **state) {
@@ -305,6 +363,9 @@ int main(void) {
       cmocka_unit_test(maps_the_pages_a_request_needs),
       cmocka_unit_test(gives_back_free_pages_between_live_blocks),
       cmocka_unit_test(serves_what_fits_the_limit_despite_fragments),
+      cmocka_unit_test(trades_idle_free_pages_at_the_peak),
+      cmocka_unit_test(keeps_fresh_free_pages_for_a_small_request),
+      cmocka_unit_test(trades_fresh_pages_for_a_large_request),
       cmocka_unit_test(recovers_from_out_of_memory_by_unmapping),
       cmocka_unit_test(garbage_collection_unmaps_free_pages),
       cmocka_unit_test(uses_a_plain_segment_while_mapping_is_refused),

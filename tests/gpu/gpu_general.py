@@ -35,6 +35,7 @@ MODES = {
     "plain": ("no", None, (), False),
     "pool": ("yes", "verbose:2", (), False),
     "off": ("yes, enabled:0", "enabled:0,verbose:2", (), False),
+    "expandable": ("yes, expandable_segments:1", "expandable_segments:1,verbose:2", (), False),
     "sanitizer-plain": ("no", None, SANITIZER, True),
     "sanitizer-pool": ("yes", "verbose:2", SANITIZER, True),
 }
@@ -111,6 +112,7 @@ def three_modes(name, runtime, tag):
         prog = check.program(name)
         for mode, expect, pooling in (("plain", "plain", "recorded"),
                                       ("pool", "pooled", "required"),
+                                      ("expandable", "pooled", "required"),
                                       ("off", "passthrough", "recorded")):
             run_check(check, "%s_%s" % (name, mode), runtime, mode, pooling, tag,
                       [prog, expect])
@@ -120,21 +122,24 @@ def three_modes(name, runtime, tag):
 def torch_cnn(check):
     env = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
     files = {}
-    for mode, expect in (("plain", "plain"), ("pool", "pooled")):
+    for mode, expect in (("plain", "plain"), ("pool", "pooled"), ("expandable", "pooled")):
         files[mode] = os.path.join(check.out, "torch_%s.json" % mode)
         if os.path.exists(files[mode]):
             os.unlink(files[mode])
         run_check(check, "torch_cnn_" + mode, "torch", mode,
-                  "required" if mode == "pool" else "recorded", "torch_cnn",
+                  "recorded" if mode == "plain" else "required", "torch_cnn",
                   [sys.executable, "tests/gpu/torch_cnn.py", files[mode], "--expect", expect], env)
     result, note = compare_numbers("loss", files["plain"], files["pool"], "losses", 1e-5)
     check.record("torch_cnn_losses_match", "torch", "no vs yes", "-", "-", result, note)
+    result, note = compare_numbers("loss", files["plain"], files["expandable"], "losses", 1e-5)
+    check.record("torch_cnn_losses_match_expandable", "torch", "no vs expandable", "-", "-",
+                 result, note)
 
 
 def cupy(check):
-    for mode, expect in (("plain", "plain"), ("pool", "pooled")):
+    for mode, expect in (("plain", "plain"), ("pool", "pooled"), ("expandable", "pooled")):
         run_check(check, "cupy_" + mode, "cupy", mode,
-                  "required" if mode == "pool" else "recorded", "cupy_check",
+                  "recorded" if mode == "plain" else "required", "cupy_check",
                   [sys.executable, "tests/gpu/cupy_check.py", "--expect", expect])
 
 

@@ -125,9 +125,9 @@ def leak_plain(check, row, runtime, prog):
     r.verdict("runs on the GPU")
 
 
-def leak_stacks(check, row, runtime, prog):
+def leak_stacks(check, row, runtime, prog, extra=""):
     """With stacks: one group whose first frame is the marked line."""
-    r = LeakRun(check, row, runtime, STACKS, [prog])
+    r = LeakRun(check, row, runtime, STACKS + extra, [prog])
     if r.skipped:
         return
     lost = lost_of(r) or 0
@@ -248,6 +248,9 @@ def leaky_loop_static(check):
     prog = os.path.join(check.examples, "leaky_loop")
     leak_plain(check, "leaky_loop_static_plain", "static", prog)
     leak_stacks(check, "leak_static_stacks", "static", prog)
+    # 1 MiB buffers: the large heap, from mapped pages under expandable_segments.
+    leak_stacks(check, "leak_static_stacks_expandable", "static", prog,
+                ",expandable_segments:1")
     leak_fixed(check, "leak_static_fixed", "static", prog)
     leak_nostack(check, "leak_static_nostack", "static", prog)
     leak_json(check, "leak_static_json", "static", prog)

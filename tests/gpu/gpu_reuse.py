@@ -110,13 +110,15 @@ def hazard(check):
     hazard_one(check, "hazard_immediate_blocking", "reuse_policy:immediate", "report", blocking)
     hazard_one(check, "hazard_safe_perthread", "reuse_policy:safe", "safe",
                {"HAZARD_STREAMS": "perthread"})
+    hazard_one(check, "hazard_expandable", "expandable_segments:1", "safe")
 
 
 def graph_replay(check):
     for row, conf in (("graph_replay_plain", None), ("graph_replay_default", ""),
                       ("graph_replay_safe", "reuse_policy:safe"),
                       ("graph_replay_immediate", "reuse_policy:immediate"),
-                      ("graph_replay_device_sync", "reuse_policy:device_sync")):
+                      ("graph_replay_device_sync", "reuse_policy:device_sync"),
+                      ("graph_replay_expandable", "expandable_segments:1")):
         outcome = reuse_run(check, row, "static", conf, 20, "graph_replay",
                             [check.program("graph_replay"), "100"])
         if outcome:
@@ -127,6 +129,9 @@ def graph_replay(check):
 def oom_limit(check):
     for row, conf, args in (("oom_limit_plain", None, ["--max", "24"]),
                             ("oom_limit_1024", "memory_limit_mb:1024",
+                             ["--limit-mb", "1024", "--max", "24"]),
+                            ("oom_limit_1024_expandable",
+                             "memory_limit_mb:1024,expandable_segments:1",
                              ["--limit-mb", "1024", "--max", "24"])):
         outcome = reuse_run(check, row, "static", conf, 20, "oom_limit",
                             [check.program("oom_limit")] + args)
@@ -140,7 +145,7 @@ def oom_limit(check):
 def torch_streams(check):
     env = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
     files = {}
-    for mode, conf in (("plain", None), ("pool", "")):
+    for mode, conf in (("plain", None), ("pool", ""), ("expandable", "expandable_segments:1")):
         files[mode] = os.path.join(check.out, "torch_streams_%s.json" % mode)
         if os.path.exists(files[mode]):
             os.unlink(files[mode])
@@ -152,6 +157,9 @@ def torch_streams(check):
             verdict(check, row, "torch", conf, outcome, "PASS", "")
     result, note = compare_numbers("result", files["plain"], files["pool"], "results", 1e-6)
     check.record("torch_streams_match", "torch", "no vs yes", "-", "-", result, note)
+    result, note = compare_numbers("result", files["plain"], files["expandable"], "results", 1e-6)
+    check.record("torch_streams_match_expandable", "torch", "no vs expandable", "-", "-",
+                 result, note)
 
 
 CHECKS = {

@@ -389,10 +389,10 @@ uint64_t ca_pool_releasable(ca_pool *pool) {
   for (unsigned i = 0; i < n; i++) {
     ca_lock_acquire(&all[i]->lock);
     for (const ca__segment *s = all[i]->segments; s; s = s->next) {
-      if (s->expandable)
+      if (!s->lost && ca__live_in(s) == 0)
+        bytes += ca__segment_bytes(s); /* all of it goes back */
+      else if (s->expandable)
         bytes += ca__expandable_releasable(all[i], s);
-      else if (!s->lost && ca__live_in(s) == 0)
-        bytes += s->size;
     }
     ca_lock_release(&all[i]->lock);
   }

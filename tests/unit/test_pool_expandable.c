@@ -94,6 +94,8 @@ static void gives_back_free_pages_between_live_blocks(void **state) {
   fill(a, 10 * MiB, 0xa);
   fill(c, 10 * MiB, 0xc);
   assert_true(ca_pool_free(fx->pool, b, NULL));
+  /* What cuMemGetInfo counts as free beside the driver's. */
+  assert_int_equal(ca_pool_releasable(fx->pool), 40 * MiB);
   assert_int_equal(ca_pool_empty_cache(fx->pool), 40 * MiB);
   assert_int_equal(stats_of(fx).reserved_bytes.current, 20 * MiB);
   assert_int_equal(fx->fake.syncs, 1); /* once, before unmapping */
@@ -108,6 +110,7 @@ static void gives_back_free_pages_between_live_blocks(void **state) {
   assert_true(ca_pool_free(fx->pool, a, NULL));
   assert_true(ca_pool_free(fx->pool, c, NULL));
   assert_true(ca_pool_free(fx->pool, d, NULL));
+  assert_int_equal(ca_pool_releasable(fx->pool), 50 * MiB);
   /* All free: the range goes back whole. */
   assert_int_equal(ca_pool_empty_cache(fx->pool), 50 * MiB);
   assert_int_equal(fx->fake.nranges, 0);

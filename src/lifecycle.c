@@ -63,9 +63,9 @@ static void ca__gather_push(ca__gather *g, ca_report_block b) {
 }
 
 /* Blocks are gathered as the scan would class them if it found no word
- * pointing into them (ca__classify): pooled ones lost, unless at their
- * segment's base, whose address the driver keeps too, as it keeps those
- * of the allocations passed through to it. */
+ * pointing into them (ca__classify): pooled ones lost, unless where the
+ * driver keeps the address too (a segment's base, a mapped page's start),
+ * as it keeps those of the allocations passed through to it. */
 static void ca__gather_pooled(const ca_live_block *b, void *arg) {
   ca__gather_push(arg, (ca_report_block){.addr = b->addr,
                                          .bytes = b->requested,
@@ -75,7 +75,8 @@ static void ca__gather_pooled(const ca_live_block *b, void *arg) {
                                          .call = CA_REPORT_POOLED_CALL,
                                          .reach = b->at_base
                                                       ? CA_REACH_UNCLASSED
-                                                      : CA_REACH_LOST});
+                                                      : CA_REACH_LOST,
+                                         .page = b->page});
 }
 
 static void ca__gather_tracked(const ca_tracked *t, void *arg) {
@@ -106,6 +107,7 @@ static void ca__classify(ca__gather *g, const ca_reach_roots *roots) {
       if (b->reach == CA_REACH_LOST)
         t[n++] = (ca_reach_target){.lo = b->addr,
                                    .hi = b->addr + (b->bytes ? b->bytes : 1),
+                                   .blind = b->page,
                                    .index = i};
     }
     ca_reach_scan(t, n, roots, &st);

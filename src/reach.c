@@ -101,7 +101,9 @@ static void ca__finder_look(ca__finder *f, uint64_t v) {
     else
       hi = mid;
   }
-  if (v >= f->t[lo].lo && v < f->t[lo].hi)
+  const ca_reach_target *t = &f->t[lo];
+  if (v >= t->lo && v < t->hi &&
+      !(t->blind && v != t->lo && v % t->blind == 0))
     __atomic_store_n(&f->t[lo].found, true, __ATOMIC_RELAXED); /* threads */
 }
 

@@ -62,9 +62,13 @@ typedef struct ca_reach_roots {
   } while (0)
 
 /* One allocation to look for: [lo, hi). `found` is set by the scan;
- * `index` is the caller's, carried along. */
+ * `index` is the caller's, carried along. `blind`: when nonzero, a word
+ * inside the allocation (not at lo) that is a multiple of it points into
+ * it for no one but the driver, whose records hold the start of every
+ * mapping (pages of expandable segments): it does not count. */
 typedef struct ca_reach_target {
   uint64_t lo, hi;
+  uint64_t blind;
   size_t index;
   bool found;
 } ca_reach_target;

@@ -252,7 +252,9 @@ static void ca__describe(const ca__arena *p, const ca__block *b,
   out->time_ns = b->time_ns;
   out->device = p->device;
   out->tag = b->tag;
-  out->at_base = b->addr == b->seg->addr;
+  out->page = b->seg->expandable ? ca__page_size(p) : 0;
+  out->at_base = b->addr == b->seg->addr ||
+                 (out->page && b->addr % out->page == 0);
 }
 
 /* The thread's own arena is asked first: threads mostly free what they

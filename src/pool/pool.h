@@ -105,7 +105,14 @@ typedef struct ca_live_block {
   uint64_t time_ns;   /* CLOCK_MONOTONIC when allocated */
   int device;
   uint32_t tag;       /* what the caller attached at allocation */
-  bool at_base;       /* it starts at its segment's base (no head) */
+  /* It starts where the driver keeps a copy of the address: its segment's
+   * base (no head), or a page of an expandable segment, each of which the
+   * backend maps on its own. The leak report cannot class it. */
+  bool at_base;
+  /* In an expandable segment: its page size (the driver keeps every
+   * page's start, which the leak report's scan must not take for a
+   * pointer into the block); 0 in a plain segment. */
+  uint64_t page;
 } ca_live_block;
 
 typedef struct ca_pool ca_pool;

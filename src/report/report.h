@@ -56,6 +56,7 @@ typedef struct ca_report_block {
   uint32_t stack; /* stack id (stacks.h); 0 for none */
   const char *call; /* the driver function that allocated it */
   ca_report_reach reach;
+  uint64_t page; /* a pooled block's expandable page size, else 0 (reach.h) */
 } ca_report_block;
 
 /* A device's held memory at its highest, and when (CLOCK_MONOTONIC). */

@@ -303,10 +303,10 @@ def expect_summary(r, rep, text):
 
 # ---- The checks ---------------------------------------------------------------
 
-def check_stacks(tmp):
+def check_stacks(tmp, extra=""):
     """backtrace_depth:16: two groups by call site, largest first, frame #0
     at the leaking line; the freed managed block nowhere."""
-    r = run("leaks", "backtrace_depth:16")
+    r = run("leaks", "backtrace_depth:16" + extra)
     big_line, small_line = r.integer("big_line"), r.integer("small_line")
     rep, other = one_report(r, lines_of(r, r.err), r.pid)
     expect(not other, f"lines outside the report: {other}", r)
@@ -323,6 +323,12 @@ def check_stacks(tmp):
     expect("cuMemAllocManaged" not in r.err, "the freed managed block is in the report", r)
     expect(rep["more"] is None and not rep["hint"], "a max_leaks line or the no-stacks hint with stacks on", r)
     return f"2 groups, frame #0 leak_big:{big_line} and leak_small:{small_line}, {rep['summary']}"
+
+
+def check_expandable(tmp):
+    """The same report when the 1 MiB blocks come from mapped pages
+    (expandable_segments:1)."""
+    return check_stacks(tmp, ",expandable_segments:1")
 
 
 def check_json(tmp):
@@ -586,6 +592,7 @@ def check_none(tmp):
 
 CHECKS = {
     "stacks": check_stacks,
+    "expandable": check_expandable,
     "json": check_json,
     "suppressions": check_suppressions,
     "exitcode": check_exitcode,

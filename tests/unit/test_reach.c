@@ -125,11 +125,41 @@ static void scan_finds_held_addresses_only(void **state) {
   (void)on_stack;
 }
 
+/* The driver keeps the start of every mapped page: inside a block of an
+ * expandable segment such a word is the driver's, not the program's, and
+ * does not make the block reachable; any other word into it does, and so
+ * does the block's own start. */
+static void page_starts_inside_a_block_do_not_count(void **state) {
+  (void)state;
+  const uint64_t base = 0x7e4000000000ull, page = 2u << 20;
+  ca_reach_target *t = ca_meta_alloc(3 * sizeof(*t));
+  for (size_t i = 0; i < 3; i++) /* blocks of two and a half pages */
+    t[i] = (ca_reach_target){.lo = base + i * 8 * page + 512,
+                             .hi = base + i * 8 * page + 5 * page / 2,
+                             .blind = page, .index = i};
+  volatile uint64_t *heap = malloc(3 * sizeof(*heap));
+  heap[0] = base + page;                    /* block 0: a page's start */
+  heap[1] = base + 8 * page + page + 64;    /* block 1: inside a page */
+  heap[2] = base + 16 * page + 512;         /* block 2: its own start */
+  ca_reach_stats st;
+  scan_now(t, 3, &st);
+  assert_true(st.complete);
+  bool found[3] = {false};
+  for (size_t i = 0; i < 3; i++)
+    found[t[i].index] = t[i].found;
+  assert_false(found[0]);
+  assert_true(found[1]);
+  assert_true(found[2]);
+  free((void *)heap);
+  ca_meta_free(t, 3 * sizeof(*t));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(reads_writable_host_memory_only),
       cmocka_unit_test(meta_memory_is_the_librarys_own),
       cmocka_unit_test(scan_finds_held_addresses_only),
+      cmocka_unit_test(page_starts_inside_a_block_do_not_count),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

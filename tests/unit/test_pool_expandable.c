@@ -80,12 +80,14 @@ static void maps_the_pages_a_request_needs(void **state) {
   fill(b, 5 * MiB + 4 * KiB, 2);
   /* The leak report cannot class a block starting where a page does (the
    * driver keeps every page's start), and its scan must know the page. */
-  uint64_t c = must_alloc(fx, 3 * MiB / 2);
+  uint64_t c = must_alloc(fx, 5 * MiB / 2); /* at a page; 1.5 MiB left */
+  uint64_t d = must_alloc(fx, 6 * MiB / 5);  /* right after c: no page */
+  assert_int_equal(d, c + 5 * MiB / 2);
   ca_live_block lb;
-  assert_true(ca_pool_lookup(fx->pool, b, &lb));
+  assert_true(ca_pool_lookup(fx->pool, c, &lb));
   assert_true(lb.at_base);
   assert_int_equal(lb.page, 2 * MiB);
-  assert_true(ca_pool_lookup(fx->pool, c, &lb));
+  assert_true(ca_pool_lookup(fx->pool, d, &lb));
   assert_false(lb.at_base);
   assert_int_equal(lb.page, 2 * MiB);
   assert_reserved_is_mapped(fx);

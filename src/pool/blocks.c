@@ -46,7 +46,14 @@ static ca__block *ca__block_make_free(ca__arena *p, ca__block *b) {
   return b;
 }
 
-static int ca__worth_splitting(const ca__heap *h, uint64_t rest) {
+/* A large block keeps a remainder of up to 1 MiB rather than leave a
+ * piece no large request could use; in an expandable heap a piece that
+ * can serve one is split off, since keeping it would cost a page that
+ * cannot be given back (1 MiB requests took 2 MiB each on the H200). */
+static int ca__worth_splitting(const ca__arena *p, const ca__heap *h,
+                               uint64_t rest) {
+  if (h->expandable)
+    return rest > ca__small_max(p);
   return h->large ? rest > CA_LARGE_MIN_REMAINDER : rest >= CA_GRANULE;
 }
 
@@ -59,7 +66,7 @@ static void ca__block_take(ca__arena *p, ca__block *b, uint64_t size) {
   ca__lru_remove(p, b->seg);
   uint64_t rest = b->size - size;
   ca__block *r = NULL;
-  if (!oversize && ca__worth_splitting(h, rest))
+  if (!oversize && ca__worth_splitting(p, h, rest))
     r = ca__slab_get(&p->block_slab);
   if (r) {
     r->addr = b->addr + size;

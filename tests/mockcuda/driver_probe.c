@@ -374,8 +374,8 @@ int main(int argc, char **argv) {
     cuMemCreate(&h, 2u << 20, &prop, 0);
     cuMemMap(va, 2u << 20, 0, h, 0);
     cuMemSetAccess(va, 2u << 20, &acc, 1);
+    CUdeviceptr va2 = 0;
     CAPTURE("global, virtual memory", s, CU_STREAM_CAPTURE_MODE_GLOBAL, {
-      CUdeviceptr va2 = 0;
       IN("cuMemAddressReserve", cuMemAddressReserve(&va2, 2u << 20, 0, 0, 0));
       IN("cuMemCreate", cuMemCreate(&h2, 2u << 20, &prop, 0));
       IN("cuMemMap", cuMemMap(va + (2u << 20), 2u << 20, 0, h2, 0));
@@ -388,6 +388,8 @@ int main(int argc, char **argv) {
     if (h2)
       cuMemRelease(h2);
     cuMemAddressFree(va, 8u << 20);
+    if (va2)
+      cuMemAddressFree(va2, 2u << 20);
   }
 
   probe_pointers(ctx);

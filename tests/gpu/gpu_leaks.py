@@ -38,6 +38,11 @@ from gpu_check import exit_problem
 
 ALLOCATIONS = 100
 LOST_MIN = 95  # the rest still reachable: see above
+# Under expandable_segments:1 half of the buffers start at a 2 MiB page,
+# whose address the driver keeps: leaked but unclassed (counted with the
+# lost in the SUMMARY); of the others 12 read as still reachable on the
+# H200 (88 + 12 measured): the scan errs toward reachable there too.
+LOST_MIN_EXPANDABLE = 80
 LEAK_GROUP_RE = r"^cudalloc: [0-9]+ bytes leaked in [0-9]+ allocation\(s\)"
 # The same groups in the report printed on request (cudalloc_print_report),
 # which lists every live block: lost, still reachable (the kept tensors are
@@ -48,9 +53,9 @@ SUMMARY_RE = (r"^cudalloc: SUMMARY: ([0-9]+) bytes leaked in ([0-9]+) allocation
               r"\(report_reachable:1 lists them\))?$")
 
 
-def lost_of(r):
+def lost_of(r, lost_min=LOST_MIN):
     """The lost count the SUMMARY gives, when the 100 buffers of 1 MiB are
-    all accounted for (lost + still reachable), at least LOST_MIN lost;
+    all accounted for (lost + still reachable), at least lost_min lost;
     else None, with the reason in r.why."""
     m = [re.match(SUMMARY_RE, l) for l in r.run.grep(SUMMARY_RE)]
     if len(m) != 1:
@@ -58,9 +63,9 @@ def lost_of(r):
         return None
     lost_b, lost, reach_b, reach = (int(x or 0) for x in m[0].groups())
     if (lost + reach != ALLOCATIONS or lost_b != lost << 20 or reach_b != reach << 20
-            or lost < LOST_MIN):
+            or lost < lost_min):
         r.why.append("SUMMARY: %d lost + %d still reachable of %d buffers of 1 MiB, want at "
-                     "least %d lost" % (lost, reach, ALLOCATIONS, LOST_MIN))
+                     "least %d lost" % (lost, reach, ALLOCATIONS, lost_min))
         return None
     return lost
 TORCH_STEPS = 40
@@ -125,12 +130,12 @@ def leak_plain(check, row, runtime, prog):
     r.verdict("runs on the GPU")
 
 
-def leak_stacks(check, row, runtime, prog, extra=""):
+def leak_stacks(check, row, runtime, prog, extra="", lost_min=LOST_MIN):
     """With stacks: one group whose first frame is the marked line."""
     r = LeakRun(check, row, runtime, STACKS + extra, [prog])
     if r.skipped:
         return
-    lost = lost_of(r) or 0
+    lost = lost_of(r, lost_min) or 0
     head = ("cudalloc: %d bytes leaked in %d allocation(s) on device 0, allocated from:"
             % (lost << 20, lost))
     r.groups(1)
@@ -250,7 +255,7 @@ def leaky_loop_static(check):
     leak_stacks(check, "leak_static_stacks", "static", prog)
     # 1 MiB buffers: the large heap, from mapped pages under expandable_segments.
     leak_stacks(check, "leak_static_stacks_expandable", "static", prog,
-                ",expandable_segments:1")
+                ",expandable_segments:1", LOST_MIN_EXPANDABLE)
     leak_fixed(check, "leak_static_fixed", "static", prog)
     leak_nostack(check, "leak_static_nostack", "static", prog)
     leak_json(check, "leak_static_json", "static", prog)

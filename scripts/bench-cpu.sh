@@ -5,8 +5,10 @@
 # and ca_pool_free only (callees included), so set-up is left out; then the
 # same for counting live bytes by site (bench_sites: what stacks add). Then the
 # memory the pool reserves for real training loops: allocation traces of
-# ResNet-50/152 training steps recorded on an H200 (tests/bench/traces, see
-# tests/bench/trace_alloc.c), replayed by bench_replay. Both repeat exactly,
+# ResNet-50/152 training steps and the GPT-2 varying-length loop recorded on
+# an H200 (tests/bench/traces, see
+# tests/bench/trace_alloc.c), replayed by bench_replay, with plain and with
+# expandable segments. Both repeat exactly,
 # so scripts/test.sh runs this last and a regression shows in CI's log.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -23,11 +25,11 @@ echo "== wall time (1,000,000 operations each)"
 "$bench" pair 1000000
 "$bench" mixed 1000000
 
-count() { # mode, operations, reuse -> instructions per operation
+count() { # mode, operations, reuse[, expandable] -> instructions per operation
   local total
   total=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null \
     --toggle-collect=ca_pool_alloc --toggle-collect=ca_pool_free \
-    "$bench" "$1" "$2" "$3" 2>&1 | sed -n 's/.*Collected : *//p')
+    "$bench" "$1" "$2" "$3" ${4:+"$4"} 2>&1 | sed -n 's/.*Collected : *//p')
   awk -v t="$total" -v n="$2" 'BEGIN { printf "%.0f", t / n }'
 }
 
@@ -36,6 +38,10 @@ echo "== instructions (callgrind, inside ca_pool_alloc and ca_pool_free)"
 for reuse in immediate safe; do
   printf 'pair  %-9s %s instructions per allocate+free pair\n' "$reuse" "$(count pair 200000 "$reuse")"
   printf 'mixed %-9s %s instructions per operation\n' "$reuse" "$(count mixed 200000 "$reuse")"
+done
+for reuse in immediate safe; do # expandable_segments:1
+  printf 'pair  %-9s %s instructions per allocate+free pair, expandable segments\n' "$reuse" \
+    "$(count pair 200000 "$reuse" expandable)"
 done
 
 echo
@@ -51,8 +57,8 @@ done
 echo
 echo "== memory reserved for real training loops (bench_replay, traces of 6 steps)"
 for trace in tests/bench/traces/*.trace.gz; do
-  for reuse in immediate safe; do
-    printf '%-16s %-9s ' "$(basename "$trace" .trace.gz)" "$reuse"
+  for reuse in immediate safe immediate+expandable safe+expandable; do
+    printf '%-16s %-20s ' "$(basename "$trace" .trace.gz)" "$reuse"
     replay=$(zcat "$trace" | build/tests/bench/bench_replay - "$reuse")
     sed -n 's/^bench_replay: peak requested \([0-9.]*\) GiB.*reserved \([0-9.]*\) GiB.*/held \1 GiB, reserved \2 GiB/p' <<<"$replay" | tr -d '\n'
     sed -n 's/^bench_replay: overhead \([0-9.]*%\).*/ (+\1)/p' <<<"$replay"

@@ -74,6 +74,7 @@ static void ca__block_take(ca__arena *p, ca__block *b, uint64_t size) {
     r->seg = b->seg;
     r->state = CA__FREE;
     r->keep_out = false; /* slab records come uninitialized */
+    r->freed_at = b->freed_at;
     ca__block_link_after(b, r);
     b->size = size;
     ca__index_insert(r);

@@ -13,10 +13,16 @@
  */
 /* ---- Expandable segments ------------------------------------------------- */
 
-
+/* A miss at the pool's peak trades the pages of blocks free for this many
+ * of the arena's frees (ca__trade_pages)... */
 #define CA__TRADE_IDLE (4 * CA_TRADE_IDLE_FREES)
+/* ...and, for a request of 1/2^CA__TRADE_LARGE of the peak or more, any
+ * free pages. */
 #define CA__TRADE_LARGE 5
-static inline uint64_t ca__page_size(const ca__arena *p) { return p->backend->page; }
+
+static inline uint64_t ca__page_size(const ca__arena *p) {
+  return p->backend->page;
+}
 
 static inline uint64_t ca__round_down(uint64_t n, uint64_t to) {
   return n / to * to;
@@ -124,6 +130,8 @@ static ca__segment *ca__expandable_records(ca__arena *p, ca__heap *h,
   *s = (ca__segment){.addr = addr, .size = size, .head = head, .heap = h,
                      .expandable = true, .last_free = p->free_tick};
   ca__block *b = ca__block_new(p, s, addr + head, page - head, CA__FREE);
+  if (b)
+    b->freed_at = p->free_tick;
   ca__block *u = b ? ca__block_new(p, s, addr + page, size - page,
                                    CA__UNMAPPED)
                    : NULL;
@@ -210,6 +218,8 @@ static ca__block *ca__unmap_block(ca__arena *p, ca__block *b) {
   ca__block *tail = hi < end && mid ? ca__block_new(p, s, hi, end - hi,
                                                     CA__FREE)
                                     : NULL;
+  if (tail)
+    tail->freed_at = b->freed_at; /* as long free as the block it was */
   if (!mid || (hi < end && !tail) ||
       be->unmap(be->ctx, p->device, lo, hi - lo) != 0) {
     if (mid && mid != b)
@@ -302,18 +312,6 @@ static uint64_t ca__unmap_free(ca__arena *p, uint64_t target) {
 
 /* Free pages an expandable segment could give back now. */
 static uint64_t ca__expandable_releasable(const ca__arena *p,
-                                          const ca__segment *s);
-
-/* Free pages of heap h's segments. */
-static uint64_t ca__heap_free_pages(const ca__arena *p, const ca__heap *h) {
-  uint64_t bytes = 0;
-  for (const ca__segment *s = p->segments; s; s = s->next)
-    if (s->expandable && s->heap == h)
-      bytes += ca__expandable_releasable(p, s);
-  return bytes;
-}
-
-static uint64_t ca__expandable_releasable(const ca__arena *p,
                                           const ca__segment *s) {
   uint64_t bytes = 0;
   for (const ca__block *b = s->first; b; b = b->next) {
@@ -325,6 +323,16 @@ static uint64_t ca__expandable_releasable(const ca__arena *p,
   }
   return bytes;
 }
+
+/* Free pages of heap h's segments. */
+static uint64_t ca__heap_free_pages(const ca__arena *p, const ca__heap *h) {
+  uint64_t bytes = 0;
+  for (const ca__segment *s = p->segments; s; s = s->next)
+    if (s->expandable && s->heap == h)
+      bytes += ca__expandable_releasable(p, s);
+  return bytes;
+}
+
 
 /* ---- Mapping pages for a request ---------------------------------------- */
 

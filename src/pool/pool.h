@@ -174,9 +174,10 @@ bool ca_pool_find(ca_pool *pool, uint64_t addr, ca_pool_span *out);
  * the rest of it is free. Returns false when no live block starts there. */
 bool ca_pool_share(ca_pool *pool, uint64_t addr);
 
-/* Bytes in segments that hold no live block: what the pool gives back to
- * the backend, after waiting for its pending frees, when the backend runs
- * out (free memory a request can get, beside the backend's own). */
+/* Bytes in segments that hold no live block, and the free pages of
+ * expandable ones: what the pool gives back to the backend, after waiting
+ * for its pending frees, when the backend runs out (free memory a request
+ * can get, beside the backend's own). */
 uint64_t ca_pool_releasable(ca_pool *pool);
 
 /* The segment holding `addr` was freed behind the pool's back (the backend
@@ -186,7 +187,8 @@ uint64_t ca_pool_releasable(ca_pool *pool);
  * itself when the backend hands out a segment that overlaps one it holds. */
 bool ca_pool_segment_lost(ca_pool *pool, uint64_t addr);
 
-/* Gives every fully free segment back. Returns the bytes given back. */
+/* Gives every fully free segment back, and every free page of expandable
+ * ones. Returns the bytes given back. */
 uint64_t ca_pool_empty_cache(ca_pool *pool);
 
 /* Fills *out (zeroing what it does not set). Reserved bytes and their peak

@@ -8,7 +8,8 @@
  * cuMemsetD8 / cuMemcpy* read and write, and capacity is enforced. Pointer
  * queries (attributes, address ranges) and CUDA IPC between processes answer
  * as the measured driver (driver_facts.txt): an exported allocation's bytes
- * move into a memfd that the importing process maps.
+ * move into a memfd that the importing process maps. The virtual-memory
+ * API (reserve, create, map, set access, unmap) answers as measured too.
  *
  * Besides the driver's names it exports the mockcuda_ functions below, so a
  * test can see what the "driver" was asked (and make its events slow).
@@ -18,7 +19,9 @@
  * Environment: MOCKCUDA_DEVICES (default 2, 0 makes cuInit fail with
  * CUDA_ERROR_NO_DEVICE), MOCKCUDA_MEM_MB (capacity per device, default 1024),
  * MOCKCUDA_VERBOSE=1 (one line per call on stderr; silent otherwise),
- * MOCKCUDA_EVENT_DELAY (as mockcuda_set_event_delay, from cuInit on).
+ * MOCKCUDA_EVENT_DELAY (as mockcuda_set_event_delay, from cuInit on),
+ * MOCKCUDA_VMM=0 (cuMemAddressReserve refuses: a driver without the
+ * virtual-memory API).
  */
 #ifndef MOCKCUDA_H
 #define MOCKCUDA_H

@@ -3,7 +3,8 @@
  * the helpers every call starts with. mockcuda.c holds the core (devices,
  * contexts, streams, events, allocations, cuGetProcAddress);
  * mockcuda_pointer.c the pointer queries (attributes, address ranges);
- * mockcuda_ipc.c CUDA IPC. Nothing here is exported from the library.
+ * mockcuda_ipc.c CUDA IPC; mockcuda_vmm.c the virtual-memory API. Nothing
+ * here is exported from the library.
  */
 #ifndef MOCKCUDA_INTERNAL_H
 #define MOCKCUDA_INTERNAL_H

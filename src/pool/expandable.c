@@ -106,19 +106,6 @@ static void ca__expandable_free(ca__arena *p, ca__segment *s) {
   be->va_release(be->ctx, p->device, s->addr, s->size);
 }
 
-/* Links a new segment's records into the arena, as ca__segment_new does
- * for a plain one. */
-static void ca__expandable_link(ca__arena *p, ca__segment *s) {
-  s->next = p->segments;
-  if (p->segments)
-    p->segments->prev = s;
-  p->segments = s;
-  HASH_ADD(hh, p->segment_table, addr, sizeof(uint64_t), s);
-  ca__addr_insert(p, s);
-  ca__stat_add(&p->stats.segments, 1);
-  p->nexpandable++;
-}
-
 /* The records of a new segment over [addr, addr + size), its first page
  * mapped: a free block after the head, the rest UNMAPPED. */
 static ca__segment *ca__expandable_records(ca__arena *p, ca__heap *h,
@@ -174,7 +161,8 @@ static int ca__expandable_new(ca__arena *p, ca__heap *h, uint64_t size) {
     ca__unbook_segment(p, page);
     return be->oom_code;
   }
-  ca__expandable_link(p, s);
+  ca__segment_link(p, s);
+  p->nexpandable++;
   ca__mapped_add(p, s, page);
   ca__index_insert(s->first);
   return 0;

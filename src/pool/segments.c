@@ -298,6 +298,18 @@ static CA__COLD void ca__retire_gone(ca__arena *p, ca__block *b) {
     ca__lru_push(p, s);
 }
 
+/* Puts a new segment in the arena's list, its table and address index,
+ * and counts it (the caller made room in the index). */
+static void ca__segment_link(ca__arena *p, ca__segment *s) {
+  s->next = p->segments;
+  if (p->segments)
+    p->segments->prev = s;
+  p->segments = s;
+  HASH_ADD(hh, p->segment_table, addr, sizeof(uint64_t), s);
+  ca__addr_insert(p, s);
+  ca__stat_add(&p->stats.segments, 1);
+}
+
 static ca__block *ca__segment_new(ca__arena *p, ca__heap *h, uint64_t addr,
                                   uint64_t size, uint64_t head) {
   if (!ca__addr_room(p))
@@ -318,12 +330,7 @@ static ca__block *ca__segment_new(ca__arena *p, ca__heap *h, uint64_t addr,
   s->heap = h;
   s->first = b;
   s->last_free = p->free_tick; /* files it at the newest end of the LRU */
-  s->next = p->segments;
-  if (p->segments)
-    p->segments->prev = s;
-  p->segments = s;
-  HASH_ADD(hh, p->segment_table, addr, sizeof(uint64_t), s);
-  ca__addr_insert(p, s);
+  ca__segment_link(p, s);
   b->addr = addr + head;
   b->size = size - head;
   b->seg = s;
@@ -333,6 +340,5 @@ static ca__block *ca__segment_new(ca__arena *p, ca__heap *h, uint64_t addr,
   p->stats.backend_allocs++;
   ca__pool_reserved_add(p, size);
   ca__stat_add(&p->stats.reserved_bytes, size);
-  ca__stat_add(&p->stats.segments, 1);
   return b;
 }

@@ -49,6 +49,13 @@ typedef struct ca_backend {
    * NULL mark: the backend cannot order reuse after device work; the pool
    * then reuses blocks at once. */
   int (*mark)(void *ctx, int device, uint64_t *marker);
+  /* A marker for the work queued so far on `stream` alone (a CUstream as
+   * a number: what a framework's allocator slot names; 0 is the legacy
+   * stream): blocks freed on it before may serve any stream once it has
+   * passed. Polled, waited for and forgotten as `mark`'s. Nonzero when it
+   * may not be made now (the stream is capturing). NULL: the pool uses
+   * `mark`, which covers every stream. */
+  int (*mark_on)(void *ctx, int device, uint64_t stream, uint64_t *marker);
   int (*poll)(void *ctx, int device, uint64_t marker);
   int (*wait)(void *ctx, int device, uint64_t marker);
   void (*forget)(void *ctx, int device, uint64_t marker);

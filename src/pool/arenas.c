@@ -86,6 +86,7 @@ static void ca__forget_all(ca__arena *p, int release) {
     ca__slab_put(&p->batch_slab, batch);
   }
   p->held_head = p->held_tail = NULL;
+  memset(p->lanes, 0, sizeof(p->lanes)); /* their blocks went with the segments */
   p->open_bytes = 0;
   p->held_bytes = 0;
   p->quick_bytes = 0;

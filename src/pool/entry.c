@@ -168,6 +168,24 @@ static uint64_t ca__next_seq(ca__arena *p) {
   return ++p->next_seq;
 }
 
+/* Hands block b out for a request of `size` bytes: live, numbered,
+ * counted. Releases the arena's lock. */
+static inline __attribute__((always_inline)) void
+ca__give_out(ca__arena *p, ca__block *b, uint64_t size, uint32_t tag,
+             uint64_t *addr) {
+  b->requested = size;
+  b->tag = tag;
+  b->seq = ca__next_seq(p);
+  b->time_ns = ca__now_ns();
+  HASH_ADD(hh, p->live, addr, sizeof(uint64_t), b);
+  p->stats.allocs++;
+  ca__stat_add(&p->stats.requested_bytes, size);
+  ca__stat_add(&p->stats.allocated_bytes, b->size);
+  ca__stat_add(&p->stats.blocks, 1);
+  *addr = b->addr;
+  ca_lock_release(&p->lock);
+}
+
 int ca_pool_alloc(ca_pool *pool, uint64_t size, uint32_t tag, uint64_t *addr) {
   if (size > CA__MAX_REQUEST)
     return pool->backend->oom_code;
@@ -189,17 +207,70 @@ int ca_pool_alloc(ca_pool *pool, uint64_t size, uint32_t tag, uint64_t *addr) {
       return rc;
     }
   }
-  b->requested = size;
-  b->tag = tag;
-  b->seq = ca__next_seq(p);
-  b->time_ns = ca__now_ns();
-  HASH_ADD(hh, p->live, addr, sizeof(uint64_t), b);
-  p->stats.allocs++;
-  ca__stat_add(&p->stats.requested_bytes, size);
-  ca__stat_add(&p->stats.allocated_bytes, b->size);
-  ca__stat_add(&p->stats.blocks, 1);
-  *addr = b->addr;
-  ca_lock_release(&p->lock);
+  ca__give_out(p, b, size, tag, addr);
+  return 0;
+}
+
+/* A cached block for a request that names its stream: what has passed
+ * comes back without a fence; on a miss the lanes close (their markers
+ * are recorded on their own streams) before the pool grows, which waits
+ * for pending blocks first. */
+static int ca__obtain_on(ca__arena *p, uint64_t size, ca__block **out) {
+  ca__heap *h = ca__heap_for(p, size);
+  ca__block *b = ca__find(p, size);
+  if (!b && h->quick_fl_bitmap) {
+    ca__heap_flush(p, h);
+    b = ca__find(p, size);
+  }
+  if (!b && p->batch_head && ca__reap(p)) {
+    ca__heap_flush(p, h);
+    b = ca__find(p, size);
+  }
+  if (!b) {
+    ca__lanes_close(p);
+    if (ca__reap(p)) {
+      ca__heap_flush(p, h);
+      b = ca__find(p, size);
+    }
+  }
+  if (b) {
+    p->stats.cache_hits++;
+    ca__block_take(p, b, size);
+    *out = b;
+    return 0;
+  }
+  int rc = ca__grow(p, size, &b);
+  if (rc == 0) {
+    ca__block_take(p, b, size);
+    *out = b;
+  }
+  return rc;
+}
+
+int ca_pool_alloc_on(ca_pool *pool, uint64_t size, uint32_t tag,
+                     uint64_t stream, uint64_t *addr) {
+  if (size > CA__MAX_REQUEST)
+    return pool->backend->oom_code;
+  uint64_t rounded = ca__round_up(size ? size : 1, CA_GRANULE);
+  ca__arena *p = ca__enter(pool);
+  ca__lane *l = ca__lane_of(p, stream, false);
+  ca__block *b = l ? ca__lane_take(p, l, rounded) : NULL;
+  if (b) {
+    p->stats.cache_hits++;
+    b->state = CA__LIVE;
+  } else {
+    int rc = ca__obtain_on(p, rounded, &b);
+    if (rc == p->backend->oom_code) {
+      p = ca__obtain_elsewhere(p, rounded, &b);
+      rc = b ? 0 : rc;
+    }
+    if (rc != 0) {
+      p->stats.failed_allocs++;
+      ca_lock_release(&p->lock);
+      return rc;
+    }
+  }
+  ca__give_out(p, b, size, tag, addr);
   return 0;
 }
 
@@ -213,7 +284,8 @@ static ca__block *ca__live_find(ca__arena *p, uint64_t addr) {
 /* A freed block's way back to the cache, by policy. device_sync waits
  * under the lock: it is a debugging policy, and cudaFree itself stalls
  * the whole device. */
-static void ca__retire(ca__arena *p, ca__block *b) {
+static inline __attribute__((always_inline)) void
+ca__retire(ca__arena *p, ca__block *b) {
   if (p->opt.reuse == CA_REUSE_IMMEDIATE ||
       (p->opt.reuse == CA_REUSE_DEVICE_SYNC &&
        p->backend->synchronize(p->backend->ctx, p->device) == 0))
@@ -257,9 +329,23 @@ static void ca__describe(const ca__arena *p, const ca__block *b,
                  (out->page && b->addr % out->page == 0);
 }
 
-/* The thread's own arena is asked first: threads mostly free what they
- * allocated. */
-bool ca_pool_free(ca_pool *pool, uint64_t addr, ca_live_block *freed) {
+/* A block freed on `stream`: into its lane, or, with no lane to be had,
+ * among the ordinary pending frees (a fence or a marker over every stream
+ * covers it too). */
+static void ca__retire_on(ca__arena *p, ca__block *b, uint64_t stream) {
+  ca__lane *l = b->keep_out ? NULL : ca__lane_of(p, stream, true);
+  if (l)
+    ca__lane_push(p, l, b);
+  else
+    ca__retire(p, b);
+}
+
+/* Takes the live block at `addr` out of use, its arena locked on return
+ * (NULL, nothing locked, when no arena holds it). The thread's own arena
+ * is asked first: threads mostly free what they allocated. */
+static inline __attribute__((always_inline)) ca__arena *
+ca__take_back(ca_pool *pool, uint64_t addr, ca_live_block *freed,
+              ca__block **out) {
   ca__arena *p = ca__arena_at(pool, ca__thread_arena);
   ca__block *b = NULL;
   if (p) {
@@ -268,7 +354,7 @@ bool ca_pool_free(ca_pool *pool, uint64_t addr, ca_live_block *freed) {
   }
   if (!b) {
     if (!(p = ca__owner(pool, p, addr)))
-      return false;
+      return NULL;
     b = ca__live_find(p, addr);
   }
   if (freed)
@@ -279,7 +365,27 @@ bool ca_pool_free(ca_pool *pool, uint64_t addr, ca_live_block *freed) {
   ca__stat_sub(&p->stats.requested_bytes, b->requested);
   ca__stat_sub(&p->stats.allocated_bytes, b->size);
   ca__stat_sub(&p->stats.blocks, 1);
+  *out = b;
+  return p;
+}
+
+bool ca_pool_free(ca_pool *pool, uint64_t addr, ca_live_block *freed) {
+  ca__block *b;
+  ca__arena *p = ca__take_back(pool, addr, freed, &b);
+  if (!p)
+    return false;
   ca__retire(p, b);
+  ca_lock_release(&p->lock);
+  return true;
+}
+
+bool ca_pool_free_on(ca_pool *pool, uint64_t addr, uint64_t stream,
+                     ca_live_block *freed) {
+  ca__block *b;
+  ca__arena *p = ca__take_back(pool, addr, freed, &b);
+  if (!p)
+    return false;
+  ca__retire_on(p, b, stream);
   ca_lock_release(&p->lock);
   return true;
 }

@@ -42,6 +42,7 @@ static uint64_t ca__gc_budget(ca__arena *p) {
 static uint64_t ca__give_back(ca__arena *p, uint64_t target, bool wait,
                               uint64_t *segments) {
   ca_lock_acquire(&p->lock);
+  ca__lanes_close(p);
   while (wait && ca__wait_oldest(p))
     ;
   ca__quick_flush(p);

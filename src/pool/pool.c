@@ -13,6 +13,7 @@
 #include "pool/segments.c"
 #include "pool/blocks.c"
 #include "pool/pending.c"
+#include "pool/lanes.c"
 #include "pool/grow.c"
 #include "pool/expandable.c"
 #include "pool/arenas.c"

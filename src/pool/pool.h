@@ -142,6 +142,18 @@ int ca_pool_alloc(ca_pool *pool, uint64_t size, uint32_t tag, uint64_t *addr);
  * block of this pool starts there. */
 bool ca_pool_free(ca_pool *pool, uint64_t addr, ca_live_block *freed);
 
+/* Stream-ordered reuse, for callers that know the stream (a framework's
+ * allocator slot: docs/POOL.md). A block freed on `stream` serves the next
+ * request on the same stream at once, with no marker (the stream's own
+ * order puts the new work after the old), and requests on other streams
+ * only once a marker recorded on `stream` alone has passed; the pool never
+ * fences for them, whatever options.reuse says. `stream` is the caller's
+ * handle as a number (0: the legacy stream). */
+int ca_pool_alloc_on(ca_pool *pool, uint64_t size, uint32_t tag,
+                     uint64_t stream, uint64_t *addr);
+bool ca_pool_free_on(ca_pool *pool, uint64_t addr, uint64_t stream,
+                     ca_live_block *freed);
+
 /* The device the pool serves. */
 int ca_pool_device(const ca_pool *pool);
 

@@ -70,8 +70,10 @@ static inline unsigned ca__hash_addr(uint64_t addr) {
  * while its segment lives (they were shared with another process, or the
  * segment was freed behind the pool's back); it never merges. UNMAPPED:
  * addresses of an expandable segment with no memory behind them, whole
- * pages; two never lie side by side, and none is in any index. */
-enum { CA__FREE = 1, CA__LIVE, CA__HELD, CA__QUICK, CA__GONE, CA__UNMAPPED };
+ * pages; two never lie side by side, and none is in any index. LANE:
+ * freed on a known stream, reusable on it at once (lanes.c). */
+enum { CA__FREE = 1, CA__LIVE, CA__HELD, CA__QUICK, CA__GONE, CA__UNMAPPED,
+       CA__LANE };
 
 typedef struct ca__segment ca__segment;
 typedef struct ca__heap ca__heap;
@@ -137,6 +139,17 @@ struct ca__heap {
   bool expandable; /* grows by mapping pages (expandable.c) */
 };
 
+/* Blocks freed on one stream, newest first, not yet given a marker
+ * (lanes.c); counted in the arena's held bytes. */
+#define CA__LANES 8u
+#define CA__LANE_MAX 64u
+typedef struct ca__lane {
+  uint64_t stream;
+  ca__block *head, *tail;
+  unsigned n;
+  uint64_t bytes;
+} ca__lane;
+
 typedef struct ca__slab {
   void *free;
   void *chunks;
@@ -170,7 +183,8 @@ typedef struct ca__arena {
   ca__block *held_head, *held_tail; /* the open batch: no marker yet */
   uint64_t open_bytes;
   ca__batch *batch_head, *batch_tail; /* closed batches, oldest first */
-  uint64_t held_bytes; /* in the open batch and the closed ones */
+  uint64_t held_bytes; /* in the open batch, the closed ones and lanes */
+  ca__lane lanes[CA__LANES];
   unsigned large_since_fence; /* large requests since the last fence */
   uint64_t quick_bytes;
   uint64_t gone_bytes; /* in GONE blocks */

@@ -128,6 +128,21 @@ static int ca__fake_mark(void *ctx, int device, uint64_t *marker) {
   return rc;
 }
 
+/* A marker on one stream: numbered with the others, so the same clock
+ * passes it. */
+static int ca__fake_mark_on(void *ctx, int device, uint64_t stream,
+                            uint64_t *marker) {
+  ca_fake_backend *f = ctx;
+  int rc = ca__fake_mark(ctx, device, marker);
+  if (rc == 0) {
+    pthread_mutex_lock(&f->lock);
+    f->marks_on++;
+    f->last_mark_stream = stream;
+    pthread_mutex_unlock(&f->lock);
+  }
+  return rc;
+}
+
 static int ca__fake_poll(void *ctx, int device, uint64_t marker) {
   ca_fake_backend *f = ctx;
   (void)device;
@@ -191,6 +206,7 @@ void ca_fake_init(ca_fake_backend *f, uint64_t capacity, bool with_sync,
   f->backend.mem_info = ca__fake_mem_info;
   f->backend.synchronize = with_sync ? ca__fake_synchronize : NULL;
   f->backend.mark = with_sync ? ca__fake_mark : NULL;
+  f->backend.mark_on = with_sync ? ca__fake_mark_on : NULL;
   f->backend.poll = with_sync ? ca__fake_poll : NULL;
   f->backend.wait = with_sync ? ca__fake_wait : NULL;
   f->backend.forget = with_sync ? ca__fake_forget : NULL;

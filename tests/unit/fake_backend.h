@@ -56,6 +56,8 @@ typedef struct ca_fake_backend {
   /* Call counts. */
   int reserves, releases, mem_infos, syncs, refused_syncs;
   int marks, refused_marks, polls, waits, forgets, fences, refused_fences;
+  int marks_on;              /* markers on one stream (mark_on) */
+  uint64_t last_mark_stream; /* the stream of the latest of them */
   int bad_releases; /* releases of unknown ranges or with a wrong size */
   /* Injection: the next `fail_reserves` reserves return `fail_code`. */
   int fail_reserves;

@@ -1,0 +1,150 @@
+/*
+ * Stream-ordered reuse (src/pool/lanes.c): a block freed on a stream is
+ * reused at once on that stream, and on others only after a marker
+ * recorded on its stream alone has passed; never behind a fence.
+ */
+#include "pool_fixture.h"
+
+#define S1 0x5101u
+#define S2 0x5202u
+
+/* A pool whose device is busy until the test moves the fake's clock, with
+ * fences installed: the stream path must never use them. */
+static fixture *lanes_fixture(void) {
+  fixture *fx = safe_fixture(1024 * MiB, default_options());
+  fx->fake.backend.fence = ca_fake_fence;
+  return fx;
+}
+
+static uint64_t alloc_on(fixture *fx, uint64_t size, uint64_t stream) {
+  uint64_t addr = 0;
+  assert_int_equal(ca_pool_alloc_on(fx->pool, size, 0, stream, &addr), 0);
+  assert_true(ca_fake_owns(&fx->fake, 0, addr, size));
+  return addr;
+}
+
+/* The stream's own order protects the block: no marker, no fence, no
+ * wait, and the same block. */
+static void reuses_on_the_same_stream_at_once(void **state) {
+  (void)state;
+  fixture *fx = lanes_fixture();
+  uint64_t sizes[] = {4 * KiB, 1 * MiB, 16 * MiB};
+  for (int i = 0; i < 3; i++) {
+    uint64_t a = alloc_on(fx, sizes[i], S1);
+    assert_true(ca_pool_free_on(fx->pool, a, S1, NULL));
+    assert_int_equal(stats_of(fx).pending_free_bytes, sizes[i]);
+    assert_int_equal(alloc_on(fx, sizes[i], S1), a);
+  }
+  assert_int_equal(fx->fake.marks, 0);
+  assert_int_equal(fx->fake.fences, 0);
+  assert_int_equal(fx->fake.waits, 0);
+  assert_consistent(fx);
+  fixture_free(fx);
+}
+
+/* Another stream gets the block only once a marker recorded on the
+ * freeing stream has passed: a request that finds nothing else closes the
+ * lane under such a marker and, as any miss does before the pool grows,
+ * waits for it; one that finds other memory takes that. */
+static void another_stream_waits_for_a_marker_on_the_first(void **state) {
+  (void)state;
+  fixture *fx = lanes_fixture();
+  uint64_t a = alloc_on(fx, 1 * MiB, S1);
+  uint64_t spare = alloc_on(fx, 1 * MiB, S2);
+  assert_true(ca_pool_free_on(fx->pool, spare, S2, NULL));
+  assert_true(ca_pool_free_on(fx->pool, a, S1, NULL));
+  /* S2 has a block of its own: it takes that, not S1's. */
+  assert_int_equal(alloc_on(fx, 1 * MiB, S2), spare);
+  assert_int_equal(fx->fake.marks_on, 0);
+  /* Nothing else: S1's lane closes under a marker on S1, waited for. */
+  uint64_t b = alloc_on(fx, 1 * MiB, S2);
+  assert_int_equal(b, a);
+  assert_int_equal(fx->fake.marks_on, 1);
+  assert_int_equal(fx->fake.last_mark_stream, S1);
+  assert_true(fx->fake.passed >= (uint64_t)fx->fake.marks);
+  assert_int_equal(fx->fake.fences, 0);
+  assert_true(ca_pool_free_on(fx->pool, b, S2, NULL));
+  assert_true(ca_pool_free_on(fx->pool, spare, S2, NULL));
+  assert_consistent(fx);
+  fixture_free(fx);
+}
+
+/* While the freeing stream may take no marker (it is capturing), its
+ * blocks stay its own: another stream never gets them. */
+static void a_stream_without_markers_keeps_its_blocks(void **state) {
+  (void)state;
+  fixture *fx = lanes_fixture();
+  uint64_t a = alloc_on(fx, 64 * KiB, S1);
+  assert_true(ca_pool_free_on(fx->pool, a, S1, NULL));
+  fx->fake.refuse_sync = true;
+  assert_true(alloc_on(fx, 64 * KiB, S2) != a);
+  assert_int_equal(alloc_on(fx, 64 * KiB, S1), a);
+  fx->fake.refuse_sync = false;
+  assert_consistent(fx);
+  fixture_free(fx);
+}
+
+/* More streams than lanes: a lane is closed for the newcomer, and every
+ * block comes back once the device has passed the markers. */
+static void more_streams_than_lanes(void **state) {
+  (void)state;
+  fixture *fx = lanes_fixture();
+  uint64_t a[20];
+  for (int i = 0; i < 20; i++)
+    a[i] = alloc_on(fx, 256 * KiB, 0x9000u + (uint64_t)i);
+  for (int i = 0; i < 20; i++)
+    assert_true(ca_pool_free_on(fx->pool, a[i], 0x9000u + (uint64_t)i, NULL));
+  assert_true(fx->fake.marks_on >= 12);
+  assert_consistent(fx);
+  fx->fake.passed = (uint64_t)fx->fake.marks;
+  /* Once every lane's blocks are on their way, the empty cache takes all. */
+  assert_true(ca_pool_empty_cache(fx->pool) > 0);
+  assert_int_equal(stats_of(fx).pending_free_bytes, 0);
+  assert_int_equal(stats_of(fx).reserved_bytes.current, 0);
+  fixture_free(fx);
+}
+
+/* A block freed on a stream and never asked for again goes back with the
+ * cache: empty_cache closes the lanes and waits for their markers. */
+static void empty_cache_takes_lane_blocks_too(void **state) {
+  (void)state;
+  fixture *fx = lanes_fixture();
+  uint64_t a = alloc_on(fx, 8 * MiB, S1);
+  assert_true(ca_pool_free_on(fx->pool, a, S1, NULL));
+  assert_int_equal(ca_pool_empty_cache(fx->pool), 20 * MiB);
+  assert_int_equal(fx->fake.waits, 1);
+  assert_int_equal(stats_of(fx).reserved_bytes.current, 0);
+  fixture_free(fx);
+}
+
+/* Frees through the plain path and the stream path mix in one pool; a
+ * context reset forgets the lanes with the segments. */
+static void mixes_with_plain_frees_and_survives_a_reset(void **state) {
+  (void)state;
+  fixture *fx = lanes_fixture();
+  uint64_t a = alloc_on(fx, 1 * MiB, S1);
+  uint64_t b = must_alloc(fx, 1 * MiB);
+  assert_true(ca_pool_free_on(fx->pool, a, S1, NULL));
+  assert_true(ca_pool_free(fx->pool, b, NULL));
+  assert_consistent(fx);
+  ca_pool_drop_all(fx->pool);
+  assert_consistent(fx);
+  assert_int_equal(stats_of(fx).pending_free_bytes, 0);
+  uint64_t c = alloc_on(fx, 1 * MiB, S1);
+  assert_true(ca_pool_free_on(fx->pool, c, S1, NULL));
+  ca_pool_destroy(fx->pool);
+  ca_fake_fini(&fx->fake);
+  free(fx);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(reuses_on_the_same_stream_at_once),
+      cmocka_unit_test(another_stream_waits_for_a_marker_on_the_first),
+      cmocka_unit_test(a_stream_without_markers_keeps_its_blocks),
+      cmocka_unit_test(more_streams_than_lanes),
+      cmocka_unit_test(empty_cache_takes_lane_blocks_too),
+      cmocka_unit_test(mixes_with_plain_frees_and_survives_a_reset),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

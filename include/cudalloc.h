@@ -95,6 +95,23 @@ CUDALLOC_API void cudalloc_print_report(void);
  * measured per iteration. Costs one pass over the allocation sites. */
 CUDALLOC_API void cudalloc_mark(void);
 
+/* A framework's allocator slot: PyTorch's pluggable allocator
+ * (torch.cuda.memory.CUDAPluggableAllocator(path, "cudalloc_stream_malloc",
+ * "cudalloc_stream_free")) calls these with each allocation's device and
+ * stream (a cudaStream_t, NULL for the legacy stream). Knowing the stream,
+ * the pool reuses a freed block at once for the next request on the same
+ * stream and for another stream only after an event recorded on the first
+ * has passed: no fence. `device` must be the current device. The memory
+ * limit, statistics and leak report count these blocks like any other.
+ * Returns NULL when out of memory (or the device is not current). They work
+ * with the library preloaded or only loaded (dlopen) by the framework. */
+CUDALLOC_API void *cudalloc_stream_malloc(size_t size, int device,
+                                          void *stream);
+/* Gives back a block of cudalloc_stream_malloc; `stream` is the one it was
+ * allocated on (PyTorch passes it back). `size` and `device` are unused. */
+CUDALLOC_API void cudalloc_stream_free(void *ptr, size_t size, int device,
+                                       void *stream);
+
 #ifdef __cplusplus
 }
 #endif

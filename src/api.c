@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cudalloc.h"
+#include "intercept.h"
 #include "lifecycle.h"
 #include "registry.h"
 #include "sites.h"
@@ -48,3 +49,16 @@ void cudalloc_print_report(void) {
 }
 
 void cudalloc_mark(void) { ca_sites_mark(); }
+
+void *cudalloc_stream_malloc(size_t size, int device, void *stream) {
+  CUdeviceptr p = 0;
+  if (ca_on_stream_alloc(&p, size, device, (CUstream)stream) != CUDA_SUCCESS)
+    return NULL;
+  return (void *)(uintptr_t)p;
+}
+
+void cudalloc_stream_free(void *ptr, size_t size, int device, void *stream) {
+  (void)size;
+  (void)device;
+  ca_on_stream_free((CUdeviceptr)(uintptr_t)ptr, (CUstream)stream);
+}

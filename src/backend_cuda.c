@@ -54,13 +54,14 @@ typedef struct ca__call {
    * whether we pushed the primary one), or by ca__run. */
   ca_where where;
   uint64_t marker;     /* mark: the new handle */
+  uint64_t stream;     /* mark_on: the stream */
   const ca_mark *mark; /* poll, wait: the marker */
   bool passed;         /* poll: the answer */
 } ca__call;
 
 enum { CA__RESERVE, CA__RELEASE, CA__MEM_INFO, CA__SYNC, CA__MARK, CA__POLL,
        CA__WAIT, CA__FENCE, CA__VA_RESERVE, CA__VA_RELEASE, CA__MAP,
-       CA__UNMAP };
+       CA__UNMAP, CA__MARK_ON };
 
 static CUresult ca__do(const ca_driver_api *d, ca__call *c);
 
@@ -243,6 +244,9 @@ static CUresult ca__do(const ca_driver_api *d, ca__call *c) {
     return d->ctx_synchronize();
   case CA__MARK:
     return ca_marks_make(&c->where, &c->marker);
+  case CA__MARK_ON:
+    return ca_marks_make_on(&c->where, (CUstream)(uintptr_t)c->stream,
+                            &c->marker);
   case CA__POLL:
     return ca_marks_query(c->mark, &c->passed);
   case CA__WAIT:
@@ -300,6 +304,15 @@ static int ca__cuda_synchronize(void *ctx, int device) {
 
 static int ca__cuda_mark(void *ctx, int device, uint64_t *marker) {
   ca__call c = {.kind = CA__MARK};
+  CUresult r = ca__run(ctx, device, &c);
+  if (r == CUDA_SUCCESS)
+    *marker = c.marker;
+  return (int)r;
+}
+
+static int ca__cuda_mark_on(void *ctx, int device, uint64_t stream,
+                            uint64_t *marker) {
+  ca__call c = {.kind = CA__MARK_ON, .stream = stream};
   CUresult r = ca__run(ctx, device, &c);
   if (r == CUDA_SUCCESS)
     *marker = c.marker;
@@ -392,6 +405,7 @@ static const ca_backend ca__backend = {
     .release = ca__cuda_release,
     .mem_info = ca__cuda_mem_info,
     .mark = ca__cuda_mark,
+    .mark_on = ca__cuda_mark_on,
     .poll = ca__cuda_poll,
     .wait = ca__cuda_wait,
     .forget = ca__cuda_forget,

@@ -143,6 +143,31 @@ static void ca__say_out_of_memory(ca_pool *pool, uint64_t size) {
 /* ------------------------------------------------------------------------ */
 /* Pooled                                                                    */
 
+/* Serves `size` bytes from `pool`, on *stream when `stream` is not NULL
+ * (stream-ordered reuse: the frameworks' allocator slots). */
+static CUresult ca__pooled_alloc(ca_pool *pool, size_t size,
+                                 const uint64_t *stream, CUdeviceptr *dptr) {
+  uint64_t addr = 0;
+  uint32_t stack = ca__stack_here();
+#define CA__POOL_ALLOC()                                                       \
+  (stream ? ca_pool_alloc_on(pool, (uint64_t)size, stack, *stream, &addr)      \
+          : ca_pool_alloc(pool, (uint64_t)size, stack, &addr))
+  int status = CA__POOL_ALLOC();
+  /* The pool gave back its own cache before failing; under a limit, the
+   * device's other pools may hold the room. */
+  if (status == CUDA_ERROR_OUT_OF_MEMORY && ca_config_get()->memory_limit &&
+      ca__make_room(ca_pool_device(pool)))
+    status = CA__POOL_ALLOC();
+#undef CA__POOL_ALLOC
+  if (status == 0) {
+    *dptr = (CUdeviceptr)addr;
+    ca_sites_alloc(stack, (uint64_t)size);
+    ca_trace_alloc(ca_pool_device(pool), addr, (uint64_t)size, stack);
+  } else if (status == CUDA_ERROR_OUT_OF_MEMORY)
+    ca__say_out_of_memory(pool, size);
+  return (CUresult)status;
+}
+
 CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
   if (!ca__enabled())
     return CA_REAL(mem_alloc, dptr, size);
@@ -160,29 +185,16 @@ CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
     return CA_REAL(mem_alloc, dptr, size);
   if (made)
     ca_lifecycle_device_used();
-  uint64_t addr = 0;
-  uint32_t stack = ca__stack_here();
-  int status = ca_pool_alloc(pool, (uint64_t)size, stack, &addr);
-  /* The pool gave back its own cache before failing; under a limit, the
-   * device's other pools may hold the room. */
-  if (status == CUDA_ERROR_OUT_OF_MEMORY && ca_config_get()->memory_limit &&
-      ca__make_room(ca_pool_device(pool)))
-    status = ca_pool_alloc(pool, (uint64_t)size, stack, &addr);
-  if (status == 0) {
-    *dptr = (CUdeviceptr)addr;
-    ca_sites_alloc(stack, (uint64_t)size);
-    ca_trace_alloc(ca_pool_device(pool), addr, (uint64_t)size, stack);
-  } else if (status == CUDA_ERROR_OUT_OF_MEMORY)
-    ca__say_out_of_memory(pool, size);
-  return (CUresult)status;
+  return ca__pooled_alloc(pool, size, NULL, dptr);
 }
 
-/* Gives a pooled block back: whether one was live at `dptr`. Only with
- * stacks does the pool describe the block, for its site's count. */
-static bool ca__free_pooled(CUdeviceptr dptr) {
+/* Gives a pooled block back (on *stream, when named): whether one was live
+ * at `dptr`. Only with stacks does the pool describe the block, for its
+ * site's count. */
+static bool ca__free_pooled(CUdeviceptr dptr, const uint64_t *stream) {
   ca_live_block b = {.tag = 0};
   bool stacks = ca__stack_depth(ca_config_get()) > 0;
-  if (!ca_registry_free((uint64_t)dptr, stacks ? &b : NULL))
+  if (!ca_registry_free((uint64_t)dptr, stream, stacks ? &b : NULL))
     return false;
   ca_sites_free(b.tag, b.requested);
   ca_trace_free((uint64_t)dptr);
@@ -190,12 +202,8 @@ static bool ca__free_pooled(CUdeviceptr dptr) {
   return true;
 }
 
-CUresult ca_on_mem_free(CUdeviceptr dptr) {
-  /* cuMemFree(0) gets the driver's own answer, whatever it is. */
-  if (!ca__enabled() || dptr == 0)
-    return CA_REAL(mem_free, dptr);
-  if (ca__free_pooled(dptr))
-    return CUDA_SUCCESS;
+/* A free no pool answered for: the driver's. */
+static CUresult ca__free_unpooled(CUdeviceptr dptr) {
   /* A pooled block freed twice, at a segment's base: the driver would free
    * the whole segment under the pool. It answers a double free this way. */
   if (ca_registry_holds_segment((uint64_t)dptr))
@@ -203,6 +211,51 @@ CUresult ca_on_mem_free(CUdeviceptr dptr) {
   /* Not ours: pitched, managed or stream-ordered memory (cudaFree accepts
    * them all), or a bad pointer the driver will reject. */
   return CA__FREE_TRACKED(false, (uint64_t)dptr, CA_REAL(mem_free, dptr));
+}
+
+CUresult ca_on_mem_free(CUdeviceptr dptr) {
+  /* cuMemFree(0) gets the driver's own answer, whatever it is. */
+  if (!ca__enabled() || dptr == 0)
+    return CA_REAL(mem_free, dptr);
+  if (ca__free_pooled(dptr, NULL))
+    return CUDA_SUCCESS;
+  return ca__free_unpooled(dptr);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Through a framework's allocator slot                                      */
+
+CUresult ca_on_stream_alloc(CUdeviceptr *dptr, size_t size, int device,
+                            CUstream stream) {
+  if (!ca__enabled())
+    return CA_REAL(mem_alloc, dptr, size);
+  if (dptr == NULL || size == 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  bool made = false;
+  ca_pool *pool = ca_registry_current_pool(&made);
+  if (pool == NULL)
+    return CA_REAL(mem_alloc, dptr, size);
+  if (made)
+    ca_lifecycle_device_used();
+  /* The slot names the device its caller made current: a pool of another
+   * device would hand out memory the caller cannot use where it thinks. */
+  if (ca_pool_device(pool) != device) {
+    ca_log("allocation for device %d refused: the current context is "
+           "device %d's (make device %d current before allocating)",
+           device, ca_pool_device(pool), device);
+    return CUDA_ERROR_INVALID_DEVICE;
+  }
+  uint64_t s = (uint64_t)(uintptr_t)stream;
+  return ca__pooled_alloc(pool, size, &s, dptr);
+}
+
+CUresult ca_on_stream_free(CUdeviceptr dptr, CUstream stream) {
+  if (!ca__enabled() || dptr == 0)
+    return CA_REAL(mem_free, dptr);
+  uint64_t s = (uint64_t)(uintptr_t)stream;
+  if (ca__free_pooled(dptr, &s))
+    return CUDA_SUCCESS;
+  return ca__free_unpooled(dptr);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -364,7 +417,7 @@ CUresult ca_on_mem_free_async(CUdeviceptr dptr, CUstream stream, bool ptsz) {
    * queued on `stream` before the free, so it is taken back like
    * cuMemFree. (Under immediate, as documented, it is not.) */
   if (ca__enabled() && dptr != 0) {
-    if (ca__free_pooled(dptr))
+    if (ca__free_pooled(dptr, NULL))
       return CUDA_SUCCESS;
     if (ca_registry_holds_segment((uint64_t)dptr))
       return CUDA_ERROR_INVALID_VALUE; /* as in ca_on_mem_free */

@@ -19,6 +19,12 @@
 
 CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size);
 CUresult ca_on_mem_free(CUdeviceptr dptr);
+/* Through a framework's allocator slot (api.c): the stream is known, so
+ * reuse is stream-ordered (ca_pool_alloc_on). The device must be the
+ * current context's. */
+CUresult ca_on_stream_alloc(CUdeviceptr *dptr, size_t size, int device,
+                            CUstream stream);
+CUresult ca_on_stream_free(CUdeviceptr dptr, CUstream stream);
 CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes);
 CUresult ca_on_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width,
                                size_t height, unsigned int element_size);

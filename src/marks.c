@@ -253,6 +253,39 @@ CUresult ca_marks_make(ca_where *w, uint64_t *marker) {
   return ca_streams_record(w, ca__mark_recorded, marker);
 }
 
+/* A marker of one event, recorded on `stream` alone: what a block freed on
+ * that stream waits for before another stream may have it. Never on a
+ * capturing stream (the record would join the graph), nor while any
+ * capture the library saw is under way. */
+CUresult ca_marks_make_on(ca_where *w, CUstream stream, uint64_t *marker) {
+  const ca_driver_api *d = ca_driver();
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (d->event_create == NULL || d->event_record == NULL ||
+      d->event_query == NULL || d->event_synchronize == NULL)
+    return CUDA_ERROR_NOT_SUPPORTED;
+  if (ca_capture_active() ||
+      (d->stream_is_capturing != NULL &&
+       (d->stream_is_capturing(stream, &st) != CUDA_SUCCESS ||
+        st != CU_STREAM_CAPTURE_STATUS_NONE)))
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  w->primary = w->primary || ca_driver_is_primary(w->device, w->ctx);
+  ca__marks_take_lock();
+  ca__marker *m = ca__marker_open(w, 1);
+  pthread_mutex_unlock(&ca__marks_lock);
+  if (m == NULL)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult r = ca__marker_fill(d, m, 1);
+  if (r == CUDA_SUCCESS)
+    r = d->event_record(m->events[0], stream);
+  ca__marks_take_lock();
+  if (r == CUDA_SUCCESS)
+    *marker = (uint64_t)m->index + 1;
+  else
+    ca__marker_close(m, 1); /* the event may be what failed */
+  pthread_mutex_unlock(&ca__marks_lock);
+  return r;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Asking about a marker                                                     */
 

@@ -24,6 +24,12 @@
  * Refused during a capture (ca_streams_record). */
 CUresult ca_marks_make(ca_where *w, uint64_t *marker);
 
+/* Makes a marker of one event recorded on `stream` (in w's context,
+ * current) and stores its handle: it passes once the work queued on that
+ * stream so far has. Refused while the stream, or a capture the library
+ * saw, is capturing. */
+CUresult ca_marks_make_on(ca_where *w, CUstream stream, uint64_t *marker);
+
 /* A marker as poll and wait read it: its events stay put until it is
  * forgotten. */
 typedef struct ca_mark {

@@ -270,12 +270,14 @@ static bool ca__any_pool(bool (*ask)(ca_pool *, uint64_t), uint64_t addr) {
   return false;
 }
 
-bool ca_registry_free(uint64_t addr, ca_live_block *freed) {
+bool ca_registry_free(uint64_t addr, const uint64_t *stream,
+                      ca_live_block *freed) {
   int n = atomic_load_explicit(&ca__nslots, memory_order_acquire);
   for (int i = 0; i < n; i++) {
     ca_pool *pool = atomic_load_explicit(&ca__slots[i].pool,
                                          memory_order_acquire);
-    if (pool && ca_pool_free(pool, addr, freed))
+    if (pool && (stream ? ca_pool_free_on(pool, addr, *stream, freed)
+                        : ca_pool_free(pool, addr, freed)))
       return true;
   }
   return false;

@@ -62,10 +62,12 @@ void ca_registry_survived(ca_pool *pool);
 void ca_registry_buried(void *ctx, ca_pool *pool);
 
 /* Gives `addr` back to whichever pool handed it out, describing the block
- * in *freed (ca_pool_free). Returns false when no pool owns it. Makes no
- * driver call: asking the driver for the current context would cost more
- * than asking each pool in use. */
-bool ca_registry_free(uint64_t addr, ca_live_block *freed);
+ * in *freed (ca_pool_free); freed on *stream when `stream` is not NULL
+ * (ca_pool_free_on). Returns false when no pool owns it. Makes no driver
+ * call: asking the driver for the current context would cost more than
+ * asking each pool in use. */
+bool ca_registry_free(uint64_t addr, const uint64_t *stream,
+                      ca_live_block *freed);
 
 /* Whether any pool holds a segment based at `addr` (ca_pool_holds_segment). */
 bool ca_registry_holds_segment(uint64_t addr);

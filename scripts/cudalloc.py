@@ -15,16 +15,30 @@ unconditionally:
     cudalloc.report()              # the live device allocations, now
     print(cudalloc.stats(0))       # device 0's pool statistics, a dict
 
+Or, without preloading anything, plug the library into a framework's own
+allocator slot, first thing, before the framework allocates device memory:
+
+    cudalloc.torch.use()    # PyTorch's CUDAPluggableAllocator
+    cudalloc.cupy.use()     # CuPy's set_allocator
+
+Both hand each allocation's stream to the library, which then reuses freed
+blocks in stream order without fences (docs/COMPATIBILITY.md says what of
+PyTorch works through the slot). The library is CUDALLOC_LIBRARY, else the
+preloaded one, else the one installed beside this file (../../../lib) or
+the source tree's build/.
+
 `python3 -m cudalloc` (with scripts/ on PYTHONPATH, or from scripts/) says
 whether the library is loaded in that interpreter and which version.
 Standard library only; Python 3.6 and later.
 """
 
 import ctypes
+import os
 import sys
 
 __all__ = ["loaded", "version", "stats", "report", "print_stats", "mark",
-           "empty_cache", "CudallocDeviceStats"]
+           "empty_cache", "library_path", "torch", "cupy",
+           "CudallocDeviceStats"]
 
 
 class CudallocStat(ctypes.Structure):
@@ -62,12 +76,120 @@ class CudallocDeviceStats(ctypes.Structure):
     ]
 
 
+# The library as loaded for a framework's slot (RTLD_LOCAL, as the
+# frameworks load it: its functions are not among the process's symbols).
+_plugged = None
+
+
 def _function(name, restype, argtypes):
     """The library's function `name`, or None when it is not loaded."""
-    fn = getattr(ctypes.CDLL(None), name, None)  # preloads included
+    fn = getattr(_plugged, name, None) if _plugged else None
+    if fn is None:
+        fn = getattr(ctypes.CDLL(None), name, None)  # preloads included
     if fn is not None:
         fn.restype, fn.argtypes = restype, argtypes
     return fn
+
+
+def _preloaded_path():
+    """The path of a libcudalloc.so mapped into this process, or None."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split(None, 5)[-1].strip()
+                if os.path.basename(path).startswith("libcudalloc.so"):
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+def library_path():
+    """The libcudalloc.so a framework's slot loads: CUDALLOC_LIBRARY, else
+    the one already in the process, else the one installed beside this file
+    (P/share/cudalloc/python -> P/lib), else the source tree's build/."""
+    env = os.environ.get("CUDALLOC_LIBRARY")
+    if env:
+        return env
+    found = _preloaded_path()
+    if found:
+        return found
+    here = os.path.dirname(os.path.abspath(__file__))
+    for rel in ("../../../lib", "../../../lib64", "../build"):
+        path = os.path.normpath(os.path.join(here, rel, "libcudalloc.so"))
+        if os.path.exists(path):
+            return path
+    raise FileNotFoundError("libcudalloc.so not found beside %s; set CUDALLOC_LIBRARY" % here)
+
+
+def _plug(path):
+    """Loads the library for a slot (once); its path."""
+    global _plugged
+    path = path or library_path()
+    if _plugged is None:
+        _plugged = ctypes.CDLL(path)
+    return path
+
+
+class _Torch(object):
+    """PyTorch's allocator slot (torch.cuda.memory.CUDAPluggableAllocator)."""
+
+    @staticmethod
+    def use(path=None):
+        """Makes the library PyTorch's CUDA allocator: PyTorch hands it each
+        tensor's size, device and stream. Call it before PyTorch allocates
+        device memory (PyTorch refuses to swap an allocator in use). Returns
+        the CUDAPluggableAllocator."""
+        import torch as _torch
+        path = _plug(path)
+        alloc = _torch.cuda.memory.CUDAPluggableAllocator(
+            path, "cudalloc_stream_malloc", "cudalloc_stream_free")
+        _torch.cuda.memory.change_current_allocator(alloc)
+        return alloc
+
+
+class _Freeing(object):
+    """Owns one block handed to CuPy: gives it back on CuPy's release."""
+
+    def __init__(self, free, ptr, size, device, stream):
+        self._args = (free, ptr, size, device, stream)
+
+    def __del__(self):
+        free, ptr, size, device, stream = self._args
+        free(ptr, size, device, stream)
+
+
+class _Cupy(object):
+    """CuPy's allocator slot (cupy.cuda.set_allocator)."""
+
+    @staticmethod
+    def use(path=None):
+        """Makes the library CuPy's allocator, with CuPy's current stream at
+        each allocation (its C-function slot carries none). Returns the
+        allocator function."""
+        import cupy as _cupy
+        _plug(path)
+        vp, size_t, c_int = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
+        malloc = _function("cudalloc_stream_malloc", vp, [size_t, c_int, vp])
+        free = _function("cudalloc_stream_free", None, [vp, size_t, c_int, vp])
+        memory = _cupy.cuda.memory
+
+        def allocate(size):
+            device = _cupy.cuda.Device().id
+            stream = _cupy.cuda.get_current_stream().ptr
+            ptr = malloc(size, device, stream) if size else None
+            if size and not ptr:
+                raise memory.OutOfMemoryError(size, 0)
+            owner = _Freeing(free, ptr, size, device, stream) if ptr else None
+            return memory.MemoryPointer(
+                memory.UnownedMemory(ptr or 0, size, owner, device), 0)
+
+        _cupy.cuda.set_allocator(allocate)
+        return allocate
+
+
+torch = _Torch()
+cupy = _Cupy()
 
 
 def loaded():

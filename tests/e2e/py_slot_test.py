@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""py_slot_test.py [CHECK...]: the Python helper's framework plug-ins,
+cudalloc.torch.use() and cudalloc.cupy.use(), in front of the mock driver,
+with the library loaded only through them (nothing preloaded).
+
+No GPU and neither framework here: each check puts a stand-in package on
+the path that does what the framework does with the slot (PyTorch's
+CUDAPluggableAllocator loads the .so with ctypes and calls the two named
+functions with size, device and stream; CuPy calls the allocator function
+and drops the memory's owner when it frees). Checked: the slot is the
+library's pair, a block freed on a stream comes back on that stream at
+once, another stream gets other memory while the first has the block, the
+library's API (loaded, stats, report) reaches the plugged library, and the
+block left unfreed is reported (at exit under PyTorch's stand-in; CuPy's
+frees its blocks as Python exits, so report() lists the live one).
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+from leak_report_test import MOCK_DIR, PRELOAD, CheckFailed, expect, main
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPTS = os.path.join(HERE, "..", "..", "scripts")
+
+TORCH_STANDIN = r'''
+import ctypes, types
+calls = []
+class CUDAPluggableAllocator(object):
+    def __init__(self, path, alloc_name, free_name):
+        lib = ctypes.CDLL(path)
+        self.alloc = getattr(lib, alloc_name)
+        self.alloc.restype = ctypes.c_void_p
+        self.alloc.argtypes = [ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+        self.free = getattr(lib, free_name)
+        self.free.restype = None
+        self.free.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+        calls.append(("allocator", path, alloc_name, free_name))
+def change_current_allocator(a):
+    calls.append(("current", a))
+cuda = types.SimpleNamespace(memory=types.SimpleNamespace(
+    CUDAPluggableAllocator=CUDAPluggableAllocator,
+    change_current_allocator=change_current_allocator))
+'''
+
+CUPY_STANDIN = r'''
+import types
+state = {"stream": 0, "allocator": None}
+class OutOfMemoryError(Exception):
+    pass
+class UnownedMemory(object):
+    def __init__(self, ptr, size, owner, device_id):
+        self.ptr, self.size, self.owner, self.device_id = ptr, size, owner, device_id
+class MemoryPointer(object):
+    def __init__(self, mem, offset):
+        self.mem, self.ptr = mem, mem.ptr + offset
+class Device(object):
+    id = 0
+class Stream(object):
+    @property
+    def ptr(self):
+        return state["stream"]
+def get_current_stream():
+    return Stream()
+def set_allocator(fn):
+    state["allocator"] = fn
+cuda = types.SimpleNamespace(Device=Device, get_current_stream=get_current_stream,
+    set_allocator=set_allocator, memory=types.SimpleNamespace(
+        OutOfMemoryError=OutOfMemoryError, UnownedMemory=UnownedMemory,
+        MemoryPointer=MemoryPointer))
+'''
+
+# A context and two streams of the mock, as the framework would have.
+PROLOGUE = r'''
+import ctypes, gc, sys
+sys.path.insert(0, sys.argv[1])
+import cudalloc
+cuda = ctypes.CDLL("libcuda.so.1")
+dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+assert cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0
+assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0
+assert cuda.cuCtxSetCurrent(ctx) == 0
+s1, s2 = ctypes.c_void_p(), ctypes.c_void_p()
+assert cuda.cuStreamCreate(ctypes.byref(s1), 0) == 0
+assert cuda.cuStreamCreate(ctypes.byref(s2), 0) == 0
+print("loaded_before=%d" % cudalloc.loaded())
+'''
+
+TORCH_PROGRAM = PROLOGUE + r'''
+import torch
+a = cudalloc.torch.use()
+print("slot=%s,%s" % (torch.calls[0][2], torch.calls[0][3]))
+print("current=%d" % (torch.calls[1][1] is a))
+p = a.alloc(1 << 20, 0, s1)
+q = a.alloc(1 << 20, 0, s2)  # holds the rest of the segment
+a.free(p, 1 << 20, 0, s1)
+r = a.alloc(1 << 20, 0, s1)
+print("same_stream=%d" % (r == p))
+print("loaded=%d allocs=%d" % (cudalloc.loaded(), cudalloc.stats(0)["allocs"]))
+a.free(q, 1 << 20, 0, s2)  # r stays: reported at exit
+'''
+
+CUPY_PROGRAM = PROLOGUE + r'''
+import cupy
+cupy.state["stream"] = s1.value
+fn = cudalloc.cupy.use()
+print("installed=%d" % (cupy.state["allocator"] is fn))
+p = fn(1 << 20)
+q_holder = fn(1 << 20)
+first = p.ptr
+del p
+gc.collect()
+r = fn(1 << 20)
+print("same_stream=%d" % (r.ptr == first))
+cupy.state["stream"] = s2.value
+other = fn(64 << 10)
+print("other_stream_ok=%d" % (other.ptr != 0))
+print("loaded=%d allocs=%d" % (cudalloc.loaded(), cudalloc.stats(0)["allocs"]))
+del q_holder, other
+gc.collect()
+print("reported=%d" % cudalloc.report())  # r is live: listed
+'''
+
+
+def run_program(tmp, name, standin, program):
+    pkg = os.path.join(tmp, name)
+    os.makedirs(pkg, exist_ok=True)
+    with open(os.path.join(pkg, "__init__.py"), "w") as f:
+        f.write(standin)
+    parts = PRELOAD.split(":")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("E2E_")}
+    env.update(LD_LIBRARY_PATH=MOCK_DIR, CUDALLOC_LIBRARY=parts[-1],
+               CUDALLOC_CONF="leak_scan:0", PYTHONPATH=tmp,
+               PYTHONDONTWRITEBYTECODE="1", ASAN_OPTIONS="detect_leaks=0")
+    env.pop("LD_PRELOAD", None)
+    if len(parts) > 1:  # a sanitizer's runtime must still come first
+        env["LD_PRELOAD"] = ":".join(parts[:-1])
+    proc = subprocess.run([sys.executable, "-c", program, SCRIPTS], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+    class R:
+        pass
+    r = R()
+    r.rc, r.out, r.err = proc.returncode, proc.stdout, proc.stderr
+    r.kv = dict(l.split("=", 1) for l in r.out.splitlines() if "=" in l)
+    r.describe = lambda: "  exit status %d\n  --- stdout\n%s\n  --- stderr\n%s" % (
+        r.rc, r.out, r.err[-3000:])
+    if r.rc != 0:
+        raise CheckFailed("exit status %d" % r.rc, [r])
+    return r
+
+
+def common(r):
+    expect(r.kv.get("loaded_before") == "0", "the library was in the process before use()", r)
+    expect(r.kv.get("same_stream") == "1", "a block freed on a stream did not come back on it", r)
+    expect(r.kv.get("loaded", "").startswith("1 allocs="), "the helper's API missed the plugged library", r)
+
+
+def check_torch(tmp):
+    """cudalloc.torch.use(): PyTorch's slot holds the library's pair."""
+    r = run_program(tmp, "torch", TORCH_STANDIN, TORCH_PROGRAM)
+    expect(r.kv.get("slot") == "cudalloc_stream_malloc,cudalloc_stream_free",
+           "the slot names %s" % r.kv.get("slot"), r)
+    expect(r.kv.get("current") == "1", "change_current_allocator was not called with it", r)
+    common(r)
+    expect("SUMMARY: 1048576 bytes leaked in 1 allocations" in r.err,
+           "the block left unfreed is not in the report at exit", r)
+    return "slot %s, same-stream reuse, reported at exit" % r.kv["slot"]
+
+
+def check_cupy(tmp):
+    """cudalloc.cupy.use(): CuPy's allocator, its current stream each time."""
+    r = run_program(tmp, "cupy", CUPY_STANDIN, CUPY_PROGRAM)
+    expect(r.kv.get("installed") == "1", "set_allocator was not given the allocator", r)
+    expect(r.kv.get("other_stream_ok") == "1", "an allocation on a second stream failed", r)
+    common(r)
+    expect(r.kv.get("reported") == "1" and re.search(
+        r"^cudalloc: 1048576 bytes [a-z ]+ in 1 allocation", r.err, re.M),
+        "cudalloc.report() did not list the live block", r)
+    return "allocator installed, same-stream reuse, the live block in report()"
+
+
+CHECKS = {"torch": check_torch, "cupy": check_cupy}
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv, CHECKS, "py_slot"))

@@ -168,6 +168,16 @@ static CUresult ca__pooled_alloc(ca_pool *pool, size_t size,
   return (CUresult)status;
 }
 
+/* The current context's pool, made on its first use (which tells the
+ * lifecycle the process uses device memory); NULL without a context. */
+static ca_pool *ca__current_pool(void) {
+  bool made = false;
+  ca_pool *pool = ca_registry_current_pool(&made);
+  if (made)
+    ca_lifecycle_device_used();
+  return pool;
+}
+
 CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
   if (!ca__enabled())
     return CA_REAL(mem_alloc, dptr, size);
@@ -179,12 +189,9 @@ CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
     return CA_REAL(mem_alloc, dptr, size);
   /* Without a pool (no current context, say) the driver knows the right
    * error; let it say so. */
-  bool made = false;
-  ca_pool *pool = ca_registry_current_pool(&made);
+  ca_pool *pool = ca__current_pool();
   if (pool == NULL)
     return CA_REAL(mem_alloc, dptr, size);
-  if (made)
-    ca_lifecycle_device_used();
   return ca__pooled_alloc(pool, size, NULL, dptr);
 }
 
@@ -231,12 +238,9 @@ CUresult ca_on_stream_alloc(CUdeviceptr *dptr, size_t size, int device,
     return CA_REAL(mem_alloc, dptr, size);
   if (dptr == NULL || size == 0)
     return CUDA_ERROR_INVALID_VALUE;
-  bool made = false;
-  ca_pool *pool = ca_registry_current_pool(&made);
+  ca_pool *pool = ca__current_pool();
   if (pool == NULL)
     return CA_REAL(mem_alloc, dptr, size);
-  if (made)
-    ca_lifecycle_device_used();
   /* The slot names the device its caller made current: a pool of another
    * device would hand out memory the caller cannot use where it thinks. */
   if (ca_pool_device(pool) != device) {

@@ -186,31 +186,6 @@ ca__give_out(ca__arena *p, ca__block *b, uint64_t size, uint32_t tag,
   ca_lock_release(&p->lock);
 }
 
-int ca_pool_alloc(ca_pool *pool, uint64_t size, uint32_t tag, uint64_t *addr) {
-  if (size > CA__MAX_REQUEST)
-    return pool->backend->oom_code;
-  uint64_t rounded = ca__round_up(size ? size : 1, CA_GRANULE);
-  ca__arena *p = ca__enter(pool);
-  ca__block *b = ca__quick_take(p, rounded);
-  if (b) {
-    p->stats.cache_hits++;
-    b->state = CA__LIVE;
-  } else {
-    int rc = ca__obtain(p, rounded, &b);
-    if (rc == p->backend->oom_code) {
-      p = ca__obtain_elsewhere(p, rounded, &b);
-      rc = b ? 0 : rc;
-    }
-    if (rc != 0) {
-      p->stats.failed_allocs++;
-      ca_lock_release(&p->lock);
-      return rc;
-    }
-  }
-  ca__give_out(p, b, size, tag, addr);
-  return 0;
-}
-
 /* A cached block for a request that names its stream: what has passed
  * comes back without a fence; on a miss the lanes close (their markers
  * are recorded on their own streams) before the pool grows, which waits
@@ -247,19 +222,28 @@ static int ca__obtain_on(ca__arena *p, uint64_t size, ca__block **out) {
   return rc;
 }
 
-int ca_pool_alloc_on(ca_pool *pool, uint64_t size, uint32_t tag,
-                     uint64_t stream, uint64_t *addr) {
+/* Both ways in, the plain one and the one that names a stream (NULL:
+ * plain), inlined into each with `stream` known. */
+static inline __attribute__((always_inline)) int
+ca__alloc(ca_pool *pool, uint64_t size, uint32_t tag, const uint64_t *stream,
+          uint64_t *addr) {
   if (size > CA__MAX_REQUEST)
     return pool->backend->oom_code;
   uint64_t rounded = ca__round_up(size ? size : 1, CA_GRANULE);
   ca__arena *p = ca__enter(pool);
-  ca__lane *l = ca__lane_of(p, stream, false);
-  ca__block *b = l ? ca__lane_take(p, l, rounded) : NULL;
+  ca__block *b;
+  if (stream) {
+    ca__lane *l = ca__lane_of(p, *stream, false);
+    b = l ? ca__lane_take(p, l, rounded) : NULL;
+  } else {
+    b = ca__quick_take(p, rounded);
+  }
   if (b) {
     p->stats.cache_hits++;
     b->state = CA__LIVE;
   } else {
-    int rc = ca__obtain_on(p, rounded, &b);
+    int rc = stream ? ca__obtain_on(p, rounded, &b)
+                    : ca__obtain(p, rounded, &b);
     if (rc == p->backend->oom_code) {
       p = ca__obtain_elsewhere(p, rounded, &b);
       rc = b ? 0 : rc;
@@ -272,6 +256,15 @@ int ca_pool_alloc_on(ca_pool *pool, uint64_t size, uint32_t tag,
   }
   ca__give_out(p, b, size, tag, addr);
   return 0;
+}
+
+int ca_pool_alloc(ca_pool *pool, uint64_t size, uint32_t tag, uint64_t *addr) {
+  return ca__alloc(pool, size, tag, NULL, addr);
+}
+
+int ca_pool_alloc_on(ca_pool *pool, uint64_t size, uint32_t tag,
+                     uint64_t stream, uint64_t *addr) {
+  return ca__alloc(pool, size, tag, &stream, addr);
 }
 
 static ca__block *ca__live_find(ca__arena *p, uint64_t addr) {

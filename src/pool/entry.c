@@ -322,11 +322,13 @@ static void ca__describe(const ca__arena *p, const ca__block *b,
                  (out->page && b->addr % out->page == 0);
 }
 
-/* A block freed on `stream`: into its lane, or, with no lane to be had,
- * among the ordinary pending frees (a fence or a marker over every stream
- * covers it too). */
+/* A block freed on `stream`: into its lane, or, with no lane to be had
+ * (or no markers to close one with), among the ordinary pending frees (a
+ * fence or a marker over every stream covers it too). */
 static void ca__retire_on(ca__arena *p, ca__block *b, uint64_t stream) {
-  ca__lane *l = b->keep_out ? NULL : ca__lane_of(p, stream, true);
+  ca__lane *l = b->keep_out || !p->backend->mark
+                    ? NULL
+                    : ca__lane_of(p, stream, true);
   if (l)
     ca__lane_push(p, l, b);
   else

@@ -143,22 +143,25 @@ static void ca__say_out_of_memory(ca_pool *pool, uint64_t size) {
 /* ------------------------------------------------------------------------ */
 /* Pooled                                                                    */
 
+/* One request of the pool, on *stream when `stream` is not NULL. */
+static int ca__ask_pool(ca_pool *pool, uint64_t size, uint32_t stack,
+                        const uint64_t *stream, uint64_t *addr) {
+  return stream ? ca_pool_alloc_on(pool, size, stack, *stream, addr)
+                : ca_pool_alloc(pool, size, stack, addr);
+}
+
 /* Serves `size` bytes from `pool`, on *stream when `stream` is not NULL
  * (stream-ordered reuse: the frameworks' allocator slots). */
 static CUresult ca__pooled_alloc(ca_pool *pool, size_t size,
                                  const uint64_t *stream, CUdeviceptr *dptr) {
   uint64_t addr = 0;
   uint32_t stack = ca__stack_here();
-#define CA__POOL_ALLOC()                                                       \
-  (stream ? ca_pool_alloc_on(pool, (uint64_t)size, stack, *stream, &addr)      \
-          : ca_pool_alloc(pool, (uint64_t)size, stack, &addr))
-  int status = CA__POOL_ALLOC();
+  int status = ca__ask_pool(pool, (uint64_t)size, stack, stream, &addr);
   /* The pool gave back its own cache before failing; under a limit, the
    * device's other pools may hold the room. */
   if (status == CUDA_ERROR_OUT_OF_MEMORY && ca_config_get()->memory_limit &&
       ca__make_room(ca_pool_device(pool)))
-    status = CA__POOL_ALLOC();
-#undef CA__POOL_ALLOC
+    status = ca__ask_pool(pool, (uint64_t)size, stack, stream, &addr);
   if (status == 0) {
     *dptr = (CUdeviceptr)addr;
     ca_sites_alloc(stack, (uint64_t)size);

@@ -10,7 +10,9 @@ losses plain and under cudalloc mean the same computation):
 Run it as is, with PYTORCH_NO_CUDA_MEMORY_CACHING=1 for a cudaMalloc per
 tensor, and that under LD_PRELOAD=libcudalloc.so.
 
-Usage: gpt2_step.py [--steps 15] [--warmup 3] [--batch 8] [--seq 512]
+--slot plugs cudalloc into PyTorch's allocator slot first (cudalloc.torch.use()).
+
+Usage: gpt2_step.py [--steps 15] [--warmup 3] [--batch 8] [--seq 512] [--slot]
 """
 
 import argparse
@@ -25,8 +27,15 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--slot", action="store_true")
     args = ap.parse_args()
     import torch
+    if args.slot:
+        import os
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                        "..", "..", "scripts"))
+        import cudalloc
+        cudalloc.torch.use()
     try:
         from transformers import GPT2Config, GPT2LMHeadModel
     except ImportError as e:

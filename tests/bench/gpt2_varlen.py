@@ -21,8 +21,12 @@ and ends the run: the largest size that ran is the figure to compare under a
 fixed limit. --limit-gib sets PyTorch's per-process memory fraction (for
 PyTorch's own allocators; cudalloc's limit is memory_limit_mb).
 
+--slot plugs cudalloc into PyTorch's allocator slot first (cudalloc.torch.use();
+its limit is then memory_limit_mb: PyTorch's memory fraction does not reach a
+pluggable allocator).
+
 Usage: gpt2_varlen.py [--batches 8] [--train 16] [--gen 2] [--tokens 128]
-                      [--seed 0] [--limit-gib 0] [--layers 12]
+                      [--seed 0] [--limit-gib 0] [--layers 12] [--slot]
 """
 
 import argparse
@@ -82,8 +86,11 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--limit-gib", type=float, default=0)
     ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--slot", action="store_true")
     args = ap.parse_args()
     import torch
+    if args.slot:
+        cudalloc.torch.use()
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(args.seed)
     dev = torch.device("cuda:0")

@@ -22,8 +22,11 @@ and, under PyTorch's own caching allocator, what it reserved and allocated
 at its peak (torch.cuda.max_memory_reserved/allocated), then exits 0; 1 on an
 error (a missing torchvision included).
 
+--slot plugs cudalloc into PyTorch's allocator slot first
+(cudalloc.torch.use(): nothing preloaded, PyTorch's cache replaced).
+
 Usage: resnet_step.py [--model resnet50|resnet152] [--amp none|bf16]
-                      [--steps 20] [--warmup 5] [--batch 64]
+                      [--steps 20] [--warmup 5] [--batch 64] [--slot]
 """
 
 import argparse
@@ -49,9 +52,19 @@ def nvml_device(index):
         return None
 
 
+def plug_slot():
+    """cudalloc in PyTorch's allocator slot, before any tensor is made."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                    "..", "..", "scripts"))
+    import cudalloc
+    cudalloc.torch.use()
+
+
 def train_steps(args):
     import torch
     import torch.nn as nn
+    if args.slot:
+        plug_slot()
     try:
         import torchvision
     except ImportError as e:
@@ -112,15 +125,17 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--slot", action="store_true")
     args = ap.parse_args()
     if args.steps < 1 or args.warmup < 0 or args.batch < 1:
         sys.exit("resnet_step: bad arguments")
     times, peak, version, torch_peaks = train_steps(args)
     print("resnet_step: torch %s, %s, %s, batch %d, "
-          "PYTORCH_NO_CUDA_MEMORY_CACHING=%s, PYTORCH_CUDA_ALLOC_CONF=%s"
+          "PYTORCH_NO_CUDA_MEMORY_CACHING=%s, PYTORCH_CUDA_ALLOC_CONF=%s%s"
           % (version, args.model, args.amp, args.batch,
              os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", ""),
-             os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")))
+             os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+             ", cudalloc in the allocator slot" if args.slot else ""))
     print("resnet_step: %.2f ms (median of %d steps, min %.2f, max %.2f)"
           % (statistics.median(times), len(times), min(times), max(times)))
     print("resnet_step: peak in use %.2f GiB (%s)"

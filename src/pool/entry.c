@@ -106,22 +106,6 @@ static ca__block *ca__find_cached(ca__arena *p, uint64_t size) {
   return b;
 }
 
-/* Finds or makes a free block of at least `size` bytes, out of every index. */
-static int ca__obtain(ca__arena *p, uint64_t size, ca__block **out) {
-  ca__block *b = ca__find_cached(p, size);
-  if (b) {
-    p->stats.cache_hits++;
-    ca__block_take(p, b, size);
-    *out = b;
-    return 0;
-  }
-  int rc = ca__grow(p, size, &b);
-  if (rc == 0) {
-    ca__block_take(p, b, size);
-    *out = b;
-  }
-  return rc;
-}
 
 /* For a request that p could not serve even after every arena gave back
  * what it could: a block from another arena's cache. A nearly full device
@@ -190,7 +174,7 @@ ca__give_out(ca__arena *p, ca__block *b, uint64_t size, uint32_t tag,
  * comes back without a fence; on a miss the lanes close (their markers
  * are recorded on their own streams) before the pool grows, which waits
  * for pending blocks first. */
-static int ca__obtain_on(ca__arena *p, uint64_t size, ca__block **out) {
+static ca__block *ca__find_cached_on(ca__arena *p, uint64_t size) {
   ca__heap *h = ca__heap_for(p, size);
   ca__block *b = ca__find(p, size);
   if (!b && h->quick_fl_bitmap) {
@@ -208,6 +192,15 @@ static int ca__obtain_on(ca__arena *p, uint64_t size, ca__block **out) {
       b = ca__find(p, size);
     }
   }
+  return b;
+}
+
+/* Finds or makes a free block of at least `size` bytes, out of every index
+ * (`ordered`: for a request that names its stream). */
+static inline __attribute__((always_inline)) int
+ca__obtain(ca__arena *p, uint64_t size, bool ordered, ca__block **out) {
+  ca__block *b = ordered ? ca__find_cached_on(p, size)
+                         : ca__find_cached(p, size);
   if (b) {
     p->stats.cache_hits++;
     ca__block_take(p, b, size);
@@ -242,8 +235,7 @@ ca__alloc(ca_pool *pool, uint64_t size, uint32_t tag, const uint64_t *stream,
     p->stats.cache_hits++;
     b->state = CA__LIVE;
   } else {
-    int rc = stream ? ca__obtain_on(p, rounded, &b)
-                    : ca__obtain(p, rounded, &b);
+    int rc = ca__obtain(p, rounded, stream != NULL, &b);
     if (rc == p->backend->oom_code) {
       p = ca__obtain_elsewhere(p, rounded, &b);
       rc = b ? 0 : rc;

@@ -13,6 +13,9 @@
  *     back);
  *  4. a device that is not the current context's is refused with one line;
  *  5. the pool's statistics count the slot's blocks;
+ *  6. with E2E_SLOT_LIMIT (CUDALLOC_CONF=memory_limit_mb:8), the limit
+ *     holds through the slot: a second 6 MiB block is refused (NULL) until
+ *     the first is freed;
  * and leaves one block unfreed, which the leak report at exit must list
  * (the checker, through ctest's PASS_REGULAR_EXPRESSION). Last line of its
  * own: PASS or FAIL.
@@ -75,6 +78,18 @@ int main(int argc, char **argv) {
   CHECK(cuStreamCreate(&a, 0));
   CHECK(cuStreamCreate(&b, 0));
 
+  if (getenv("E2E_SLOT_LIMIT")) {
+    void *x = sm(6 * MiB, 0, a), *y = sm(6 * MiB, 0, a);
+    if (!x || y)
+      FAIL("under an 8 MiB limit: first 6 MiB %p, second %p (want a block, then NULL)", x, y);
+    sf(x, 6 * MiB, 0, a);
+    y = sm(6 * MiB, 0, b);
+    if (!y)
+      FAIL("the second 6 MiB was refused after the first was freed");
+    sf(y, 6 * MiB, 0, b);
+    printf("%s " E2E_NAME " (limit)\n", failures ? "FAIL" : "PASS");
+    return failures ? 1 : 0;
+  }
   void *p = sm(MiB, 0, a);
   if (!p)
     FAIL("cudalloc_stream_malloc(1 MiB) on stream A returned NULL");

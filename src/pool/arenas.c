@@ -7,21 +7,21 @@
 /* ---- Arenas --------------------------------------------------------------- */
 
 /* Whether the pool's large heap should grow by mapping pages. */
-static bool ca__wants_ranges(const ca_pool_options *opt,
-                             const ca_backend *be) {
-  return opt->expandable && be->page && be->va_reserve && be->va_release &&
-         be->map && be->unmap && be->synchronize;
+static bool ca__wants_ranges(ca_pool *pool) {
+  const ca_backend *be = pool->backend;
+  return pool->opt.expandable && be->page && be->va_reserve &&
+         be->va_release && be->map && be->unmap && be->synchronize &&
+         !atomic_load_explicit(&pool->ranges_off, memory_order_relaxed);
 }
 
-static void ca__heap_init(ca__heap *h, int large, const ca_pool_options *opt,
-                          const ca_backend *be) {
+static void ca__heap_init(ca__heap *h, int large, ca_pool *pool) {
   memset(h, 0, sizeof(*h));
   h->large = large;
-  h->expandable = large && ca__wants_ranges(opt, be);
+  h->expandable = large && ca__wants_ranges(pool);
   /* Small blocks are never large enough to be kept whole; an expandable
    * heap splits any block and gives its free pages back instead. */
   h->oversize_from =
-      large && !h->expandable ? opt->max_split_size : UINT64_MAX;
+      large && !h->expandable ? pool->opt.max_split_size : UINT64_MAX;
 }
 
 static int ca__live_init(ca__arena *p) {
@@ -43,8 +43,8 @@ static ca__arena *ca__arena_new(ca_pool *pool, unsigned index) {
   p->backend = pool->backend;
   p->device = pool->device;
   p->opt = pool->opt;
-  ca__heap_init(&p->small, 0, &p->opt, p->backend);
-  ca__heap_init(&p->large, 1, &p->opt, p->backend);
+  ca__heap_init(&p->small, 0, pool);
+  ca__heap_init(&p->large, 1, pool);
   p->block_slab.obj_size = sizeof(ca__block);
   p->segment_slab.obj_size = sizeof(ca__segment);
   p->batch_slab.obj_size = sizeof(ca__batch);
@@ -73,10 +73,8 @@ static void ca__forget_all(ca__arena *p, int release) {
     ca__segment_put(p, s);
   }
   HASH_CLEAR(hh, p->live);
-  bool expandable = p->large.expandable;
-  ca__heap_init(&p->small, 0, &p->opt, p->backend);
-  ca__heap_init(&p->large, 1, &p->opt, p->backend);
-  p->large.expandable = expandable; /* off stays off: said once */
+  ca__heap_init(&p->small, 0, p->pool);
+  ca__heap_init(&p->large, 1, p->pool);
   p->nexpandable = 0;
   p->lru_head = p->lru_tail = NULL;
   while (p->batch_head) {

@@ -321,7 +321,6 @@ static uint64_t ca__heap_free_pages(const ca__arena *p, const ca__heap *h) {
   return bytes;
 }
 
-
 /* ---- Mapping pages for a request ---------------------------------------- */
 
 /* Where heap h serves `size` bytes by mapping the fewest new bytes: the
@@ -436,10 +435,13 @@ static int ca__expand_once(ca__arena *p, ca__heap *h, uint64_t size,
   return ca__map_at(p, u, bytes, out);
 }
 
-/* Says once that the heap gave up its ranges, and why. */
+/* Turns ranges off for the heap and every arena made later, saying once
+ * per pool why. */
 static void ca__expandable_off(ca__arena *p, ca__heap *h, int rc) {
   h->expandable = false;
-  if (p->opt.warn) {
+  if (!atomic_exchange_explicit(&p->pool->ranges_off, true,
+                                memory_order_relaxed) &&
+      p->opt.warn) {
     char line[256];
     snprintf(line, sizeof(line),
              "device %d: expandable_segments:1 is off: the driver refused "

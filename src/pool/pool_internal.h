@@ -219,6 +219,9 @@ struct ca_pool {
   ca_budget *budget; /* the device's (options), or `unlimited` */
   ca_budget unlimited;
   _Atomic uint64_t seq; /* allocation numbers handed to the arenas so far */
+  /* The backend refused address ranges (expandable.c): no arena, made now
+   * or later, tries them again, and the refusal is said once. */
+  atomic_bool ranges_off;
 };
 
 /* Arena `index` of the pool, or NULL when not made yet. */

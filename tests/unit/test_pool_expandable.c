@@ -310,6 +310,24 @@ static void reserves_a_smaller_range_when_refused(void **state) {
   ranges_free(fx);
 }
 
+/* Said once per pool, not once per arena: an arena made after the
+ * refusal does not try ranges again. */
+static void a_refusal_holds_for_every_arena(void **state) {
+  (void)state;
+  fixture *fx = ranges_fixture(1024 * MiB, expandable_options());
+  fx->fake.fail_maps = 2;
+  fx->fake.fail_code = 801; /* CUDA_ERROR_NOT_SUPPORTED */
+  ca_pool_set_thread_arena(0);
+  must_alloc(fx, 10 * MiB);
+  ca_pool_set_thread_arena(1);
+  fx->fake.fail_maps = 2;
+  must_alloc(fx, 10 * MiB);
+  ca_pool_set_thread_arena(0);
+  assert_int_equal(warnings, 1);
+  assert_int_equal(fx->fake.va_reserves, 2);
+  ranges_free(fx);
+}
+
 /* No unmapping while the device may not be waited for (a capture): the
  * pages stay, nothing breaks. */
 static void keeps_pages_while_the_device_may_not_be_waited_for(void **state) {
@@ -401,6 +419,7 @@ int main(void) {
       cmocka_unit_test(uses_a_plain_segment_while_mapping_is_refused),
       cmocka_unit_test(falls_back_to_plain_segments_saying_so_once),
       cmocka_unit_test(reserves_a_smaller_range_when_refused),
+      cmocka_unit_test(a_refusal_holds_for_every_arena),
       cmocka_unit_test(keeps_pages_while_the_device_may_not_be_waited_for),
       cmocka_unit_test(a_reset_forgets_every_range),
       cmocka_unit_test(random_work_keeps_every_block_intact),

@@ -245,10 +245,15 @@ static CUresult ca__mark_recorded(const ca_where *w, const ca_streams_view *s,
   return r;
 }
 
+/* Whether the driver has every event call a marker needs. */
+static bool ca__has_events(const ca_driver_api *d) {
+  return d->event_create != NULL && d->event_record != NULL &&
+         d->event_query != NULL && d->event_synchronize != NULL;
+}
+
 CUresult ca_marks_make(ca_where *w, uint64_t *marker) {
   const ca_driver_api *d = ca_driver();
-  if (d->event_create == NULL || d->event_record == NULL ||
-      d->event_query == NULL || d->event_synchronize == NULL)
+  if (!ca__has_events(d))
     return CUDA_ERROR_NOT_SUPPORTED;
   return ca_streams_record(w, ca__mark_recorded, marker);
 }
@@ -260,8 +265,7 @@ CUresult ca_marks_make(ca_where *w, uint64_t *marker) {
 CUresult ca_marks_make_on(ca_where *w, CUstream stream, uint64_t *marker) {
   const ca_driver_api *d = ca_driver();
   CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (d->event_create == NULL || d->event_record == NULL ||
-      d->event_query == NULL || d->event_synchronize == NULL)
+  if (!ca__has_events(d))
     return CUDA_ERROR_NOT_SUPPORTED;
   if (ca_capture_active() ||
       (d->stream_is_capturing != NULL &&

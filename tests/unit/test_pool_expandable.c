@@ -217,6 +217,22 @@ static void keeps_fresh_free_pages_for_a_small_request(void **state) {
   ranges_free(fx);
 }
 
+/* What is left of a fresh hole after a request took part of it is as
+ * fresh as the hole: still kept, however old the pool. */
+static void a_split_keeps_its_free_age(void **state) {
+  (void)state;
+  fixture *fx = ranges_fixture(1024 * MiB, expandable_options());
+  must_alloc(fx, 320 * MiB);
+  uint64_t hole = must_alloc(fx, 8 * MiB);
+  must_alloc(fx, 4 * MiB);
+  age(fx, 4000);
+  assert_true(ca_pool_free(fx->pool, hole, NULL)); /* fresh */
+  assert_int_equal(must_alloc(fx, 3 * MiB), hole); /* split: 5 MiB left */
+  must_alloc(fx, 10 * MiB);
+  assert_int_equal(fx->fake.unmaps, 0);
+  ranges_free(fx);
+}
+
 /* A request of a thirty-second of the pool or more trades even fresh free
  * pages: such requests are what scatter free memory most. */
 static void trades_fresh_pages_for_a_large_request(void **state) {
@@ -414,6 +430,7 @@ int main(void) {
       cmocka_unit_test(trades_idle_free_pages_at_the_peak),
       cmocka_unit_test(keeps_fresh_free_pages_for_a_small_request),
       cmocka_unit_test(trades_fresh_pages_for_a_large_request),
+      cmocka_unit_test(a_split_keeps_its_free_age),
       cmocka_unit_test(recovers_from_out_of_memory_by_unmapping),
       cmocka_unit_test(garbage_collection_unmaps_free_pages),
       cmocka_unit_test(uses_a_plain_segment_while_mapping_is_refused),

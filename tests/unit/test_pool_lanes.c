@@ -137,6 +137,21 @@ static void mixes_with_plain_frees_and_survives_a_reset(void **state) {
   free(fx);
 }
 
+/* A backend without markers could never close a lane: the stream path
+ * then frees as the plain one does, and the cache still goes back. */
+static void without_markers_no_lane_holds_a_block(void **state) {
+  (void)state;
+  ca_pool_options opt = default_options();
+  opt.reuse = CA_REUSE_IMMEDIATE;
+  fixture *fx = fixture_new(1024 * MiB, opt, false);
+  uint64_t a = alloc_on(fx, 8 * MiB, S1);
+  assert_true(ca_pool_free_on(fx->pool, a, S1, NULL));
+  assert_int_equal(stats_of(fx).pending_free_bytes, 0);
+  assert_int_equal(ca_pool_empty_cache(fx->pool), 20 * MiB);
+  assert_int_equal(stats_of(fx).reserved_bytes.current, 0);
+  fixture_free(fx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(reuses_on_the_same_stream_at_once),
@@ -145,6 +160,7 @@ int main(void) {
       cmocka_unit_test(more_streams_than_lanes),
       cmocka_unit_test(empty_cache_takes_lane_blocks_too),
       cmocka_unit_test(mixes_with_plain_frees_and_survives_a_reset),
+      cmocka_unit_test(without_markers_no_lane_holds_a_block),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,25 +21,11 @@
 #define BENCH_NAME "bench_fence"
 #include "bench_gpu.h"
 
-#include <cuda.h>
-
 #include <string.h>
 
 #define GROUP 64
 #define GROUPS_MAX 4001
 
-/* Ends the program on a driver error, as CK does for the runtime. */
-#define DK(call)                                                               \
-  do {                                                                         \
-    CUresult dk_err_ = (call);                                                 \
-    if (dk_err_ != CUDA_SUCCESS) {                                             \
-      const char *dk_name_ = NULL;                                             \
-      cuGetErrorName(dk_err_, &dk_name_);                                      \
-      fprintf(stderr, BENCH_NAME ": %s:%d: %s returned %s\n", __FILE__,       \
-              __LINE__, #call, dk_name_ ? dk_name_ : "?");                     \
-      exit(1);                                                                 \
-    }                                                                          \
-  } while (0)
 
 typedef struct fixture {
   CUstream nb;          /* a non-blocking stream */

@@ -1,6 +1,7 @@
 /*
  * bench_gpu.h: what the GPU benchmark programs (bench_latency, bench_mixed,
- * bench_threads) share: an error check that ends the program, a clock, a
+ * bench_threads, bench_fence, bench_vmm) share: error checks that end the
+ * program (CK for the runtime, DK for the driver), a clock, a
  * comparison for qsort and a seeded random number generator, so that every
  * program times, sorts and draws alike.
  *
@@ -9,6 +10,7 @@
 #ifndef BENCH_GPU_H
 #define BENCH_GPU_H
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <stdint.h>
@@ -23,6 +25,19 @@
     if (ck_err_ != cudaSuccess) {                                              \
       fprintf(stderr, BENCH_NAME ": %s:%d: %s returned %s\n", __FILE__,        \
               __LINE__, #call, cudaGetErrorName(ck_err_));                     \
+      exit(1);                                                                 \
+    }                                                                          \
+  } while (0)
+
+/* Ends the program on a driver error, as CK does for the runtime. */
+#define DK(call)                                                               \
+  do {                                                                         \
+    CUresult dk_err_ = (call);                                                 \
+    if (dk_err_ != CUDA_SUCCESS) {                                             \
+      const char *dk_name_ = NULL;                                             \
+      cuGetErrorName(dk_err_, &dk_name_);                                      \
+      fprintf(stderr, BENCH_NAME ": %s:%d: %s returned %s\n", __FILE__,       \
+              __LINE__, #call, dk_name_ ? dk_name_ : "?");                     \
       exit(1);                                                                 \
     }                                                                          \
   } while (0)

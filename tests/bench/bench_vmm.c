@@ -2,45 +2,23 @@
  * bench_vmm: what the driver's virtual-memory calls cost, beside
  * cuMemAlloc/cuMemFree of the same bytes: the price an expandable segment
  * pays at a miss (map) and when it gives pages back (unmap). A benchmark,
- * run on a GPU machine (scripts/bench-gpu.sh); prints one line per case:
+ * run by hand on a GPU machine (docs/BENCHMARKS.md); prints one line per case:
  *   bench_vmm: <case> <MiB> MiB: <us> us (median of N)
- * Build: cc -O2 -std=c11 -I<cuda>/include bench_vmm.c -lcuda
+ * Build: the project's CMake (target bench_vmm), or in tests/bench:
+ *   cc -O2 -std=c11 -I<cuda>/include bench_vmm.c -lcuda
  */
 #define _POSIX_C_SOURCE 200809L
-#include <cuda.h>
+#define BENCH_NAME "bench_vmm"
+#include "bench_gpu.h"
 
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define PAGE (2ull << 20)
 #define ROUNDS 21
 #define MAX_PAGES 512
 
-#define CK(call)                                                               \
-  do {                                                                         \
-    CUresult ck_ = (call);                                                     \
-    if (ck_ != CUDA_SUCCESS) {                                                 \
-      fprintf(stderr, "bench_vmm: %s:%d: %s returned %d\n", __FILE__,          \
-              __LINE__, #call, (int)ck_);                                      \
-      exit(1);                                                                 \
-    }                                                                          \
-  } while (0)
-
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 static double median(double *v) {
-  qsort(v, ROUNDS, sizeof(*v), cmp);
+  qsort(v, ROUNDS, sizeof(*v), cmp_double);
   return v[ROUNDS / 2];
 }
 
@@ -53,46 +31,46 @@ static void map_pages(CUdeviceptr va, int pages) {
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   for (int i = 0; i < pages; i++) {
-    CK(cuMemCreate(&handles[i], PAGE, &prop, 0));
-    CK(cuMemMap(va + i * PAGE, PAGE, 0, handles[i], 0));
-    CK(cuMemRelease(handles[i]));
+    DK(cuMemCreate(&handles[i], PAGE, &prop, 0));
+    DK(cuMemMap(va + i * PAGE, PAGE, 0, handles[i], 0));
+    DK(cuMemRelease(handles[i]));
   }
   CUmemAccessDesc d;
   memset(&d, 0, sizeof d);
   d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  CK(cuMemSetAccess(va, pages * PAGE, &d, 1));
+  DK(cuMemSetAccess(va, pages * PAGE, &d, 1));
 }
 
 static void unmap_pages(CUdeviceptr va, int pages) {
   for (int i = 0; i < pages; i++)
-    CK(cuMemUnmap(va + i * PAGE, PAGE));
+    DK(cuMemUnmap(va + i * PAGE, PAGE));
 }
 
 int main(void) {
   CUdevice dev;
   CUcontext ctx;
-  CK(cuInit(0));
-  CK(cuDeviceGet(&dev, 0));
-  CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CK(cuCtxSetCurrent(ctx));
+  DK(cuInit(0));
+  DK(cuDeviceGet(&dev, 0));
+  DK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  DK(cuCtxSetCurrent(ctx));
   CUdeviceptr va;
-  CK(cuMemAddressReserve(&va, MAX_PAGES * PAGE, 0, 0, 0));
+  DK(cuMemAddressReserve(&va, MAX_PAGES * PAGE, 0, 0, 0));
   int sizes[] = {1, 10, 100, 500};
   for (unsigned k = 0; k < sizeof(sizes) / sizeof(*sizes); k++) {
     int pages = sizes[k];
     double map[ROUNDS], unmap[ROUNDS], alloc[ROUNDS], freed[ROUNDS];
     for (int r = 0; r < ROUNDS; r++) {
-      double t0 = now_us();
+      double t0 = now_ns() / 1e3;
       map_pages(va, pages);
-      double t1 = now_us();
+      double t1 = now_ns() / 1e3;
       unmap_pages(va, pages);
-      double t2 = now_us();
+      double t2 = now_ns() / 1e3;
       CUdeviceptr p;
-      CK(cuMemAlloc(&p, pages * PAGE));
-      double t3 = now_us();
-      CK(cuMemFree(p));
-      double t4 = now_us();
+      DK(cuMemAlloc(&p, pages * PAGE));
+      double t3 = now_ns() / 1e3;
+      DK(cuMemFree(p));
+      double t4 = now_ns() / 1e3;
       map[r] = t1 - t0, unmap[r] = t2 - t1, alloc[r] = t3 - t2, freed[r] = t4 - t3;
     }
     int mib = pages * 2;
@@ -101,6 +79,6 @@ int main(void) {
     printf("bench_vmm: cuMemAlloc %d MiB: %.1f us (median of %d)\n", mib, median(alloc), ROUNDS);
     printf("bench_vmm: cuMemFree %d MiB: %.1f us (median of %d)\n", mib, median(freed), ROUNDS);
   }
-  CK(cuMemAddressFree(va, MAX_PAGES * PAGE));
+  DK(cuMemAddressFree(va, MAX_PAGES * PAGE));
   return 0;
 }

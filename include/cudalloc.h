@@ -8,7 +8,8 @@
  * and do nothing when they are absent.
  *
  * Every function here is thread-safe and never calls into CUDA from a thread
- * that does not already use it.
+ * that does not already use it (the allocator slot's pair is called to use
+ * it).
  */
 #ifndef CUDALLOC_H
 #define CUDALLOC_H
@@ -81,6 +82,10 @@ CUDALLOC_API uint64_t cudalloc_empty_cache(void);
 CUDALLOC_API int cudalloc_get_stats(int device, cudalloc_device_stats *out,
                                     size_t out_size);
 
+/* Starts every peak of `device`'s statistics (every device's for -1) again
+ * from its current figure, as PyTorch's reset_peak_memory_stats does. */
+CUDALLOC_API void cudalloc_reset_peak_stats(int device);
+
 /* Writes the per-device memory summary to the library's log (stderr unless
  * configured otherwise). */
 CUDALLOC_API void cudalloc_print_stats(void);
@@ -97,20 +102,42 @@ CUDALLOC_API void cudalloc_mark(void);
 
 /* A framework's allocator slot: PyTorch's pluggable allocator
  * (torch.cuda.memory.CUDAPluggableAllocator(path, "cudalloc_stream_malloc",
- * "cudalloc_stream_free")) calls these with each allocation's device and
- * stream (a cudaStream_t, NULL for the legacy stream). Knowing the stream,
- * the pool reuses a freed block at once for the next request on the same
- * stream and for another stream only after an event recorded on the first
- * has passed: no fence. `device` must be the current device. The memory
- * limit, statistics and leak report count these blocks like any other.
- * Returns NULL when out of memory (or the device is not current). They work
- * with the library preloaded or only loaded (dlopen) by the framework. */
+ * "cudalloc_stream_free"), or cudalloc.torch.use() from the Python helper)
+ * calls these with each allocation's device and stream (a cudaStream_t,
+ * NULL for the legacy stream), from any thread: the request is served in
+ * `device`'s primary context (the one the CUDA runtime and the frameworks
+ * use), whatever context the calling thread has current, none included,
+ * and that stays current. Knowing the stream, the pool reuses a freed block
+ * at once for the next request on the same stream and for another stream
+ * only after an event recorded on the first has passed: no fence. The
+ * memory limit, statistics and leak report count these blocks like any
+ * other. They work with the library preloaded or only loaded (dlopen).
+ *
+ * Out of memory, the device's cache is given back and the request tried
+ * once more, as PyTorch's own allocator does. When a request (size > 0)
+ * still cannot be served, one line says why (size, device, memory in use
+ * and cached, the setting that would help), and then:
+ * cudalloc_stream_malloc ends the process (abort), since PyTorch uses the
+ * pointer unchecked and a NULL would fault later, far from its cause;
+ * cudalloc_stream_try_malloc returns NULL, for callers that check (the
+ * CuPy helper raises CuPy's OutOfMemoryError). A size of 0 returns NULL
+ * with no word: no memory is needed. */
 CUDALLOC_API void *cudalloc_stream_malloc(size_t size, int device,
                                           void *stream);
-/* Gives back a block of cudalloc_stream_malloc; `stream` is the one it was
- * allocated on (PyTorch passes it back). `size` and `device` are unused. */
+CUDALLOC_API void *cudalloc_stream_try_malloc(size_t size, int device,
+                                              void *stream);
+/* Gives back a block of either, from any thread: `stream` is the one it was
+ * allocated on (PyTorch passes it back); `size` is unused. A pointer the
+ * pool does not own is freed by the driver in `device`'s primary context;
+ * a free that fails is said in one line. */
 CUDALLOC_API void cudalloc_stream_free(void *ptr, size_t size, int device,
                                        void *stream);
+/* A block of the pair is used on `stream` too, besides its own (PyTorch's
+ * tensor.record_stream(stream); cudalloc.torch.use() routes it here): its
+ * free waits for the work queued on `stream` before the free, so that no
+ * one reuses the block under it. The block's own stream is made to wait
+ * for that work (an event), and the block then goes back as usual. */
+CUDALLOC_API void cudalloc_record_stream(void *ptr, int device, void *stream);
 
 #ifdef __cplusplus
 }

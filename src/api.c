@@ -2,11 +2,13 @@
  * The public API (include/cudalloc.h): thin wrappers over the registry's
  * pools and the report.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cudalloc.h"
 #include "intercept.h"
 #include "lifecycle.h"
+#include "log.h"
 #include "registry.h"
 #include "sites.h"
 
@@ -38,6 +40,8 @@ int cudalloc_get_stats(int device, cudalloc_device_stats *out,
   return known ? 0 : -1;
 }
 
+void cudalloc_reset_peak_stats(int device) { ca_registry_reset_peaks(device); }
+
 void cudalloc_print_stats(void) {
   ca_lifecycle_report(CA_EVENT_API, false, true, NULL);
 }
@@ -50,15 +54,32 @@ void cudalloc_print_report(void) {
 
 void cudalloc_mark(void) { ca_sites_mark(); }
 
-void *cudalloc_stream_malloc(size_t size, int device, void *stream) {
+void *cudalloc_stream_try_malloc(size_t size, int device, void *stream) {
   CUdeviceptr p = 0;
   if (ca_on_stream_alloc(&p, size, device, (CUstream)stream) != CUDA_SUCCESS)
     return NULL;
   return (void *)(uintptr_t)p;
 }
 
+/* PyTorch hands the pointer to the tensor unchecked: a NULL would surface
+ * later as a kernel faulting at NULL + offset, far from its cause, with the
+ * context lost. Ending here, after the line that says why, is the clearer
+ * of the two. */
+void *cudalloc_stream_malloc(size_t size, int device, void *stream) {
+  void *p = cudalloc_stream_try_malloc(size, device, stream);
+  if (p == NULL && size > 0) {
+    ca_log("allocator slot: the caller cannot take a failed allocation "
+           "(PyTorch does not check): stopping the process");
+    abort();
+  }
+  return p;
+}
+
 void cudalloc_stream_free(void *ptr, size_t size, int device, void *stream) {
   (void)size;
-  (void)device;
-  ca_on_stream_free((CUdeviceptr)(uintptr_t)ptr, (CUstream)stream);
+  ca_on_stream_free((CUdeviceptr)(uintptr_t)ptr, device, (CUstream)stream);
+}
+
+void cudalloc_record_stream(void *ptr, int device, void *stream) {
+  ca_on_stream_record((CUdeviceptr)(uintptr_t)ptr, device, (CUstream)stream);
 }

@@ -97,7 +97,7 @@ static CUresult ca__in_device(int device, ca__call *c) {
   }
   if (d->ctx_push_current == NULL || d->ctx_pop_current == NULL)
     return CUDA_ERROR_NOT_SUPPORTED;
-  CUresult r = ca_driver_primary_retained(device, &ctx);
+  CUresult r = ca_driver_primary_retained(device, false, &ctx);
   if (r != CUDA_SUCCESS)
     return r;
   c->where.ctx = ctx;

@@ -102,6 +102,34 @@ CUresult ca_driver_current(int *device, CUcontext *context) {
   return CUDA_SUCCESS;
 }
 
+CUresult ca_driver_enter(CUcontext ctx, bool *pushed) {
+  const ca_driver_api *d = ca_driver();
+  CUcontext cur = NULL;
+  *pushed = false;
+  if (ca_driver_current_context(&cur) == CUDA_SUCCESS && cur == ctx)
+    return CUDA_SUCCESS;
+  if (d->ctx_push_current == NULL || d->ctx_pop_current == NULL)
+    return CUDA_ERROR_NOT_SUPPORTED;
+  CUresult r = d->ctx_push_current(ctx);
+  *pushed = r == CUDA_SUCCESS;
+  return r;
+}
+
+void ca_driver_leave(bool pushed) {
+  CUcontext popped = NULL;
+  if (pushed)
+    ca_driver()->ctx_pop_current(&popped);
+}
+
+const char *ca_driver_error_name(CUresult r) {
+  const char *name = NULL;
+  const ca_driver_api *d = ca_driver();
+  if (d->get_error_name == NULL || d->get_error_name(r, &name) != CUDA_SUCCESS ||
+      name == NULL)
+    return "CUresult";
+  return name;
+}
+
 CUcontext ca_driver_primary_peek(int device) {
   const ca_driver_api *d = ca_driver();
   if (device < 0 || device >= CUDALLOC_MAX_DEVICES || d->device_get == NULL ||
@@ -153,8 +181,13 @@ static const ca_fork_handlers ca__primary_fork = {
  * memory, and when it is not active none of our segments can live in it.
  * They then live in a context the program created itself (driver API); a
  * release from a thread without that context fails, the pool forgets the
- * segment, and the driver frees it when the program destroys its context. */
-CUresult ca_driver_primary_retained(int device, CUcontext *out) {
+ * segment, and the driver frees it when the program destroys its context.
+ * Only a request that names its device (the allocator slot) activates it,
+ * as the runtime's first cudaMalloc on a device does. */
+CUresult ca_driver_primary_retained(int device, bool activate,
+                                    CUcontext *out) {
+  if (device < 0 || device >= CUDALLOC_MAX_DEVICES)
+    return CUDA_ERROR_INVALID_DEVICE;
   CUcontext ctx = atomic_load(&ca__primary[device]);
   if (ctx != NULL) {
     *out = ctx;
@@ -168,7 +201,7 @@ CUresult ca_driver_primary_retained(int device, CUcontext *out) {
   CUresult r = d->device_get(&dev, device);
   if (r != CUDA_SUCCESS)
     return r;
-  if (d->device_primary_ctx_get_state != NULL) {
+  if (!activate && d->device_primary_ctx_get_state != NULL) {
     unsigned int flags = 0;
     int active = 0;
     r = d->device_primary_ctx_get_state(dev, &flags, &active);

@@ -67,6 +67,16 @@ CUresult ca_driver_context_device(int *device);
  * context current, not initialized). Never touches them on failure. */
 CUresult ca_driver_current(int *device, CUcontext *context);
 
+/* `ctx` made the calling thread's current context for a few calls (pushed
+ * unless it already is current; *pushed says which), then, with
+ * ca_driver_leave, what was current before is again. */
+CUresult ca_driver_enter(CUcontext ctx, bool *pushed);
+void ca_driver_leave(bool pushed);
+
+/* The driver's name of `r` ("CUDA_ERROR_OUT_OF_MEMORY"), or "CUresult" when
+ * the driver has none. */
+const char *ca_driver_error_name(CUresult r);
+
 /* The primary context of `device` when it is active (ask before a reset or
  * a release, not after), else NULL. Keeps no reference: a retain and its
  * release, since a reference kept would keep the context alive past the
@@ -75,9 +85,13 @@ CUcontext ca_driver_primary_peek(int device);
 
 /* The primary context of `device`, retained by us on first need and kept
  * for the process's life (a reference taken once, so that calls made for a
- * pool from a thread with no context of the device can run in it). Never
- * created by us: CUDA_ERROR_INVALID_CONTEXT when it is not active. */
-CUresult ca_driver_primary_retained(int device, CUcontext *out);
+ * pool from a thread with no context of the device can run in it). Made
+ * active by us only with `activate` (the driver's cost of a first cudaMalloc
+ * on the device); else CUDA_ERROR_INVALID_CONTEXT when it is not active.
+ * CUDA_ERROR_INVALID_DEVICE for a device outside [0, CUDALLOC_MAX_DEVICES),
+ * else the driver's answer. */
+CUresult ca_driver_primary_retained(int device, bool activate,
+                                    CUcontext *out);
 
 /* After `device`'s primary context was reset: the handle kept for it is
  * asked for again when next needed. */

@@ -139,6 +139,7 @@
 /* cuEventRecord and cuStreamWaitEvent, not their _ptsz twins: the backend
  * always names its stream (CU_STREAM_LEGACY or a handle). */
 #define CA_DRIVER_USED(X)                                                      \
+  X(cuGetErrorName, get_error_name, (CUresult error, const char **name))     \
   X(cuCtxGetCurrent, ctx_get_current, (CUcontext * ctx))                       \
   X(cuCtxGetDevice, ctx_get_device, (CUdevice * device))                       \
   X(cuCtxSynchronize, ctx_synchronize, (void))                                 \

@@ -18,6 +18,7 @@
 #include "pointer.h"
 #include "pool/pool.h"
 #include "pyframes/pyframes.h"
+#include "recorded.h"
 #include "registry.h"
 #include "sites.h"
 #include "stacks.h"
@@ -166,8 +167,7 @@ static CUresult ca__pooled_alloc(ca_pool *pool, size_t size,
     *dptr = (CUdeviceptr)addr;
     ca_sites_alloc(stack, (uint64_t)size);
     ca_trace_alloc(ca_pool_device(pool), addr, (uint64_t)size, stack);
-  } else if (status == CUDA_ERROR_OUT_OF_MEMORY)
-    ca__say_out_of_memory(pool, size);
+  }
   return (CUresult)status;
 }
 
@@ -195,7 +195,10 @@ CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
   ca_pool *pool = ca__current_pool();
   if (pool == NULL)
     return CA_REAL(mem_alloc, dptr, size);
-  return ca__pooled_alloc(pool, size, NULL, dptr);
+  CUresult r = ca__pooled_alloc(pool, size, NULL, dptr);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY)
+    ca__say_out_of_memory(pool, size);
+  return r;
 }
 
 /* Gives a pooled block back (on *stream, when named): whether one was live
@@ -235,34 +238,184 @@ CUresult ca_on_mem_free(CUdeviceptr dptr) {
 /* ------------------------------------------------------------------------ */
 /* Through a framework's allocator slot                                      */
 
-CUresult ca_on_stream_alloc(CUdeviceptr *dptr, size_t size, int device,
-                            CUstream stream) {
+/* The slot is called from any thread (autograd runs the backward pass on a
+ * thread of its own, where no context is current) and names its device: it
+ * is served in that device's primary context, the runtime's and the
+ * frameworks', and the calling thread's current context is as it was after
+ * (the backend pushes the pool's context for the driver calls it makes). */
+
+/* What no pool serves (the library is off, the primary context is being
+ * reset) goes to the driver as a plain cuMemAlloc or cuMemFree would, with
+ * `device`'s primary context current for the call. */
+static CUresult ca__slot_passed(int device, CUdeviceptr *dptr, size_t size,
+                                CUdeviceptr freed) {
+  CUcontext ctx = NULL;
+  bool pushed = false;
+  CUresult r = ca_driver_primary_retained(device, true, &ctx);
+  if (r == CUDA_SUCCESS)
+    r = ca_driver_enter(ctx, &pushed);
+  if (r != CUDA_SUCCESS)
+    return r;
   if (!ca__enabled())
-    return CA_REAL(mem_alloc, dptr, size);
-  if (dptr == NULL || size == 0)
-    return CUDA_ERROR_INVALID_VALUE;
-  ca_pool *pool = ca__current_pool();
-  if (pool == NULL)
-    return CA_REAL(mem_alloc, dptr, size);
-  /* The slot names the device its caller made current: a pool of another
-   * device would hand out memory the caller cannot use where it thinks. */
-  if (ca_pool_device(pool) != device) {
-    ca_log("allocation for device %d refused: the current context is "
-           "device %d's (make device %d current before allocating)",
-           device, ca_pool_device(pool), device);
-    return CUDA_ERROR_INVALID_DEVICE;
-  }
-  uint64_t s = (uint64_t)(uintptr_t)stream;
-  return ca__pooled_alloc(pool, size, &s, dptr);
+    r = dptr ? CA_REAL(mem_alloc, dptr, size) : CA_REAL(mem_free, freed);
+  else
+    r = dptr ? ca_on_mem_alloc(dptr, size) : ca__free_unpooled(freed);
+  ca_driver_leave(pushed);
+  return r;
 }
 
-CUresult ca_on_stream_free(CUdeviceptr dptr, CUstream stream) {
-  if (!ca__enabled() || dptr == 0)
-    return CA_REAL(mem_free, dptr);
+/* What would have made room for a request the device could not serve: the
+ * setting to change, or why none would. */
+static const char *ca__room_advice(const cudalloc_device_stats *s,
+                                   uint64_t size) {
+  const ca_config *cfg = ca_config_get();
+  uint64_t cached = s->free_cached_bytes + s->pending_free_bytes;
+  if (cfg->memory_limit && s->reserved_bytes.current + size > cfg->memory_limit)
+    return "memory_limit_mb caps the device below what is asked: raise it";
+  if (cached >= size && !cfg->expandable_segments)
+    return "enough is cached, in pieces too small: expandable_segments:1 "
+           "maps it where needed";
+  if (cached >= size)
+    return "enough is cached, in pieces too small even for "
+           "expandable_segments: a lower max_split_size_mb keeps large "
+           "blocks whole";
+  return "the device is full: no setting makes room (free tensors, or a "
+         "smaller batch)";
+}
+
+/* The one line for a request the slot could not serve. */
+static void ca__say_slot_refused(CUresult r, size_t size, int device) {
+  char asked[32];
+  ca_format_bytes(asked, sizeof(asked), (uint64_t)size);
+  if (r != CUDA_ERROR_OUT_OF_MEMORY) {
+    ca_log("allocator slot: %s asked on device %d refused: %s", asked,
+           device, ca_driver_error_name(r));
+    return;
+  }
+  cudalloc_device_stats s;
+  ca_registry_device_stats(device, &s);
+  char used[32], cached[32], largest[32], limit[32] = "none";
+  ca_format_bytes(used, sizeof(used), s.allocated_bytes.current);
+  ca_format_bytes(cached, sizeof(cached),
+                  s.free_cached_bytes + s.pending_free_bytes);
+  ca_format_bytes(largest, sizeof(largest), s.largest_free_block);
+  if (ca_config_get()->memory_limit)
+    ca_format_bytes(limit, sizeof(limit), ca_config_get()->memory_limit);
+  ca_log("allocator slot: out of memory: %s asked on device %d after giving "
+         "back the cache; held: in use %s, cached %s (largest free block %s), "
+         "limit %s; %s",
+         asked, device, used, cached, largest, limit,
+         ca__room_advice(&s, (uint64_t)size));
+}
+
+/* The pool of `device`'s primary context, or the reason there is none. */
+static ca_pool *ca__slot_pool(int device, CUresult *why) {
+  bool made = false;
+  ca_pool *pool = ca_registry_primary_pool(device, &made, why);
+  if (made)
+    ca_lifecycle_device_used();
+  return pool;
+}
+
+/* Served as PyTorch's own allocator serves: on out of memory, every cached
+ * block of the device is given back (lanes, pending frees, the device's
+ * other pools) and the request tried once more. */
+static CUresult ca__slot_alloc(CUdeviceptr *dptr, size_t size, int device,
+                               CUstream stream) {
+  if (!ca__enabled())
+    return ca__slot_passed(device, dptr, size, 0);
+  CUresult r = CUDA_SUCCESS;
+  ca_pool *pool = ca__slot_pool(device, &r);
+  if (pool == NULL)
+    return r == CUDA_ERROR_NOT_READY ? ca__slot_passed(device, dptr, size, 0)
+                                     : r;
   uint64_t s = (uint64_t)(uintptr_t)stream;
-  if (ca__free_pooled(dptr, &s))
+  r = ca__pooled_alloc(pool, size, &s, dptr);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && ca__make_room(device))
+    r = ca__pooled_alloc(pool, size, &s, dptr);
+  return r;
+}
+
+CUresult ca_on_stream_alloc(CUdeviceptr *dptr, size_t size, int device,
+                            CUstream stream) {
+  if (dptr == NULL || size == 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = ca__slot_alloc(dptr, size, device, stream);
+  if (r != CUDA_SUCCESS)
+    ca__say_slot_refused(r, size, device);
+  return r;
+}
+
+/* A pooled block that is never handed out again while its segment lives
+ * (ca_pool_share): what keeps a block safe when its other streams cannot
+ * be waited for. */
+static void ca__retire(CUdeviceptr dptr) {
+  ca_registry_span where;
+  if (ca_registry_find((uint64_t)dptr, &where) && where.span.live &&
+      where.span.block.addr == (uint64_t)dptr)
+    ca_pool_share(where.pool, (uint64_t)dptr);
+}
+
+CUresult ca_on_stream_record(CUdeviceptr dptr, int device, CUstream stream) {
+  (void)device;
+  ca_registry_span where;
+  if (!ca__enabled() || !ca_registry_find((uint64_t)dptr, &where) ||
+      !where.span.live || where.span.block.addr != (uint64_t)dptr)
+    return CUDA_SUCCESS; /* the driver's own memory waits at its free */
+  if (!ca_recorded_add((uint64_t)dptr, (uint64_t)(uintptr_t)stream))
+    ca__retire(dptr);
+  return CUDA_SUCCESS;
+}
+
+/* Orders `stream` (the block's own, where it is freed) after the work
+ * queued so far on each stream the block was recorded on: an event on
+ * each, waited for by `stream`. The free then goes to `stream`'s lane,
+ * whose reuse is ordered after that work whichever stream reuses it.
+ * Where a wait cannot be set up, the block is retired instead. */
+static void ca__after_recorded(CUdeviceptr dptr, int device, CUstream stream) {
+  uint64_t others[CA_RECORDED_STREAMS];
+  bool overflow = false;
+  size_t n = ca_recorded_take((uint64_t)dptr, others, &overflow);
+  if (n == 0 && !overflow)
+    return;
+  CUcontext ctx = NULL;
+  bool pushed = false;
+  CUresult r = ca_driver_primary_retained(device, false, &ctx);
+  if (r == CUDA_SUCCESS)
+    r = ca_driver_enter(ctx, &pushed);
+  for (size_t i = 0; r == CUDA_SUCCESS && i < n; i++) {
+    CUstream other = (CUstream)(uintptr_t)others[i];
+    CUevent ev = NULL;
+    if (other == stream)
+      continue;
+    r = CA_REAL(event_create, &ev, CU_EVENT_DISABLE_TIMING);
+    if (r == CUDA_SUCCESS)
+      r = CA_REAL(event_record, ev, other);
+    if (r == CUDA_SUCCESS)
+      r = CA_REAL(stream_wait_event, stream, ev, 0);
+    if (ev != NULL)
+      CA_REAL(event_destroy, ev);
+  }
+  if (r == CUDA_SUCCESS && overflow)
+    r = CA_REAL(ctx_synchronize);
+  ca_driver_leave(pushed);
+  if (r != CUDA_SUCCESS)
+    ca__retire(dptr);
+}
+
+CUresult ca_on_stream_free(CUdeviceptr dptr, int device, CUstream stream) {
+  if (dptr == 0)
     return CUDA_SUCCESS;
-  return ca__free_unpooled(dptr);
+  uint64_t s = (uint64_t)(uintptr_t)stream;
+  if (ca__enabled())
+    ca__after_recorded(dptr, device, stream);
+  if (ca__enabled() && ca__free_pooled(dptr, &s))
+    return CUDA_SUCCESS;
+  CUresult r = ca__slot_passed(device, NULL, 0, dptr);
+  if (r != CUDA_SUCCESS)
+    ca_log("allocator slot: the free of %#llx on device %d failed: %s",
+           (unsigned long long)dptr, device, ca_driver_error_name(r));
+  return r;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -172,6 +172,24 @@ ca_pool *ca_registry_current_pool(bool *made) {
   return pool;
 }
 
+ca_pool *ca_registry_primary_pool(int device, bool *made, CUresult *why) {
+  CUcontext ctx = NULL;
+  *made = false;
+  *why = ca_driver_primary_retained(device, true, &ctx);
+  if (*why != CUDA_SUCCESS)
+    return NULL;
+  ca_pool *pool = ca__pool_of(ctx);
+  if (pool != NULL)
+    return pool;
+  pool = ca__pool_in(device, ctx);
+  *made = pool != NULL;
+  /* A context being reset, every slot taken, or no host memory: the
+   * driver serves the request instead. */
+  if (pool == NULL)
+    *why = CUDA_ERROR_NOT_READY;
+  return pool;
+}
+
 size_t ca_registry_pools(int device, ca_pool **out, size_t max) {
   size_t found = 0;
   int n = atomic_load_explicit(&ca__nslots, memory_order_acquire);
@@ -199,6 +217,13 @@ bool ca_registry_device_stats(int device, cudalloc_device_stats *out) {
   out->device = device;
   out->fragmentation = ca_pool_fragmentation(out);
   return n > 0;
+}
+
+void ca_registry_reset_peaks(int device) {
+  ca_pool *pools[CA_REGISTRY_MAX_POOLS];
+  size_t n = ca_registry_pools(device, pools, CA_REGISTRY_MAX_POOLS);
+  for (size_t i = 0; i < n && i < CA_REGISTRY_MAX_POOLS; i++)
+    ca_pool_reset_peaks(pools[i]);
 }
 
 ca_pool *ca_registry_dying(void *ctx) {

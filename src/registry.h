@@ -10,6 +10,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <cuda.h>
+
 #include "config.h"
 #include "pool/pool.h"
 
@@ -27,6 +29,18 @@
  * every slot is taken, or the host is out of memory. */
 ca_pool *ca_registry_current_pool(bool *made);
 
+/* The pool serving `device`'s primary context (the one the runtime and the
+ * frameworks use), whatever context the calling thread has current, none
+ * included: the allocator slot's look-up, with no driver call once the
+ * pool exists. The primary context is retained for the process's life and
+ * made active if need be; the pool is made on its first request (*made
+ * says so). NULL, with the driver's answer in *why, when the device has no
+ * primary context to serve from (CUDA_ERROR_INVALID_DEVICE, ...); NULL
+ * with CUDA_ERROR_NOT_READY when it has one but no pool can serve it (the
+ * context is being reset, every slot is taken, the host is out of memory),
+ * so that the driver serves the request instead. */
+ca_pool *ca_registry_primary_pool(int device, bool *made, CUresult *why);
+
 /* The memory budget of `device` (memory_limit_mb, budget.h), which its
  * pools and the allocations passed through to the driver there book
  * against; NULL for a device outside [0, CUDALLOC_MAX_DEVICES). */
@@ -43,6 +57,10 @@ size_t ca_registry_pools(int device, ca_pool **out, size_t max);
 /* The statistics of `device`: its pools' added up. Returns false, zeroing
  * *out but for the device, when it has no pool. */
 bool ca_registry_device_stats(int device, cudalloc_device_stats *out);
+
+/* Starts the reported peaks of `device`'s pools (every device's for -1)
+ * again from their current figures (ca_pool_reset_peaks). */
+void ca_registry_reset_peaks(int device);
 
 /* Context `ctx` may be about to die (called before the driver call that
  * may kill it): its pool, if it has one, is taken out of service, so that

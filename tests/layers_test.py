@@ -37,7 +37,7 @@ LAYERED = {
 SIDE = {
     "cudalloc", "backend", "budget", "config", "log", "lock", "lazy", "fork",
     "dl", "grow", "stats", "track", "stacks", "unwind", "symbolize", "report",
-    "reader", "uthash", "sites", "pyframes", "depot", "meta", "reach", "publish", "trace",
+    "reader", "uthash", "sites", "recorded", "pyframes", "depot", "meta", "reach", "publish", "trace",
     "top",  # the cudalloc-top program: it reads publish.h, nothing else of ours
 }
 

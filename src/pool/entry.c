@@ -566,9 +566,26 @@ void ca_pool_get_stats(ca_pool *pool, cudalloc_device_stats *out) {
   }
   out->device = pool->device;
   out->reserved_bytes.current = atomic_load(&pool->reserved);
-  out->reserved_bytes.peak = atomic_load(&pool->reserved_peak);
+  out->reserved_bytes.peak = atomic_load(&pool->reported_peak);
   out->fragmentation = ca_pool_fragmentation(out);
 }
+
+#define CA__PEAK_TO_CURRENT(field, row, bytes)                                 \
+  p->stats.field.peak = p->stats.field.current;
+
+void ca_pool_reset_peaks(ca_pool *pool) {
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n = ca__arenas(pool, all);
+  for (unsigned i = 0; i < n; i++) {
+    ca__arena *p = all[i];
+    ca_lock_acquire(&p->lock);
+    ca__quick_flush(p);
+    CA_STATS_TRIPLES(CA__PEAK_TO_CURRENT)
+    ca_lock_release(&p->lock);
+  }
+  atomic_store(&pool->reported_peak, atomic_load(&pool->reserved));
+}
+#undef CA__PEAK_TO_CURRENT
 
 double ca_pool_fragmentation(const cudalloc_device_stats *s) {
   return s->free_cached_bytes ? 1.0 - (double)s->largest_free_block /

@@ -207,6 +207,12 @@ uint64_t ca_pool_empty_cache(ca_pool *pool);
  * are exact for the pool; other peaks add up its arenas' peaks. */
 void ca_pool_get_stats(ca_pool *pool, cudalloc_device_stats *out);
 
+/* Starts every peak of the statistics again from its current figure
+ * (PyTorch's reset_peak_memory_stats). Only what is reported: the pool's
+ * own steering (trading idle segments at its highest reservation) keeps
+ * its history. */
+void ca_pool_reset_peaks(ca_pool *pool);
+
 /* Adds one pool's statistics into a sum (a device's): counts, totals and
  * current figures add up; peaks add up too, to at least the true peak,
  * since the parts peak at different times; the largest free block is the

@@ -213,6 +213,11 @@ struct ca_pool {
    * pool, whichever arenas reserve and release. */
   _Alignas(CA__LINE) _Atomic uint64_t reserved;
   _Atomic uint64_t reserved_peak;
+  /* The peak the statistics report: reserved_peak until a reset
+   * (ca_pool_reset_peaks) starts it again from the current figure, while
+   * reserved_peak, which steers trading at a miss, keeps the pool's
+   * history. */
+  _Atomic uint64_t reported_peak;
   /* reserved, plus the segments being asked of the backend right now: what
    * the collection threshold weighs; booked in the device's budget too. */
   _Atomic uint64_t committed;

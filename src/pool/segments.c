@@ -14,18 +14,22 @@ static uint64_t ca__pool_reserved(const ca__arena *p) {
 }
 
 /* A booked segment was reserved: the pool's count and its peak. */
+static void ca__peak_raise(_Atomic uint64_t *peak_at, uint64_t now) {
+  uint64_t peak = atomic_load_explicit(peak_at, memory_order_relaxed);
+  while (now > peak &&
+         !atomic_compare_exchange_weak_explicit(peak_at, &peak, now,
+                                                memory_order_relaxed,
+                                                memory_order_relaxed))
+    ;
+}
+
 static void ca__pool_reserved_add(ca__arena *p, uint64_t seg) {
   ca_pool *pool = p->pool;
   uint64_t now =
       atomic_fetch_add_explicit(&pool->reserved, seg, memory_order_relaxed) +
       seg;
-  uint64_t peak = atomic_load_explicit(&pool->reserved_peak,
-                                       memory_order_relaxed);
-  while (now > peak &&
-         !atomic_compare_exchange_weak_explicit(&pool->reserved_peak, &peak,
-                                                now, memory_order_relaxed,
-                                                memory_order_relaxed))
-    ;
+  ca__peak_raise(&pool->reserved_peak, now);
+  ca__peak_raise(&pool->reported_peak, now);
 }
 
 /* Segments of `bytes` left the pool (given back, or dropped with a

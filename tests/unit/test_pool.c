@@ -34,6 +34,32 @@ static void keeps_statistics(void **state) {
   fixture_free(fx);
 }
 
+/* A reset starts every reported peak again from the current figure
+ * (PyTorch's reset_peak_memory_stats), and peaks grow from there. */
+static void resets_peaks_to_current(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(1024 * MiB, default_options(), false);
+  uint64_t big = must_alloc(fx, 64 * MiB);
+  uint64_t small = must_alloc(fx, 512 * KiB);
+  assert_true(ca_pool_free(fx->pool, big, NULL));
+  assert_int_equal(ca_pool_empty_cache(fx->pool), 64 * MiB);
+  ca_pool_reset_peaks(fx->pool);
+  cudalloc_device_stats s = stats_of(fx);
+  assert_int_equal(s.requested_bytes.peak, 512 * KiB);
+  assert_int_equal(s.allocated_bytes.peak, 512 * KiB);
+  assert_int_equal(s.blocks.peak, 1);
+  assert_int_equal(s.segments.peak, 1);
+  assert_int_equal(s.reserved_bytes.peak, 2 * MiB);
+  assert_int_equal(s.requested_bytes.total, 64 * MiB + 512 * KiB);
+  uint64_t again = must_alloc(fx, 4 * MiB);
+  s = stats_of(fx);
+  assert_int_equal(s.allocated_bytes.peak, 4 * MiB + 512 * KiB);
+  assert_int_equal(s.reserved_bytes.peak, s.reserved_bytes.current);
+  assert_true(ca_pool_free(fx->pool, again, NULL));
+  assert_true(ca_pool_free(fx->pool, small, NULL));
+  fixture_free(fx);
+}
+
 /* Adding up pools sums every counter of stats.h's lists and keeps the
  * largest free block: a field added to the lists is summed with no other
  * edit. */
@@ -194,6 +220,7 @@ static void knows_its_segment_bases(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(keeps_statistics),
+      cmocka_unit_test(resets_peaks_to_current),
       cmocka_unit_test(statistics_add_every_field),
       cmocka_unit_test(refuses_pointers_it_does_not_own),
       cmocka_unit_test(lists_live_blocks),

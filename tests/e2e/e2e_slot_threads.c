@@ -1,0 +1,306 @@
+/*
+ * The allocator-slot pair from threads the way a framework calls it, against
+ * the mock driver (which keeps the current context per thread, as the
+ * driver does). The library is dlopen'ed (as PyTorch's pluggable allocator
+ * loads it) or, with E2E_EXPECT=pooled, preloaded as well.
+ *
+ * E2E_SLOT_MODE=threads: the main thread makes device 0's primary context
+ * current; then
+ *  1. 8 threads with no current context (autograd's backward thread is
+ *     one) each ask cudalloc_stream_malloc for 8 blocks of device 0: every
+ *     one is served, and the thread still has no current context after;
+ *  2. 4 threads with device 1's primary context current ask for device 0:
+ *     served on device 0, and device 1's context is still current after;
+ *  3. the main thread finds every block on device 0 and holding what it
+ *     writes; threads with no context free half of them, the main thread
+ *     the rest (a free from another thread than the allocation's), after
+ *     which the pool holds no live block.
+ * E2E_SLOT_MODE=oom (MOCKCUDA_MEM_MB=64):
+ *  4. a block freed on stream A and cached makes room for a larger one on
+ *     stream B (the cache is given back and the request retried);
+ *  5. a request the device cannot hold returns NULL from
+ *     cudalloc_stream_try_malloc with one line naming the size, the device,
+ *     the memory in use and cached;
+ *  6. cudalloc_stream_malloc (PyTorch's slot, which never checks the
+ *     pointer) says the same line and ends the process with SIGABRT
+ *     instead of returning NULL (run in a child forked before any CUDA
+ *     call).
+ * E2E_SLOT_MODE=record:
+ *  7. a block recorded on stream B (cudalloc_record_stream, as PyTorch's
+ *     tensor.record_stream) and freed on its own stream A makes A wait for
+ *     an event recorded on B, and A then reuses it; a block not recorded
+ *     is freed with no event and no wait.
+ * Last line of its own: PASS or FAIL.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <cuda.h>
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static atomic_int failures;
+
+#define MiB (1ull << 20)
+#define E2E_NAME "e2e_slot_threads"
+#include "cudalloc.h"
+#include "e2e_check.h"
+#include "mockcuda.h"
+
+#define BARE_THREADS 8
+#define OTHER_THREADS 4
+#define PER_THREAD 8
+#define NBLOCKS ((BARE_THREADS + OTHER_THREADS) * PER_THREAD)
+
+typedef void *(*slot_malloc)(size_t, int, void *);
+typedef void (*slot_free)(void *, size_t, int, void *);
+typedef int (*stats_fn)(int, cudalloc_device_stats *, size_t);
+typedef void (*record_fn)(void *, int, void *);
+
+static slot_malloc sm, try_sm;
+static slot_free sf;
+static stats_fn stats;
+static record_fn record;
+static void *blocks[NBLOCKS];
+
+typedef struct worker {
+  int index;
+  CUcontext current; /* made current before asking: NULL for none */
+} worker;
+
+static CUcontext current(void) {
+  CUcontext c = NULL;
+  cuCtxGetCurrent(&c);
+  return c;
+}
+
+static size_t block_size(int i) { return (size_t)(i % 4 + 1) * 64 * 1024; }
+
+static void *allocating(void *arg) {
+  worker *w = arg;
+  if (w->current)
+    CHECK(cuCtxSetCurrent(w->current));
+  for (int k = 0; k < PER_THREAD; k++) {
+    int i = w->index * PER_THREAD + k;
+    blocks[i] = sm(block_size(i), 0, NULL);
+    if (blocks[i] == NULL)
+      FAIL("thread %d: cudalloc_stream_malloc(%zu, device 0) returned NULL "
+           "with %s current", w->index, block_size(i),
+           w->current ? "device 1's context" : "no context");
+  }
+  if (current() != w->current)
+    FAIL("thread %d: the current context changed across the slot (%p, was %p)",
+         w->index, (void *)current(), (void *)w->current);
+  return NULL;
+}
+
+static void *freeing(void *arg) {
+  worker *w = arg;
+  for (int i = w->index; i < NBLOCKS; i += 2 * BARE_THREADS)
+    sf(blocks[i], block_size(i), 0, NULL);
+  if (current() != NULL)
+    FAIL("a freeing thread got a current context");
+  return NULL;
+}
+
+static void run_threads(void *(*fn)(void *), worker *w, int n) {
+  pthread_t t[BARE_THREADS + OTHER_THREADS];
+  for (int i = 0; i < n; i++)
+    pthread_create(&t[i], NULL, fn, &w[i]);
+  for (int i = 0; i < n; i++)
+    pthread_join(t[i], NULL);
+}
+
+/* 3: every block is device 0's and holds what is written to it. */
+static void check_blocks(void) {
+  for (int i = 0; i < NBLOCKS; i++) {
+    if (blocks[i] == NULL)
+      continue;
+    CUdeviceptr p = (CUdeviceptr)(uintptr_t)blocks[i];
+    int ordinal = -1;
+    CHECK(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p));
+    unsigned char last = 0;
+    CHECK(cuMemsetD8(p, (unsigned char)(i + 1), block_size(i)));
+    CHECK(cuMemcpyDtoH(&last, p + block_size(i) - 1, 1));
+    if (ordinal != 0 || last != (unsigned char)(i + 1))
+      FAIL("block %d: device %d, last byte %#x (want device 0, %#x)", i,
+           ordinal, last, i + 1);
+  }
+}
+
+static void threads_mode(void) {
+  CUdevice dev0, dev1;
+  CUcontext ctx0, ctx1;
+  CHECK(cuInit(0));
+  CHECK(cuDeviceGet(&dev0, 0));
+  CHECK(cuDeviceGet(&dev1, 1));
+  CHECK(cuDevicePrimaryCtxRetain(&ctx0, dev0));
+  CHECK(cuDevicePrimaryCtxRetain(&ctx1, dev1));
+  CHECK(cuCtxSetCurrent(ctx0));
+
+  worker w[BARE_THREADS + OTHER_THREADS];
+  for (int i = 0; i < BARE_THREADS + OTHER_THREADS; i++)
+    w[i] = (worker){i, i < BARE_THREADS ? NULL : ctx1};
+  run_threads(allocating, w, BARE_THREADS + OTHER_THREADS);
+  check_blocks();
+
+  run_threads(freeing, w, BARE_THREADS);
+  for (int i = 0; i < NBLOCKS; i++)
+    if (i % (2 * BARE_THREADS) >= BARE_THREADS)
+      sf(blocks[i], block_size(i), 0, NULL);
+  cudalloc_device_stats s = {0};
+  stats(0, &s, sizeof(s));
+  if (s.allocs < NBLOCKS || s.blocks.current != 0)
+    FAIL("statistics after every free: %llu allocations, %llu blocks live "
+         "(want >= %d, 0)", (unsigned long long)s.allocs,
+         (unsigned long long)s.blocks.current, NBLOCKS);
+}
+
+/* 6, in a child forked before any CUDA call: what it said, and how it
+ * ended. */
+static void abort_case(void) {
+  int fds[2];
+  if (pipe(fds) != 0)
+    exit(2);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 2);
+    CUcontext ctx;
+    CUdevice dev;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev))
+      _exit(3);
+    void *p = sm(8 * MiB, 0, NULL);
+    void *q = sm(256 * MiB, 0, NULL);
+    fprintf(stderr, "returned %p, %p\n", p, q);
+    _exit(0);
+  }
+  close(fds[1]);
+  char said[4096] = "";
+  size_t n = 0;
+  ssize_t got;
+  while (n < sizeof(said) - 1 &&
+         (got = read(fds[0], said + n, sizeof(said) - 1 - n)) > 0)
+    n += (size_t)got;
+  said[n] = '\0';
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGABRT ||
+      !strstr(said, "out of memory") || !strstr(said, "device 0"))
+    FAIL("cudalloc_stream_malloc past the device: %s %d, said: %s",
+         WIFSIGNALED(status) ? "signal" : "exit",
+         WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), said);
+}
+
+static void oom_mode(void) {
+  abort_case();
+  CUdevice dev;
+  CUcontext ctx;
+  CUstream a, b;
+  CHECK(cuInit(0));
+  CHECK(cuDeviceGet(&dev, 0));
+  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CHECK(cuCtxSetCurrent(ctx));
+  CHECK(cuStreamCreate(&a, 0));
+  CHECK(cuStreamCreate(&b, 0));
+
+  void *x = try_sm(40 * MiB, 0, a);
+  if (x == NULL)
+    FAIL("40 MiB of 64 refused");
+  sf(x, 40 * MiB, 0, a);
+  void *y = try_sm(48 * MiB, 0, b);
+  if (y == NULL)
+    FAIL("48 MiB refused while 40 MiB lay cached: the cache was not given back");
+
+  capture c;
+  capture_begin(&c);
+  void *z = try_sm(256 * MiB, 0, a);
+  char *said = capture_end(&c);
+  if (z != NULL || !strstr(said, "out of memory") ||
+      !strstr(said, "256.0 MiB") || !strstr(said, "device 0") ||
+      !strstr(said, "in use 48.0 MiB") || !strstr(said, "cached") ||
+      strchr(said, '\n') != strrchr(said, '\n'))
+    FAIL("256 MiB of 64: %p, said (want one line): %s", z, said);
+  free(said);
+  sf(y, 48 * MiB, 0, b);
+}
+
+static uint64_t waits(const mockcuda_counters *k) {
+  return k->wait_event_other + k->wait_event_legacy + k->wait_event_nonblocking;
+}
+
+static void record_mode(void) {
+  CUdevice dev;
+  CUcontext ctx;
+  CUstream a, b;
+  CHECK(cuInit(0));
+  CHECK(cuDeviceGet(&dev, 0));
+  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CHECK(cuCtxSetCurrent(ctx));
+  CHECK(cuStreamCreate(&a, 0));
+  CHECK(cuStreamCreate(&b, 0));
+  void *p = sm(MiB, 0, a);
+  mockcuda_counters k0, k1, k2;
+  mockcuda_get_counters(&k0);
+  sf(p, MiB, 0, a); /* not recorded: no event, no wait */
+  mockcuda_get_counters(&k1);
+  if (k1.event_record != k0.event_record || waits(&k1) != waits(&k0))
+    FAIL("a free with no other stream recorded an event or waited");
+  void *q = sm(MiB, 0, a);
+  record(q, 0, b);
+  record(q, 0, b); /* once is enough */
+  sf(q, MiB, 0, a);
+  mockcuda_get_counters(&k2);
+  if (k2.event_record - k1.event_record != 1 || waits(&k2) - waits(&k1) != 1)
+    FAIL("a block recorded on B, freed on A: %llu event(s), %llu wait(s) "
+         "(want 1 on B, A waiting for it)",
+         (unsigned long long)(k2.event_record - k1.event_record),
+         (unsigned long long)(waits(&k2) - waits(&k1)));
+  void *r = sm(MiB, 0, a);
+  if (r != q)
+    FAIL("A did not reuse its block after waiting for B (%p, %p)", q, r);
+  sf(r, MiB, 0, a);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: e2e_slot_threads LIBCUDALLOC\n");
+    return 2;
+  }
+  const char *expect = getenv("E2E_EXPECT");
+  if (expect && strcmp(expect, "pooled") == 0)
+    e2e_preloaded();
+  void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    printf("FAIL " E2E_NAME ": dlopen: %s\n", dlerror());
+    return 1;
+  }
+  sm = (slot_malloc)dlsym(lib, "cudalloc_stream_malloc");
+  try_sm = (slot_malloc)dlsym(lib, "cudalloc_stream_try_malloc");
+  sf = (slot_free)dlsym(lib, "cudalloc_stream_free");
+  stats = (stats_fn)dlsym(lib, "cudalloc_get_stats");
+  record = (record_fn)dlsym(lib, "cudalloc_record_stream");
+  if (!sm || !try_sm || !sf || !stats || !record) {
+    printf("FAIL " E2E_NAME ": the slot functions are not exported\n");
+    return 1;
+  }
+  const char *mode = getenv("E2E_SLOT_MODE");
+  if (mode && strcmp(mode, "oom") == 0)
+    oom_mode();
+  else if (mode && strcmp(mode, "record") == 0)
+    record_mode();
+  else
+    threads_mode();
+  printf("%s " E2E_NAME " (%s)\n", failures ? "FAIL" : "PASS",
+         mode ? mode : "threads");
+  return failures ? 1 : 0;
+}

@@ -37,7 +37,7 @@ import os
 import sys
 
 __all__ = ["loaded", "version", "stats", "report", "print_stats", "mark",
-           "empty_cache", "library_path", "torch", "cupy",
+           "empty_cache", "reset_peak_stats", "library_path", "torch", "cupy",
            "CudallocDeviceStats"]
 
 
@@ -131,21 +131,154 @@ def _plug(path):
     return path
 
 
+def _pytorch_stats(device):
+    """`device`'s statistics under the names and nesting of PyTorch's
+    torch.cuda.memory_stats_as_nested_dict(). The library keeps no split
+    between a small and a large pool: their rows are all zeros, "all" holds
+    the figures. Active bytes are the allocated ones, and inactive splits
+    are not counted (0)."""
+    s = stats(device) or {}
+    zero = {"current": 0, "peak": 0, "allocated": 0, "freed": 0}
+
+    def triple(name, counted=None):
+        t = s.get(name) or {"current": 0, "peak": 0, "total": 0}
+        total = t["total"] if counted is None else counted
+        return {"all": {"current": t["current"], "peak": t["peak"],
+                        "allocated": total, "freed": total - t["current"]},
+                "small_pool": dict(zero), "large_pool": dict(zero)}
+
+    out = {
+        "allocated_bytes": triple("allocated_bytes"),
+        "requested_bytes": triple("requested_bytes"),
+        "reserved_bytes": triple("reserved_bytes"),
+        "active_bytes": triple("allocated_bytes"),
+        "inactive_split_bytes": triple(None),
+        "allocation": triple("blocks"),
+        "active": triple("blocks"),
+        "inactive_split": triple(None),
+        "segment": triple("segments", s.get("backend_allocs", 0)),
+        "oversize_allocations": triple(None),
+        "oversize_segments": triple(None),
+        "num_alloc_retries": s.get("oom_retries", 0),
+        "num_ooms": s.get("failed_allocs", 0),
+        "num_sync_all_streams": 0,
+        "num_device_alloc": s.get("backend_allocs", 0),
+        "num_device_free": s.get("backend_frees", 0),
+        "max_split_size": -1,
+    }
+    return _less_accumulated(device, out)
+
+
+# Totals at the last reset_accumulated_memory_stats(), per device: PyTorch
+# counts "allocated" and "freed" from there; the library from its start.
+_accumulated = {}
+
+
+def _less_accumulated(device, out):
+    base = _accumulated.get(device)
+    if base is None:
+        return out
+    for name, value in out.items():
+        if isinstance(value, dict):
+            for key in ("allocated", "freed"):
+                value["all"][key] -= base[name]["all"][key]
+        elif name in ("num_alloc_retries", "num_ooms", "num_device_alloc",
+                      "num_device_free"):
+            out[name] -= base[name]
+    return out
+
+
+def _reset_accumulated(device):
+    _accumulated.pop(device, None)
+    _accumulated[device] = _pytorch_stats(device)
+
+
+def _reset_peaks(device):
+    fn = _function("cudalloc_reset_peak_stats", None, [ctypes.c_int])
+    if fn:
+        fn(-1 if device is None else device)
+
+
+def _refuse_graph_capture(*args, **kwargs):
+    raise RuntimeError(
+        "cudalloc: CUDA graph capture through the allocator slot is not "
+        "supported: PyTorch 2.11 lets no plug-in keep a graph's memory private "
+        "from Python, so a block freed in the capture could be handed out "
+        "while the graph still uses it. Capture without cudalloc.torch.use() "
+        "(the preloaded library, cudalloc run, serves PyTorch's own allocator "
+        "safely)")
+
+
 class _Torch(object):
     """PyTorch's allocator slot (torch.cuda.memory.CUDAPluggableAllocator)."""
 
     @staticmethod
     def use(path=None):
         """Makes the library PyTorch's CUDA allocator: PyTorch hands it each
-        tensor's size, device and stream. Call it before PyTorch allocates
-        device memory (PyTorch refuses to swap an allocator in use). Returns
-        the CUDAPluggableAllocator."""
+        tensor's size, device and stream, from any thread. Call it before
+        PyTorch allocates device memory (PyTorch refuses to swap an
+        allocator in use). PyTorch's memory functions (memory_allocated,
+        memory_reserved, memory_stats, memory_summary, the max_ and reset_
+        ones, and torch.accelerator's) then answer from the library's
+        figures, empty_cache() gives its cache back, and
+        tensor.record_stream(s) reaches it; graph capture is refused with
+        one line (see docs/COMPATIBILITY.md). Returns the
+        CUDAPluggableAllocator."""
         import torch as _torch
         path = _plug(path)
         alloc = _torch.cuda.memory.CUDAPluggableAllocator(
             path, "cudalloc_stream_malloc", "cudalloc_stream_free")
         _torch.cuda.memory.change_current_allocator(alloc)
+        _Torch._answer_for(_torch)
         return alloc
+
+    @staticmethod
+    def memory_stats(device=0):
+        """`device`'s figures as torch.cuda.memory_stats_as_nested_dict()
+        gives them under PyTorch's own allocator."""
+        return _pytorch_stats(device)
+
+    @staticmethod
+    def _answer_for(_torch):
+        """Puts the library behind what PyTorch's pluggable interface
+        lacks: the functions torch.cuda.memory and torch.accelerator call
+        (looked up on torch._C at each call), Tensor.record_stream, and a
+        refusal where graph capture would need private pools."""
+        C = _torch._C
+        empty_orig = {n: getattr(C, n) for n in ("_cuda_emptyCache",
+                                                 "_accelerator_emptyCache")
+                      if hasattr(C, n)}
+
+        def emptying(name):
+            def empty(*args):
+                empty_orig[name](*args)
+                empty_cache()
+            return empty
+        answers = {
+            "_cuda_memoryStats": _pytorch_stats,
+            "_accelerator_getDeviceStats": _pytorch_stats,
+            "_cuda_resetPeakMemoryStats": _reset_peaks,
+            "_accelerator_resetPeakStats": _reset_peaks,
+            "_cuda_resetAccumulatedMemoryStats": _reset_accumulated,
+            "_accelerator_resetAccumulatedStats": _reset_accumulated,
+        }
+        answers.update((n, emptying(n)) for n in empty_orig)
+        for name, fn in answers.items():
+            if hasattr(C, name):
+                setattr(C, name, fn)
+        record = _function("cudalloc_record_stream", None,
+                           [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p])
+        record_orig = _torch.Tensor.record_stream
+
+        def record_stream(tensor, stream):
+            record_orig(tensor, stream)
+            if tensor.is_cuda:
+                record(tensor.untyped_storage().data_ptr(),
+                       tensor.device.index, stream.cuda_stream)
+        _torch.Tensor.record_stream = record_stream
+        graphs = getattr(getattr(_torch.cuda, "graphs", None), "CUDAGraph", None)
+        if graphs is not None:
+            graphs.capture_begin = _refuse_graph_capture
 
 
 class _Freeing(object):
@@ -165,12 +298,16 @@ class _Cupy(object):
     @staticmethod
     def use(path=None):
         """Makes the library CuPy's allocator, with CuPy's current stream at
-        each allocation (its C-function slot carries none). Returns the
+        each allocation (its C-function slot carries none). A request the
+        device cannot hold raises CuPy's OutOfMemoryError, after the
+        library's one line. CuPy's own pool figures are the library's:
+        stats(device) (used_bytes: allocated_bytes, total_bytes:
+        reserved_bytes), empty_cache() for free_all_blocks(). Returns the
         allocator function."""
         import cupy as _cupy
         _plug(path)
         vp, size_t, c_int = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
-        malloc = _function("cudalloc_stream_malloc", vp, [size_t, c_int, vp])
+        malloc = _function("cudalloc_stream_try_malloc", vp, [size_t, c_int, vp])
         free = _function("cudalloc_stream_free", None, [vp, size_t, c_int, vp])
         memory = _cupy.cuda.memory
 
@@ -250,6 +387,12 @@ def mark():
     growth_report:1, live memory by site is snapshotted at each mark, and
     from the first mark on only at marks."""
     return _call("cudalloc_mark")
+
+
+def reset_peak_stats(device=-1):
+    """Starts every peak of `device`'s statistics (every device's for -1)
+    again from its current figure."""
+    _reset_peaks(device)
 
 
 def empty_cache():

@@ -40,9 +40,25 @@ class CUDAPluggableAllocator(object):
         calls.append(("allocator", path, alloc_name, free_name))
 def change_current_allocator(a):
     calls.append(("current", a))
+def _refusing(name):
+    def fn(*args):
+        raise RuntimeError("CUDAPluggableAllocator does not yet support " + name)
+    return fn
+_C = types.SimpleNamespace(
+    _cuda_memoryStats=_refusing("getDeviceStats"),
+    _cuda_resetPeakMemoryStats=_refusing("resetPeakStats"),
+    _cuda_resetAccumulatedMemoryStats=_refusing("resetAccumulatedStats"),
+    _cuda_emptyCache=lambda: calls.append(("emptyCache",)))
+class Tensor(object):
+    def record_stream(self, stream):
+        calls.append(("record_stream_dropped",))
+class _Graph(object):
+    def capture_begin(self, pool=None, capture_error_mode="global"):
+        calls.append(("capture_begin",))
 cuda = types.SimpleNamespace(memory=types.SimpleNamespace(
     CUDAPluggableAllocator=CUDAPluggableAllocator,
-    change_current_allocator=change_current_allocator))
+    change_current_allocator=change_current_allocator),
+    graphs=types.SimpleNamespace(CUDAGraph=_Graph))
 '''
 
 CUPY_STANDIN = r'''
@@ -99,7 +115,43 @@ a.free(p, 1 << 20, 0, s1)
 r = a.alloc(1 << 20, 0, s1)
 print("same_stream=%d" % (r == p))
 print("loaded=%d allocs=%d" % (cudalloc.loaded(), cudalloc.stats(0)["allocs"]))
-a.free(q, 1 << 20, 0, s2)  # r stays: reported at exit
+# PyTorch's memory functions read torch._C: the library's figures answer.
+big = a.alloc(64 << 20, 0, s1)
+m = torch._C._cuda_memoryStats(0)
+print("allocated_now=%d" % m["allocated_bytes"]["all"]["current"])
+print("reserved_now=%d" % m["reserved_bytes"]["all"]["current"])
+a.free(big, 64 << 20, 0, s1)
+torch._C._cuda_resetPeakMemoryStats(0)
+m = torch._C._cuda_memoryStats(0)
+print("peak_after_reset=%d" % m["allocated_bytes"]["all"]["peak"])
+torch._C._cuda_emptyCache()
+m = torch._C._cuda_memoryStats(0)
+print("reserved_after_empty=%d" % m["reserved_bytes"]["all"]["current"])
+print("empty_passed_on=%d" % (("emptyCache",) in torch.calls))
+torch._C._cuda_resetAccumulatedMemoryStats(0)
+m = torch._C._cuda_memoryStats(0)
+print("allocated_total_after_reset=%d" % m["allocated_bytes"]["all"]["allocated"])
+print("keys=%s" % ",".join(sorted(k for k in m if not isinstance(m[k], dict))))
+# record_stream reaches the library: the block's free then waits on s2.
+class Storage(object):
+    def data_ptr(self):
+        return q
+class Dev(object):
+    index = 0
+class T(torch.Tensor):
+    is_cuda = True
+    device = Dev()
+    def untyped_storage(self):
+        return Storage()
+class S(object):
+    cuda_stream = s2.value
+T().record_stream(S())
+try:
+    torch.cuda.graphs.CUDAGraph().capture_begin()
+    print("graph=captured")
+except RuntimeError as e:
+    print("graph=refused:%s" % str(e)[:40])
+a.free(q, 1 << 20, 0, s1)  # r stays: reported at exit
 '''
 
 CUPY_PROGRAM = PROLOGUE + r'''
@@ -118,6 +170,11 @@ cupy.state["stream"] = s2.value
 other = fn(64 << 10)
 print("other_stream_ok=%d" % (other.ptr != 0))
 print("loaded=%d allocs=%d" % (cudalloc.loaded(), cudalloc.stats(0)["allocs"]))
+try:
+    fn(64 << 30)
+    print("oom=none")
+except cupy.cuda.memory.OutOfMemoryError:
+    print("oom=raised")
 del q_holder, other
 gc.collect()
 print("reported=%d" % cudalloc.report())  # r is live: listed
@@ -167,7 +224,24 @@ def check_torch(tmp):
     common(r)
     expect("SUMMARY: 1048576 bytes leaked in 1 allocations" in r.err,
            "the block left unfreed is not in the report at exit", r)
-    return "slot %s, same-stream reuse, reported at exit" % r.kv["slot"]
+    live = 2 << 20  # q and r
+    expect(r.kv.get("allocated_now") == str(live + (64 << 20)),
+           "torch.cuda.memory_allocated's figure: %s, want %d" % (r.kv.get("allocated_now"),
+                                                                  live + (64 << 20)), r)
+    expect(int(r.kv.get("reserved_now", 0)) >= live + (64 << 20), "reserved below allocated", r)
+    expect(r.kv.get("peak_after_reset") == str(live),
+           "the peak after reset_peak_memory_stats: %s, want %d" % (r.kv.get("peak_after_reset"), live), r)
+    expect(int(r.kv.get("reserved_after_empty", 1 << 40)) < int(r.kv.get("reserved_now", 0)) - (32 << 20),
+           "torch.cuda.empty_cache() gave nothing back", r)
+    expect(r.kv.get("empty_passed_on") == "1", "PyTorch's own empty_cache was not called", r)
+    expect(r.kv.get("allocated_total_after_reset") == "0",
+           "reset_accumulated_memory_stats left %s" % r.kv.get("allocated_total_after_reset"), r)
+    expect(r.kv.get("keys") == "max_split_size,num_alloc_retries,num_device_alloc,"
+           "num_device_free,num_ooms,num_sync_all_streams", "the flat keys: %s" % r.kv.get("keys"), r)
+    expect(r.kv.get("graph", "").startswith("refused:cudalloc: CUDA graph capture"),
+           "graph capture through the slot: %s" % r.kv.get("graph"), r)
+    return ("slot %s, same-stream reuse, reported at exit, memory functions answered, "
+            "graph capture refused" % r.kv["slot"])
 
 
 def check_cupy(tmp):
@@ -175,6 +249,8 @@ def check_cupy(tmp):
     r = run_program(tmp, "cupy", CUPY_STANDIN, CUPY_PROGRAM)
     expect(r.kv.get("installed") == "1", "set_allocator was not given the allocator", r)
     expect(r.kv.get("other_stream_ok") == "1", "an allocation on a second stream failed", r)
+    expect(r.kv.get("oom") == "raised" and "allocator slot: out of memory" in r.err,
+           "64 GiB of the mock's 1: %s" % r.kv.get("oom"), r)
     common(r)
     expect(r.kv.get("reported") == "1" and re.search(
         r"^cudalloc: 1048576 bytes [a-z ]+ in 1 allocation", r.err, re.M),

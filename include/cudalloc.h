@@ -139,6 +139,22 @@ CUDALLOC_API void cudalloc_stream_free(void *ptr, size_t size, int device,
  * for that work (an event), and the block then goes back as usual. */
 CUDALLOC_API void cudalloc_record_stream(void *ptr, int device, void *stream);
 
+/* A CUDA graph captured through the slot (PyTorch's torch.cuda.graph;
+ * cudalloc.torch.use() makes these calls): call cudalloc_graph_begin just
+ * after the capture began on `stream` of `device`, cudalloc_graph_end just
+ * after it ended, cudalloc_graph_release when the graph is destroyed. Every
+ * block served for the capture stays the graph's, as in PyTorch's private
+ * graph pools: freed by the program, it serves only the same graph's
+ * capture again (a request of its exact size), and goes back to the pool
+ * when the graph is released, once the device has finished its work. A
+ * new segment asked during the capture is taken with this thread's capture
+ * mode relaxed, as PyTorch does. cudalloc_graph_begin returns the graph's
+ * number for the other two, or 0 (with one line) when no more graphs can
+ * be held. */
+CUDALLOC_API int cudalloc_graph_begin(int device, void *stream);
+CUDALLOC_API void cudalloc_graph_end(int graph);
+CUDALLOC_API void cudalloc_graph_release(int graph);
+
 #ifdef __cplusplus
 }
 #endif

@@ -199,14 +199,48 @@ def _reset_peaks(device):
         fn(-1 if device is None else device)
 
 
-def _refuse_graph_capture(*args, **kwargs):
-    raise RuntimeError(
-        "cudalloc: CUDA graph capture through the allocator slot is not "
-        "supported: PyTorch 2.11 lets no plug-in keep a graph's memory private "
-        "from Python, so a block freed in the capture could be handed out "
-        "while the graph still uses it. Capture without cudalloc.torch.use() "
-        "(the preloaded library, cudalloc run, serves PyTorch's own allocator "
-        "safely)")
+def _follow_graphs(_torch):
+    """Tells the library of each CUDA graph PyTorch captures (CUDAGraph's
+    capture_begin, capture_end, reset, and its collection), so that the
+    blocks a graph was given serve no one else while it lives: the private
+    pool that PyTorch 2.11 lets no plug-in keep from Python."""
+    import weakref
+    graph_class = getattr(getattr(_torch.cuda, "graphs", None), "CUDAGraph", None)
+    if graph_class is None:
+        return
+    c_int, vp = ctypes.c_int, ctypes.c_void_p
+    begin = _function("cudalloc_graph_begin", c_int, [c_int, vp])
+    end = _function("cudalloc_graph_end", None, [c_int])
+    release = _function("cudalloc_graph_release", None, [c_int])
+    orig_begin, orig_end = graph_class.capture_begin, graph_class.capture_end
+    orig_reset = getattr(graph_class, "reset", None)
+
+    def capture_begin(self, *args, **kwargs):
+        orig_begin(self, *args, **kwargs)
+        stream = _torch.cuda.current_stream()
+        number = begin(stream.device.index, stream.cuda_stream)
+        if not number:
+            raise RuntimeError("cudalloc: no more CUDA graphs can be held: "
+                               "reset() one before capturing another")
+        self._cudalloc_graph = weakref.finalize(self, release, number)
+        self._cudalloc_number = number
+
+    def capture_end(self):
+        try:
+            orig_end(self)
+        finally:
+            end(getattr(self, "_cudalloc_number", 0))
+
+    def reset(self):
+        if orig_reset is not None:
+            orig_reset(self)
+        done = getattr(self, "_cudalloc_graph", None)
+        if done is not None:
+            done()
+
+    graph_class.capture_begin = capture_begin
+    graph_class.capture_end = capture_end
+    graph_class.reset = reset
 
 
 class _Torch(object):
@@ -221,9 +255,9 @@ class _Torch(object):
         memory_reserved, memory_stats, memory_summary, the max_ and reset_
         ones, and torch.accelerator's) then answer from the library's
         figures, empty_cache() gives its cache back, and
-        tensor.record_stream(s) reaches it; graph capture is refused with
-        one line (see docs/COMPATIBILITY.md). Returns the
-        CUDAPluggableAllocator."""
+        tensor.record_stream(s) reaches it, and each CUDA graph captured
+        keeps its blocks while it lives (see docs/COMPATIBILITY.md).
+        Returns the CUDAPluggableAllocator."""
         import torch as _torch
         path = _plug(path)
         alloc = _torch.cuda.memory.CUDAPluggableAllocator(
@@ -242,8 +276,8 @@ class _Torch(object):
     def _answer_for(_torch):
         """Puts the library behind what PyTorch's pluggable interface
         lacks: the functions torch.cuda.memory and torch.accelerator call
-        (looked up on torch._C at each call), Tensor.record_stream, and a
-        refusal where graph capture would need private pools."""
+        (looked up on torch._C at each call), Tensor.record_stream, and the
+        graphs' private pools."""
         C = _torch._C
         empty_orig = {n: getattr(C, n) for n in ("_cuda_emptyCache",
                                                  "_accelerator_emptyCache")
@@ -276,9 +310,7 @@ class _Torch(object):
                 record(tensor.untyped_storage().data_ptr(),
                        tensor.device.index, stream.cuda_stream)
         _torch.Tensor.record_stream = record_stream
-        graphs = getattr(getattr(_torch.cuda, "graphs", None), "CUDAGraph", None)
-        if graphs is not None:
-            graphs.capture_begin = _refuse_graph_capture
+        _follow_graphs(_torch)
 
 
 class _Freeing(object):

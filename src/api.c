@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "cudalloc.h"
-#include "intercept.h"
+#include "slot.h"
 #include "lifecycle.h"
 #include "log.h"
 #include "registry.h"
@@ -56,7 +56,7 @@ void cudalloc_mark(void) { ca_sites_mark(); }
 
 void *cudalloc_stream_try_malloc(size_t size, int device, void *stream) {
   CUdeviceptr p = 0;
-  if (ca_on_stream_alloc(&p, size, device, (CUstream)stream) != CUDA_SUCCESS)
+  if (ca_slot_alloc(&p, size, device, (CUstream)stream) != CUDA_SUCCESS)
     return NULL;
   return (void *)(uintptr_t)p;
 }
@@ -77,9 +77,18 @@ void *cudalloc_stream_malloc(size_t size, int device, void *stream) {
 
 void cudalloc_stream_free(void *ptr, size_t size, int device, void *stream) {
   (void)size;
-  ca_on_stream_free((CUdeviceptr)(uintptr_t)ptr, device, (CUstream)stream);
+  ca_slot_free((CUdeviceptr)(uintptr_t)ptr, device, (CUstream)stream);
 }
 
 void cudalloc_record_stream(void *ptr, int device, void *stream) {
-  ca_on_stream_record((CUdeviceptr)(uintptr_t)ptr, device, (CUstream)stream);
+  (void)device;
+  ca_slot_record((CUdeviceptr)(uintptr_t)ptr, (CUstream)stream);
 }
+
+int cudalloc_graph_begin(int device, void *stream) {
+  return ca_slot_graph_begin(device, (CUstream)stream);
+}
+
+void cudalloc_graph_end(int graph) { ca_slot_graph_end(graph); }
+
+void cudalloc_graph_release(int graph) { ca_slot_graph_release(graph); }

@@ -150,6 +150,8 @@
     (CUcontext * ctx, CUdevice device))                                        \
   X(cuDevicePrimaryCtxGetState, device_primary_ctx_get_state,                  \
     (CUdevice device, unsigned int *flags, int *active))                       \
+  X(cuThreadExchangeStreamCaptureMode, thread_exchange_stream_capture_mode,    \
+    (CUstreamCaptureMode * mode))                                              \
   X(cuStreamIsCapturing, stream_is_capturing,                                  \
     (CUstream stream, CUstreamCaptureStatus * status))                         \
   X(cuEventCreate, event_create, (CUevent * event, unsigned int flags))        \

@@ -20,6 +20,7 @@ typedef enum ca_fork_slot {
   CA_FORK_REGISTRY,  /* the pool slots, the budgets */
   CA_FORK_TRACK,     /* the table of passed-through allocations */
   CA_FORK_RECORDED,  /* blocks used on other streams (record_stream) */
+  CA_FORK_GRAPHS,    /* blocks held by graphs captured through the slot */
   CA_FORK_POOL,      /* the threads counted on each arena */
   CA_FORK_STREAMS,   /* the program's streams (outer lock) */
   CA_FORK_MARKS,     /* markers, spare events, fences (inner lock) */

@@ -18,7 +18,6 @@
 #include "pointer.h"
 #include "pool/pool.h"
 #include "pyframes/pyframes.h"
-#include "recorded.h"
 #include "registry.h"
 #include "sites.h"
 #include "stacks.h"
@@ -27,7 +26,9 @@
 #include "track.h"
 #include "unwind/unwind.h"
 
-static bool ca__enabled(void) { return ca_config_get()->enabled; }
+bool ca_intercept_enabled(void) { return ca_config_get()->enabled; }
+
+static bool ca__enabled(void) { return ca_intercept_enabled(); }
 
 /* The current context and its device, or NULL and -1: tracking wants a
  * best guess, and a failed query must not change the program's result. */
@@ -65,7 +66,7 @@ static uint32_t ca__stack_here(void) {
  * waiting for its pending frees first, so that an allocation the driver or
  * the limit refused can be tried once more. Returns whether anything was
  * given back; an unknown device (-1) has no pool of its own to empty. */
-static bool ca__make_room(int device) {
+bool ca_intercept_make_room(int device) {
   if (device < 0)
     return false;
   ca_pool *pools[CA_REGISTRY_MAX_POOLS];
@@ -82,7 +83,7 @@ static bool ca__make_room(int device) {
 static bool ca__book_passed(int device, uint64_t size) {
   ca_budget *b = ca_registry_budget(device);
   return b == NULL || ca_budget_book(b, size) ||
-         (ca__make_room(device) && ca_budget_book(b, size));
+         (ca_intercept_make_room(device) && ca_budget_book(b, size));
 }
 
 /* Records a passed-through allocation, booked already, for the report. The
@@ -153,15 +154,15 @@ static int ca__ask_pool(ca_pool *pool, uint64_t size, uint32_t stack,
 
 /* Serves `size` bytes from `pool`, on *stream when `stream` is not NULL
  * (stream-ordered reuse: the frameworks' allocator slots). */
-static CUresult ca__pooled_alloc(ca_pool *pool, size_t size,
-                                 const uint64_t *stream, CUdeviceptr *dptr) {
+CUresult ca_intercept_pooled(ca_pool *pool, size_t size,
+                             const uint64_t *stream, CUdeviceptr *dptr) {
   uint64_t addr = 0;
   uint32_t stack = ca__stack_here();
   int status = ca__ask_pool(pool, (uint64_t)size, stack, stream, &addr);
   /* The pool gave back its own cache before failing; under a limit, the
    * device's other pools may hold the room. */
   if (status == CUDA_ERROR_OUT_OF_MEMORY && ca_config_get()->memory_limit &&
-      ca__make_room(ca_pool_device(pool)))
+      ca_intercept_make_room(ca_pool_device(pool)))
     status = ca__ask_pool(pool, (uint64_t)size, stack, stream, &addr);
   if (status == 0) {
     *dptr = (CUdeviceptr)addr;
@@ -195,7 +196,7 @@ CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
   ca_pool *pool = ca__current_pool();
   if (pool == NULL)
     return CA_REAL(mem_alloc, dptr, size);
-  CUresult r = ca__pooled_alloc(pool, size, NULL, dptr);
+  CUresult r = ca_intercept_pooled(pool, size, NULL, dptr);
   if (r == CUDA_ERROR_OUT_OF_MEMORY)
     ca__say_out_of_memory(pool, size);
   return r;
@@ -204,7 +205,7 @@ CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
 /* Gives a pooled block back (on *stream, when named): whether one was live
  * at `dptr`. Only with stacks does the pool describe the block, for its
  * site's count. */
-static bool ca__free_pooled(CUdeviceptr dptr, const uint64_t *stream) {
+bool ca_intercept_free_pooled(CUdeviceptr dptr, const uint64_t *stream) {
   ca_live_block b = {.tag = 0};
   bool stacks = ca__stack_depth(ca_config_get()) > 0;
   if (!ca_registry_free((uint64_t)dptr, stream, stacks ? &b : NULL))
@@ -216,7 +217,7 @@ static bool ca__free_pooled(CUdeviceptr dptr, const uint64_t *stream) {
 }
 
 /* A free no pool answered for: the driver's. */
-static CUresult ca__free_unpooled(CUdeviceptr dptr) {
+CUresult ca_intercept_free_unpooled(CUdeviceptr dptr) {
   /* A pooled block freed twice, at a segment's base: the driver would free
    * the whole segment under the pool. It answers a double free this way. */
   if (ca_registry_holds_segment((uint64_t)dptr))
@@ -230,192 +231,9 @@ CUresult ca_on_mem_free(CUdeviceptr dptr) {
   /* cuMemFree(0) gets the driver's own answer, whatever it is. */
   if (!ca__enabled() || dptr == 0)
     return CA_REAL(mem_free, dptr);
-  if (ca__free_pooled(dptr, NULL))
+  if (ca_intercept_free_pooled(dptr, NULL))
     return CUDA_SUCCESS;
-  return ca__free_unpooled(dptr);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Through a framework's allocator slot                                      */
-
-/* The slot is called from any thread (autograd runs the backward pass on a
- * thread of its own, where no context is current) and names its device: it
- * is served in that device's primary context, the runtime's and the
- * frameworks', and the calling thread's current context is as it was after
- * (the backend pushes the pool's context for the driver calls it makes). */
-
-/* What no pool serves (the library is off, the primary context is being
- * reset) goes to the driver as a plain cuMemAlloc or cuMemFree would, with
- * `device`'s primary context current for the call. */
-static CUresult ca__slot_passed(int device, CUdeviceptr *dptr, size_t size,
-                                CUdeviceptr freed) {
-  CUcontext ctx = NULL;
-  bool pushed = false;
-  CUresult r = ca_driver_primary_retained(device, true, &ctx);
-  if (r == CUDA_SUCCESS)
-    r = ca_driver_enter(ctx, &pushed);
-  if (r != CUDA_SUCCESS)
-    return r;
-  if (!ca__enabled())
-    r = dptr ? CA_REAL(mem_alloc, dptr, size) : CA_REAL(mem_free, freed);
-  else
-    r = dptr ? ca_on_mem_alloc(dptr, size) : ca__free_unpooled(freed);
-  ca_driver_leave(pushed);
-  return r;
-}
-
-/* What would have made room for a request the device could not serve: the
- * setting to change, or why none would. */
-static const char *ca__room_advice(const cudalloc_device_stats *s,
-                                   uint64_t size) {
-  const ca_config *cfg = ca_config_get();
-  uint64_t cached = s->free_cached_bytes + s->pending_free_bytes;
-  if (cfg->memory_limit && s->reserved_bytes.current + size > cfg->memory_limit)
-    return "memory_limit_mb caps the device below what is asked: raise it";
-  if (cached >= size && !cfg->expandable_segments)
-    return "enough is cached, in pieces too small: expandable_segments:1 "
-           "maps it where needed";
-  if (cached >= size)
-    return "enough is cached, in pieces too small even for "
-           "expandable_segments: a lower max_split_size_mb keeps large "
-           "blocks whole";
-  return "the device is full: no setting makes room (free tensors, or a "
-         "smaller batch)";
-}
-
-/* The one line for a request the slot could not serve. */
-static void ca__say_slot_refused(CUresult r, size_t size, int device) {
-  char asked[32];
-  ca_format_bytes(asked, sizeof(asked), (uint64_t)size);
-  if (r != CUDA_ERROR_OUT_OF_MEMORY) {
-    ca_log("allocator slot: %s asked on device %d refused: %s", asked,
-           device, ca_driver_error_name(r));
-    return;
-  }
-  cudalloc_device_stats s;
-  ca_registry_device_stats(device, &s);
-  char used[32], cached[32], largest[32], limit[32] = "none";
-  ca_format_bytes(used, sizeof(used), s.allocated_bytes.current);
-  ca_format_bytes(cached, sizeof(cached),
-                  s.free_cached_bytes + s.pending_free_bytes);
-  ca_format_bytes(largest, sizeof(largest), s.largest_free_block);
-  if (ca_config_get()->memory_limit)
-    ca_format_bytes(limit, sizeof(limit), ca_config_get()->memory_limit);
-  ca_log("allocator slot: out of memory: %s asked on device %d after giving "
-         "back the cache; held: in use %s, cached %s (largest free block %s), "
-         "limit %s; %s",
-         asked, device, used, cached, largest, limit,
-         ca__room_advice(&s, (uint64_t)size));
-}
-
-/* The pool of `device`'s primary context, or the reason there is none. */
-static ca_pool *ca__slot_pool(int device, CUresult *why) {
-  bool made = false;
-  ca_pool *pool = ca_registry_primary_pool(device, &made, why);
-  if (made)
-    ca_lifecycle_device_used();
-  return pool;
-}
-
-/* Served as PyTorch's own allocator serves: on out of memory, every cached
- * block of the device is given back (lanes, pending frees, the device's
- * other pools) and the request tried once more. */
-static CUresult ca__slot_alloc(CUdeviceptr *dptr, size_t size, int device,
-                               CUstream stream) {
-  if (!ca__enabled())
-    return ca__slot_passed(device, dptr, size, 0);
-  CUresult r = CUDA_SUCCESS;
-  ca_pool *pool = ca__slot_pool(device, &r);
-  if (pool == NULL)
-    return r == CUDA_ERROR_NOT_READY ? ca__slot_passed(device, dptr, size, 0)
-                                     : r;
-  uint64_t s = (uint64_t)(uintptr_t)stream;
-  r = ca__pooled_alloc(pool, size, &s, dptr);
-  if (r == CUDA_ERROR_OUT_OF_MEMORY && ca__make_room(device))
-    r = ca__pooled_alloc(pool, size, &s, dptr);
-  return r;
-}
-
-CUresult ca_on_stream_alloc(CUdeviceptr *dptr, size_t size, int device,
-                            CUstream stream) {
-  if (dptr == NULL || size == 0)
-    return CUDA_ERROR_INVALID_VALUE;
-  CUresult r = ca__slot_alloc(dptr, size, device, stream);
-  if (r != CUDA_SUCCESS)
-    ca__say_slot_refused(r, size, device);
-  return r;
-}
-
-/* A pooled block that is never handed out again while its segment lives
- * (ca_pool_share): what keeps a block safe when its other streams cannot
- * be waited for. */
-static void ca__retire(CUdeviceptr dptr) {
-  ca_registry_span where;
-  if (ca_registry_find((uint64_t)dptr, &where) && where.span.live &&
-      where.span.block.addr == (uint64_t)dptr)
-    ca_pool_share(where.pool, (uint64_t)dptr);
-}
-
-CUresult ca_on_stream_record(CUdeviceptr dptr, int device, CUstream stream) {
-  (void)device;
-  ca_registry_span where;
-  if (!ca__enabled() || !ca_registry_find((uint64_t)dptr, &where) ||
-      !where.span.live || where.span.block.addr != (uint64_t)dptr)
-    return CUDA_SUCCESS; /* the driver's own memory waits at its free */
-  if (!ca_recorded_add((uint64_t)dptr, (uint64_t)(uintptr_t)stream))
-    ca__retire(dptr);
-  return CUDA_SUCCESS;
-}
-
-/* Orders `stream` (the block's own, where it is freed) after the work
- * queued so far on each stream the block was recorded on: an event on
- * each, waited for by `stream`. The free then goes to `stream`'s lane,
- * whose reuse is ordered after that work whichever stream reuses it.
- * Where a wait cannot be set up, the block is retired instead. */
-static void ca__after_recorded(CUdeviceptr dptr, int device, CUstream stream) {
-  uint64_t others[CA_RECORDED_STREAMS];
-  bool overflow = false;
-  size_t n = ca_recorded_take((uint64_t)dptr, others, &overflow);
-  if (n == 0 && !overflow)
-    return;
-  CUcontext ctx = NULL;
-  bool pushed = false;
-  CUresult r = ca_driver_primary_retained(device, false, &ctx);
-  if (r == CUDA_SUCCESS)
-    r = ca_driver_enter(ctx, &pushed);
-  for (size_t i = 0; r == CUDA_SUCCESS && i < n; i++) {
-    CUstream other = (CUstream)(uintptr_t)others[i];
-    CUevent ev = NULL;
-    if (other == stream)
-      continue;
-    r = CA_REAL(event_create, &ev, CU_EVENT_DISABLE_TIMING);
-    if (r == CUDA_SUCCESS)
-      r = CA_REAL(event_record, ev, other);
-    if (r == CUDA_SUCCESS)
-      r = CA_REAL(stream_wait_event, stream, ev, 0);
-    if (ev != NULL)
-      CA_REAL(event_destroy, ev);
-  }
-  if (r == CUDA_SUCCESS && overflow)
-    r = CA_REAL(ctx_synchronize);
-  ca_driver_leave(pushed);
-  if (r != CUDA_SUCCESS)
-    ca__retire(dptr);
-}
-
-CUresult ca_on_stream_free(CUdeviceptr dptr, int device, CUstream stream) {
-  if (dptr == 0)
-    return CUDA_SUCCESS;
-  uint64_t s = (uint64_t)(uintptr_t)stream;
-  if (ca__enabled())
-    ca__after_recorded(dptr, device, stream);
-  if (ca__enabled() && ca__free_pooled(dptr, &s))
-    return CUDA_SUCCESS;
-  CUresult r = ca__slot_passed(device, NULL, 0, dptr);
-  if (r != CUDA_SUCCESS)
-    ca_log("allocator slot: the free of %#llx on device %d failed: %s",
-           (unsigned long long)dptr, device, ca_driver_error_name(r));
-  return r;
+  return ca_intercept_free_unpooled(dptr);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -488,7 +306,7 @@ CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes) {
     CUresult r_ = CUDA_ERROR_OUT_OF_MEMORY;                                    \
     if (ca__book_passed((device), (size))) {                                   \
       r_ = (call);                                                             \
-      if (r_ == CUDA_ERROR_OUT_OF_MEMORY && ca__make_room(device))             \
+      if (r_ == CUDA_ERROR_OUT_OF_MEMORY && ca_intercept_make_room(device))             \
         r_ = (call);                                                           \
       if (r_ != CUDA_SUCCESS)                                                  \
         ca_registry_unbook((device), (size));                                   \
@@ -577,7 +395,7 @@ CUresult ca_on_mem_free_async(CUdeviceptr dptr, CUstream stream, bool ptsz) {
    * queued on `stream` before the free, so it is taken back like
    * cuMemFree. (Under immediate, as documented, it is not.) */
   if (ca__enabled() && dptr != 0) {
-    if (ca__free_pooled(dptr, NULL))
+    if (ca_intercept_free_pooled(dptr, NULL))
       return CUDA_SUCCESS;
     if (ca_registry_holds_segment((uint64_t)dptr))
       return CUDA_ERROR_INVALID_VALUE; /* as in ca_on_mem_free */

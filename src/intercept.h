@@ -14,24 +14,27 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cuda.h>
 
+#include "pool/pool.h"
+
 CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size);
 CUresult ca_on_mem_free(CUdeviceptr dptr);
-/* Through a framework's allocator slot (api.c), from any thread: served in
- * `device`'s primary context whatever the thread has current, which stays
- * current; the stream is known, so reuse is stream-ordered
- * (ca_pool_alloc_on). Out of memory after giving back the device's cache
- * and trying again. Any failure of a request (size > 0) or a free is said
- * in one line. */
-CUresult ca_on_stream_alloc(CUdeviceptr *dptr, size_t size, int device,
-                            CUstream stream);
-CUresult ca_on_stream_free(CUdeviceptr dptr, int device, CUstream stream);
-/* The pooled block at `dptr` is used on `stream` too (record_stream): its
- * free through the slot waits for the work queued on `stream` before it.
- * Memory the pool does not own is left alone (its free waits anyway). */
-CUresult ca_on_stream_record(CUdeviceptr dptr, int device, CUstream stream);
+/* What the allocator slot's policy (slot.c) shares with this one. */
+bool ca_intercept_enabled(void);
+/* Serves `size` bytes from `pool` (on *stream when `stream` is not NULL:
+ * stream-ordered reuse), counting the block for its site and the trace. */
+CUresult ca_intercept_pooled(ca_pool *pool, size_t size,
+                             const uint64_t *stream, CUdeviceptr *dptr);
+/* Gives a pooled block back (on *stream when named): whether one was live
+ * at `dptr`. */
+bool ca_intercept_free_pooled(CUdeviceptr dptr, const uint64_t *stream);
+/* A free no pool answered for: the driver's, in the current context. */
+CUresult ca_intercept_free_unpooled(CUdeviceptr dptr);
+/* Every pool of `device` gives back what it caches: whether anything was. */
+bool ca_intercept_make_room(int device);
 CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes);
 CUresult ca_on_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width,
                                size_t height, unsigned int element_size);

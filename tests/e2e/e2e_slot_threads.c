@@ -30,6 +30,16 @@
  *     tensor.record_stream) and freed on its own stream A makes A wait for
  *     an event recorded on B, and A then reuses it; a block not recorded
  *     is freed with no event and no wait.
+ * E2E_SLOT_MODE=graph (a stream capture in global mode, as
+ * torch.cuda.graph makes, told to the library as cudalloc.torch.use()
+ * tells it):
+ *  8. a request during the capture that needs a new segment is served and
+ *     the capture stays valid (no call of the library's breaks it);
+ *  9. a block freed during the capture serves the capture's next request
+ *     of its size; after the capture, the graph's blocks, freed or not,
+ *     serve no one else;
+ * 10. once the graph is released, the blocks the program freed go back to
+ *     the pool.
  * Last line of its own: PASS or FAIL.
  */
 #ifndef _GNU_SOURCE
@@ -64,11 +74,15 @@ typedef void *(*slot_malloc)(size_t, int, void *);
 typedef void (*slot_free)(void *, size_t, int, void *);
 typedef int (*stats_fn)(int, cudalloc_device_stats *, size_t);
 typedef void (*record_fn)(void *, int, void *);
+typedef int (*graph_begin_fn)(int, void *);
+typedef void (*graph_fn)(int);
 
 static slot_malloc sm, try_sm;
 static slot_free sf;
 static stats_fn stats;
 static record_fn record;
+static graph_begin_fn graph_begin;
+static graph_fn graph_end, graph_release;
 static void *blocks[NBLOCKS];
 
 typedef struct worker {
@@ -271,6 +285,66 @@ static void record_mode(void) {
   sf(r, MiB, 0, a);
 }
 
+static unsigned long long live_blocks(void) {
+  cudalloc_device_stats s = {0};
+  stats(0, &s, sizeof(s));
+  return (unsigned long long)s.blocks.current;
+}
+
+static void graph_mode(void) {
+  CUdevice dev;
+  CUcontext ctx;
+  CUstream cap, other;
+  CUgraph g = NULL;
+  CHECK(cuInit(0));
+  CHECK(cuDeviceGet(&dev, 0));
+  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CHECK(cuCtxSetCurrent(ctx));
+  CHECK(cuStreamCreate(&cap, CU_STREAM_NON_BLOCKING));
+  CHECK(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  mockcuda_counters k0, k1;
+  mockcuda_get_counters(&k0);
+
+  CHECK(cuStreamBeginCapture(cap, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  int graph = graph_begin(0, cap);
+  if (graph <= 0)
+    FAIL("cudalloc_graph_begin returned %d", graph);
+  void *a = try_sm(32 * MiB, 0, cap); /* a new segment */
+  void *b = try_sm(4 * MiB, 0, cap);
+  sf(a, 32 * MiB, 0, cap);
+  void *c = try_sm(32 * MiB, 0, cap);
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  CHECK(cuStreamIsCapturing(cap, &st));
+  if (!a || !b || c != a || st != CU_STREAM_CAPTURE_STATUS_ACTIVE)
+    FAIL("during the capture: a %p, b %p, c %p (want a again), capture %s",
+         a, b, c, st == CU_STREAM_CAPTURE_STATUS_ACTIVE ? "active" : "broken");
+  sf(c, 32 * MiB, 0, cap);
+  CHECK(cuStreamEndCapture(cap, &g));
+  graph_end(graph);
+  mockcuda_get_counters(&k1);
+  if (k1.capture_violations != k0.capture_violations)
+    FAIL("%llu call(s) broke the capture",
+         (unsigned long long)(k1.capture_violations - k0.capture_violations));
+
+  sf(b, 4 * MiB, 0, cap); /* the graph still holds it */
+  void *d = try_sm(32 * MiB, 0, cap), *e = try_sm(32 * MiB, 0, other);
+  void *f = try_sm(4 * MiB, 0, cap);
+  if (d == a || e == a || f == b)
+    FAIL("after the capture a block the graph holds was handed out again "
+         "(%p %p %p, graph's %p %p)", d, e, f, a, b);
+  unsigned long long held = live_blocks();
+  graph_release(graph);
+  unsigned long long after = live_blocks();
+  if (held != 5 || after != 3)
+    FAIL("blocks live: %llu with the graph held (want 5: its 2 and 3 others), "
+         "%llu once released (want 3)", held, after);
+  sf(d, 32 * MiB, 0, cap);
+  sf(e, 32 * MiB, 0, other);
+  sf(f, 4 * MiB, 0, cap);
+  if (live_blocks() != 0)
+    FAIL("%llu block(s) live after every free", live_blocks());
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: e2e_slot_threads LIBCUDALLOC\n");
@@ -289,7 +363,11 @@ int main(int argc, char **argv) {
   sf = (slot_free)dlsym(lib, "cudalloc_stream_free");
   stats = (stats_fn)dlsym(lib, "cudalloc_get_stats");
   record = (record_fn)dlsym(lib, "cudalloc_record_stream");
-  if (!sm || !try_sm || !sf || !stats || !record) {
+  graph_begin = (graph_begin_fn)dlsym(lib, "cudalloc_graph_begin");
+  graph_end = (graph_fn)dlsym(lib, "cudalloc_graph_end");
+  graph_release = (graph_fn)dlsym(lib, "cudalloc_graph_release");
+  if (!sm || !try_sm || !sf || !stats || !record || !graph_begin ||
+      !graph_end || !graph_release) {
     printf("FAIL " E2E_NAME ": the slot functions are not exported\n");
     return 1;
   }
@@ -298,6 +376,8 @@ int main(int argc, char **argv) {
     oom_mode();
   else if (mode && strcmp(mode, "record") == 0)
     record_mode();
+  else if (mode && strcmp(mode, "graph") == 0)
+    graph_mode();
   else
     threads_mode();
   printf("%s " E2E_NAME " (%s)\n", failures ? "FAIL" : "PASS",

@@ -52,13 +52,21 @@ _C = types.SimpleNamespace(
 class Tensor(object):
     def record_stream(self, stream):
         calls.append(("record_stream_dropped",))
+class _Stream(object):
+    def __init__(self, handle):
+        self.cuda_stream, self.device = handle, types.SimpleNamespace(index=0)
 class _Graph(object):
     def capture_begin(self, pool=None, capture_error_mode="global"):
         calls.append(("capture_begin",))
+    def capture_end(self):
+        calls.append(("capture_end",))
+    def reset(self):
+        calls.append(("reset",))
 cuda = types.SimpleNamespace(memory=types.SimpleNamespace(
     CUDAPluggableAllocator=CUDAPluggableAllocator,
     change_current_allocator=change_current_allocator),
-    graphs=types.SimpleNamespace(CUDAGraph=_Graph))
+    graphs=types.SimpleNamespace(CUDAGraph=_Graph), current_stream=lambda: _current[0])
+_current = [None]
 '''
 
 CUPY_STANDIN = r'''
@@ -146,11 +154,21 @@ class T(torch.Tensor):
 class S(object):
     cuda_stream = s2.value
 T().record_stream(S())
-try:
-    torch.cuda.graphs.CUDAGraph().capture_begin()
-    print("graph=captured")
-except RuntimeError as e:
-    print("graph=refused:%s" % str(e)[:40])
+# A graph's capture keeps its blocks from everyone else until reset().
+torch._current[0] = torch._Stream(s2.value)
+g = torch.cuda.graphs.CUDAGraph()
+g.capture_begin()
+held = a.alloc(8 << 20, 0, s2)
+a.free(held, 8 << 20, 0, s2)
+g.capture_end()
+again = a.alloc(8 << 20, 0, s2)
+print("graph_kept=%d" % (again != held))
+a.free(again, 8 << 20, 0, s2)
+live = cudalloc.stats(0)["blocks"]["current"]
+g.reset()
+print("graph_released=%d" % (cudalloc.stats(0)["blocks"]["current"] == live - 1))
+print("graph_calls=%s" % ",".join(c[0] for c in torch.calls if c[0] in
+                                  ("capture_begin", "capture_end", "reset")))
 a.free(q, 1 << 20, 0, s1)  # r stays: reported at exit
 '''
 
@@ -238,10 +256,12 @@ def check_torch(tmp):
            "reset_accumulated_memory_stats left %s" % r.kv.get("allocated_total_after_reset"), r)
     expect(r.kv.get("keys") == "max_split_size,num_alloc_retries,num_device_alloc,"
            "num_device_free,num_ooms,num_sync_all_streams", "the flat keys: %s" % r.kv.get("keys"), r)
-    expect(r.kv.get("graph", "").startswith("refused:cudalloc: CUDA graph capture"),
-           "graph capture through the slot: %s" % r.kv.get("graph"), r)
+    expect(r.kv.get("graph_kept") == "1", "a block the graph holds was handed out again", r)
+    expect(r.kv.get("graph_released") == "1", "reset() did not give the graph's block back", r)
+    expect(r.kv.get("graph_calls") == "capture_begin,capture_end,reset",
+           "PyTorch's own graph calls: %s" % r.kv.get("graph_calls"), r)
     return ("slot %s, same-stream reuse, reported at exit, memory functions answered, "
-            "graph capture refused" % r.kv["slot"])
+            "a graph's blocks kept until reset()" % r.kv["slot"])
 
 
 def check_cupy(tmp):

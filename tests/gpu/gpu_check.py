@@ -254,8 +254,9 @@ def main():
     import gpu_identity
     import gpu_leaks
     import gpu_reuse
+    import gpu_slot
     checks = {}
-    for part in (gpu_general, gpu_leaks, gpu_reuse, gpu_identity):
+    for part in (gpu_general, gpu_leaks, gpu_reuse, gpu_identity, gpu_slot):
         checks.update(part.CHECKS)
     if args.check not in checks:
         ap.error("unknown check %r (known: %s)" % (args.check, " ".join(checks)))

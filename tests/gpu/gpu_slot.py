@@ -1,0 +1,117 @@
+"""The allocator slots on a GPU: cudalloc in PyTorch's and CuPy's own slot,
+nothing preloaded (tests/gpu/torch_slot.py says what each mode runs).
+
+  slot_torch     backward passes on autograd's thread, gradients against
+                 float64; PyTorch's memory functions; record_stream racing a
+                 reuse (and the same race without it, INFO: the hazard it
+                 guards); torch.cuda.graph capture and replay
+  slot_training  ResNet-50 and GPT-2 small, 20 seeded deterministic steps
+                 each under PyTorch's allocator and through the slot: the
+                 losses must be equal
+  slot_cupy      CuPy under cudalloc.cupy.use(): out of memory raises
+                 CuPy's error; one of CuPy's own test modules passes as it
+                 passes under CuPy's pool (GPU_CHECK_CUPY_TESTS names CuPy's
+                 tests folder, default ../shared/suites/frameworks/cupy_tests/tests)
+
+Each row's program must end with "torch_slot: PASS" (or pytest's summary)
+and exit 0; the library is loaded only by the helper (CUDALLOC_LIBRARY).
+"""
+
+import os
+import re
+import sys
+
+from gpu_check import compare_numbers, exit_problem
+
+TAG = "torch_slot"
+
+
+def slot_env(check, extra=None):
+    env = {"CUDALLOC_LIBRARY": check.lib, "PYTHONUNBUFFERED": "1",
+           "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    env.update(extra or {})
+    return env
+
+
+def slot_row(check, row, args, result="PASS", limit=120, env=None):
+    """Runs torch_slot.py ARGS for `row`; records PASS (or `result`) when it
+    ended with its PASS line, else FAIL with why. Returns the run or None."""
+    cmd = [sys.executable, "tests/gpu/torch_slot.py"] + args
+    if not os.path.exists(check.lib) or check.time_left() < 15:
+        check.record(row, "torch", "slot", "-", "-", "FAIL", "not run: library not "
+                     "built" if not os.path.exists(check.lib) else "not run: time budget spent")
+        return None
+    run = check.run(row, cmd, env=slot_env(check, env), limit=limit)
+    line = run.last(r"^%s: (PASS|FAIL)" % TAG)
+    why = [w for w in (exit_problem(run),) if w]
+    if not line.startswith("%s: PASS" % TAG):
+        why.append(line or 'no "%s: PASS" line' % TAG)
+    said = [l for l in run.library_lines() if "allocator slot" in l]
+    if said:
+        why.append("the library said: " + said[0])
+    note = "%ds, %s" % (run.secs, line[len(TAG) + 2:] if line else "-")
+    check.record(row, "torch", "slot", "-", "-", "FAIL" if why else result,
+                 note + ("; " + "; ".join(why) if why else ""))
+    return run
+
+
+def slot_torch(check):
+    slot_row(check, "slot_backward", ["backward"])
+    slot_row(check, "slot_memory", ["memory"])
+    slot_row(check, "slot_record_stream", ["record_stream"])
+    slot_row(check, "slot_record_stream_bare", ["record_stream", "--bare"], result="INFO")
+    slot_row(check, "slot_graph", ["graph"])
+
+
+def slot_training(check):
+    for model in ("resnet50", "gpt2"):
+        files = {}
+        for mode in ("native", "slot"):
+            files[mode] = os.path.join(check.out, "slot_%s_%s.json" % (model, mode))
+            if os.path.exists(files[mode]):
+                os.unlink(files[mode])
+            args = ["train", model, files[mode]] + (["--native"] if mode == "native" else [])
+            slot_row(check, "slot_train_%s_%s" % (model, mode), args, limit=180)
+        result, note = compare_numbers("losses", files["native"], files["slot"], "losses", 0.0)
+        check.record("slot_train_%s_match" % model, "torch", "native vs slot", "-", "-",
+                     result, note)
+
+
+def cupy_tests_dir(check):
+    return os.environ.get("GPU_CHECK_CUPY_TESTS") or os.path.join(
+        check.root, "..", "shared", "suites", "frameworks", "cupy_tests", "tests")
+
+
+def slot_cupy(check):
+    slot_row(check, "slot_cupy_oom", ["cupy_oom"])
+    tests = cupy_tests_dir(check)
+    module = os.path.join(tests, "cupy_tests", "core_tests", "test_ndarray_copy_and_view.py")
+    if not os.path.exists(module):
+        check.record("slot_cupy_module", "cupy", "slot", "-", "-", "FAIL",
+                     "not run: CuPy's tests not found at %s (GPU_CHECK_CUPY_TESTS)" % tests)
+        return
+    plugin_dir = os.path.join(check.root, "tests", "gpu")
+    runs = {}
+    for mode in ("pool", "slot"):
+        env = slot_env(check, {"PYTHONPATH": plugin_dir, "CUPY_SLOT": "1" if mode == "slot" else "0"})
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "cupy_slot_plugin",
+               "-p", "no:cacheprovider", module]
+        runs[mode] = check.run("slot_cupy_module_" + mode, cmd, env=env, limit=240)
+    counts = {}
+    for mode, run in runs.items():
+        m = re.search(r"(\d+) passed", run.last(r"\d+ passed"))
+        counts[mode] = (int(m.group(1)) if m else 0, run.rc)
+    plugged = runs["slot"].has("cupy_slot_plugin: cudalloc.cupy.use() installed")
+    ok = counts["slot"] == counts["pool"] and counts["slot"][0] > 0 and plugged
+    check.record("slot_cupy_module", "cupy", "slot", "-", "-", "PASS" if ok else "FAIL",
+                 "test_ndarray_copy_and_view.py: %d passed under CuPy's pool (exit %d), "
+                 "%d through the slot (exit %d)%s" % (
+                     counts["pool"][0], counts["pool"][1], counts["slot"][0],
+                     counts["slot"][1], "" if plugged else "; the slot was not installed"))
+
+
+CHECKS = {
+    "slot_torch": (slot_torch, True),
+    "slot_training": (slot_training, True),
+    "slot_cupy": (slot_cupy, True),
+}

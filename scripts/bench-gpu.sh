@@ -26,7 +26,11 @@
 #   resnet   tests/bench/resnet_step.py: a ResNet-50/152 training step, fp32
 #            and bf16 autocast; ms per step and peak memory in use (NVML):
 #            PyTorch's caching allocator, no caching, PyTorch on
-#            cudaMallocAsync, and no caching under cudalloc (safe, immediate).
+#            cudaMallocAsync, and no caching under cudalloc (safe, immediate);
+#   slot     ResNet-50 (fp32) and GPT-2 small (bf16) training steps with
+#            cudalloc in PyTorch's allocator slot, beside PyTorch's caching
+#            allocator, PyTorch on cudaMallocAsync and the preloaded library:
+#            ms per step (median and spread) and peak memory in use (NVML).
 #
 # Each figure is the median of repeated runs; within a part the settings
 # take turns in every repeat, so that drift in the machine's speed spreads
@@ -46,7 +50,9 @@
 # Knobs (environment):
 #   REPEAT=5           runs of each setting: latency, mixed, threads, stacks
 #   RESNET_REPEAT=3    runs of each setting: resnet
-#   PARTS="latency mixed threads stacks fence resnet"
+#   SLOT_REPEAT=3      runs of each setting: slot
+#   PARTS="latency mixed threads stacks fence resnet slot"
+#   SLOT_CASES="resnet50 gpt2"  SLOT_SETTINGS="caching async preload slot"
 #   RESNET_CASES="resnet50-fp32 resnet50-bf16 resnet152-fp32 resnet152-bf16"
 #   RESNET_SETTINGS="caching nocache async safe immediate" (nocache, PyTorch
 #                      without any cache, is slow: leave it out to save time)
@@ -68,7 +74,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-bench}
 repeat=${REPEAT:-5}
 resnet_repeat=${RESNET_REPEAT:-3}
-parts=${PARTS:-latency mixed threads stacks fence resnet}
+parts=${PARTS:-latency mixed threads stacks fence resnet slot}
+slot_repeat=${SLOT_REPEAT:-3}
+slot_cases=${SLOT_CASES:-resnet50 gpt2}
+slot_keys=${SLOT_SETTINGS:-caching async preload slot}
 resnet_cases=${RESNET_CASES:-resnet50-fp32 resnet50-bf16 resnet152-fp32 resnet152-bf16}
 resnet_keys=${RESNET_SETTINGS:-caching nocache async safe immediate}
 resnet_args=${RESNET_ARGS:-}
@@ -702,13 +711,103 @@ part_resnet() {
 }
 
 # ---------------------------------------------------------------------------
+# Part slot: training steps with cudalloc in PyTorch's allocator slot, beside
+# PyTorch's own allocators and the preloaded library.
+
+slot_name() {
+  case $1 in
+  caching) echo "pytorch caching" ;;
+  async) echo "cudaMallocAsync" ;;
+  preload) echo "cudalloc preloaded" ;;
+  slot) echo "cudalloc slot" ;;
+  *) return 1 ;;
+  esac
+}
+
+# slot_cmd CASE KEY: the command, in CMD.
+slot_cmd() {
+  local py
+  case $1 in
+  resnet50) py=("$python" "$root/tests/bench/resnet_step.py" --model resnet50) ;;
+  gpt2) py=("$python" "$root/tests/bench/gpt2_step.py") ;;
+  esac
+  case $2 in
+  caching) CMD=("${py[@]}") ;;
+  async) CMD=(env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync "${py[@]}") ;;
+  preload)
+    CMD=(env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$lib"
+      CUDALLOC_CONF=leak_report:0 "${py[@]}")
+    ;;
+  slot) CMD=(env CUDALLOC_LIBRARY="$lib" CUDALLOC_CONF=leak_report:0 "${py[@]}" --slot) ;;
+  esac
+}
+
+slot_run() {
+  local c=$1 k=$2 r=$3 rc ms gib name
+  name=$(slot_name "$k")
+  slot_cmd "$c" "$k"
+  run_cmd slot 600
+  rc=$?
+  ms=$(pick 's/^[a-z0-9_]*_step: \([0-9.]*\) ms .*/\1/p')
+  gib=$(pick 's/^[a-z0-9_]*_step: peak in use \([0-9.]*\) GiB.*/\1/p')
+  ((rc == 0)) || ms=error gib=error
+  csv_row slot "$c,$name,$r,$ms,$gib"
+  if [[ $ms == error || $gib == error ]]; then run_failed slot "$c, $name, run $r" "$rc"; fi
+}
+
+slot_table() {
+  local c=$1 f=$out/slot.csv k name ms gib cms cgib ams agib
+  cms=$(median "$f" 4 1="$c" "2=pytorch caching")
+  cgib=$(median "$f" 5 1="$c" "2=pytorch caching")
+  ams=$(median "$f" 4 1="$c" 2=cudaMallocAsync)
+  agib=$(median "$f" 5 1="$c" 2=cudaMallocAsync)
+  md
+  md "### slot: $c training step (median of $slot_repeat runs, spread min–max)"
+  md
+  md "| setting | ms per step | spread | peak in use, GiB | step vs pytorch caching" \
+    "| peak vs pytorch caching | step vs cudaMallocAsync | peak vs cudaMallocAsync |"
+  md "| --- | --- | --- | --- | --- | --- | --- | --- |"
+  for k in $slot_keys; do
+    name=$(slot_name "$k")
+    ms=$(median "$f" 4 1="$c" 2="$name")
+    gib=$(median "$f" 5 1="$c" 2="$name")
+    md "| $name | $(num %.2f "$ms") | $(spread %.2f 1 "$f" 4 1="$c" 2="$name") | $(num %.2f "$gib")" \
+      "| $(change "$ms" "$cms") | $(ratio "$gib" "$cgib") | $(change "$ms" "$ams")" \
+      "| $(ratio "$gib" "$agib") |"
+  done
+}
+
+part_slot() {
+  csv_begin slot "case,setting,run,ms_per_step,peak_gib"
+  local r c k
+  for r in $(seq "$slot_repeat"); do
+    for c in $slot_cases; do
+      for k in $slot_keys; do
+        slot_run "$c" "$k" "$r"
+      done
+    done
+  done
+  for c in $slot_cases; do
+    slot_table "$c"
+  done
+  md
+  md "resnet50: tests/bench/resnet_step.py, batch 64, fp32, SGD with momentum, 20 timed" \
+    "steps after 5; gpt2: tests/bench/gpt2_step.py, GPT-2 124M, batch 8 of 512 tokens," \
+    "bf16 autocast, AdamW, 15 timed steps after 3. Each run's figure is its median step;" \
+    "the table gives the median of the runs and their spread. Peak: device memory in use" \
+    "(NVML), sampled after each step. cudalloc slot: cudalloc.torch.use(), nothing" \
+    "preloaded; cudalloc preloaded: PYTORCH_NO_CUDA_MEMORY_CACHING=1 under" \
+    "LD_PRELOAD=libcudalloc.so; cudaMallocAsync: PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync."
+}
+
+# ---------------------------------------------------------------------------
 # Knobs checked before anything runs: a typo must not cost a long session.
 
 check_knobs() {
   local p c k ok=1
   for p in $parts; do
-    [[ $p =~ ^(latency|mixed|threads|stacks|fence|resnet)$ ]] ||
-      { say "unknown part '$p' (latency, mixed, threads, stacks, fence, resnet)"; ok=0; }
+    [[ $p =~ ^(latency|mixed|threads|stacks|fence|resnet|slot)$ ]] ||
+      { say "unknown part '$p' (latency, mixed, threads, stacks, fence, resnet, slot)"; ok=0; }
   done
   for c in $resnet_cases; do
     [[ $c =~ ^resnet(50|152)-(fp32|bf16)$ ]] ||
@@ -718,8 +817,16 @@ check_knobs() {
     resnet_name "$k" >/dev/null ||
       { say "unknown resnet setting '$k' (caching, nocache, async, safe, immediate)"; ok=0; }
   done
-  [[ $repeat =~ ^[1-9][0-9]*$ && $resnet_repeat =~ ^[1-9][0-9]*$ ]] ||
-    { say "REPEAT and RESNET_REPEAT must be positive integers"; ok=0; }
+  for c in $slot_cases; do
+    [[ $c =~ ^(resnet50|gpt2)$ ]] || { say "unknown slot case '$c' (resnet50, gpt2)"; ok=0; }
+  done
+  for k in $slot_keys; do
+    slot_name "$k" >/dev/null ||
+      { say "unknown slot setting '$k' (caching, async, preload, slot)"; ok=0; }
+  done
+  [[ $repeat =~ ^[1-9][0-9]*$ && $resnet_repeat =~ ^[1-9][0-9]*$ &&
+    $slot_repeat =~ ^[1-9][0-9]*$ ]] ||
+    { say "REPEAT, RESNET_REPEAT and SLOT_REPEAT must be positive integers"; ok=0; }
   ((ok))
 }
 
@@ -751,6 +858,7 @@ main() {
     stacks) part_stacks ;;
     fence) part_fence ;;
     resnet) part_resnet ;;
+    slot) part_slot ;;
     esac
   done
   echo

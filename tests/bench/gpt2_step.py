@@ -3,10 +3,12 @@
 transformers' GPT-2 (the 124M configuration, random weights: no download),
 batch 8 of 512 random tokens, AdamW, bf16 autocast. After WARMUP (3) steps
 it times STEPS (15) steps one by one, torch.cuda.synchronize() before and
-after each, and prints the median and the losses' checksum (the same
-losses plain and under cudalloc mean the same computation):
+after each, and prints the median, the losses' checksum (the same losses
+plain and under cudalloc mean the same computation) and the peak of device
+memory in use, sampled after each step as resnet_step.py samples it (NVML):
   gpt2_step: <ms> ms (median of 15 steps, min .., max ..)
   gpt2_step: losses <first> .. <last>
+  gpt2_step: peak in use <GiB> GiB (nvml)
 Run it as is, with PYTORCH_NO_CUDA_MEMORY_CACHING=1 for a cudaMalloc per
 tensor, and that under LD_PRELOAD=libcudalloc.so.
 
@@ -16,9 +18,13 @@ Usage: gpt2_step.py [--steps 15] [--warmup 3] [--batch 8] [--seq 512] [--slot]
 """
 
 import argparse
+import os
 import statistics
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from resnet_step import memory_in_use  # noqa: E402
 
 
 def main():
@@ -31,7 +37,6 @@ def main():
     args = ap.parse_args()
     import torch
     if args.slot:
-        import os
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                         "..", "..", "scripts"))
         import cudalloc
@@ -55,18 +60,22 @@ def main():
         opt.step()
         return float(loss)
 
-    losses, times = [], []
+    in_use, source = memory_in_use(torch, dev)
+    losses, times, peak = [], [], 0
     for _ in range(args.warmup):
         losses.append(step())
+        peak = max(peak, in_use())
     for _ in range(args.steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         losses.append(step())
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
+        peak = max(peak, in_use())
     print("gpt2_step: %.2f ms (median of %d steps, min %.2f, max %.2f)"
           % (statistics.median(times), len(times), min(times), max(times)))
     print("gpt2_step: losses %.6f .. %.6f" % (losses[0], losses[-1]))
+    print("gpt2_step: peak in use %.2f GiB (%s)" % (peak / 2.0 ** 30, source))
 
 
 if __name__ == "__main__":

@@ -52,6 +52,19 @@ def nvml_device(index):
         return None
 
 
+def memory_in_use(torch, dev):
+    """A function giving the device memory in use now, as nvidia-smi shows
+    it (NVML), or from mem_get_info without pynvml; and which it is."""
+    handle = nvml_device(dev.index or 0)
+    if handle is not None:
+        return (lambda: pynvml.nvmlDeviceGetMemoryInfo(handle).used), "nvml"
+
+    def from_info():
+        free_b, total_b = torch.cuda.mem_get_info(dev)
+        return total_b - free_b
+    return from_info, "mem_get_info"
+
+
 def plug_slot():
     """cudalloc in PyTorch's allocator slot, before any tensor is made."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -73,8 +86,7 @@ def train_steps(args):
         sys.exit("resnet_step: torch.cuda.is_available() is False")
     torch.manual_seed(0)
     dev = torch.device("cuda:0")
-    nvml_handle = nvml_device(0)
-    args.memory_source = "nvml" if nvml_handle is not None else "mem_get_info"
+    in_use, args.memory_source = memory_in_use(torch, dev)
     model = getattr(torchvision.models, args.model)(weights=None).to(dev)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -90,12 +102,6 @@ def train_steps(args):
         loss.backward()
         opt.step()
         return loss
-
-    def in_use():
-        if nvml_handle is not None:
-            return pynvml.nvmlDeviceGetMemoryInfo(nvml_handle).used
-        free_b, total_b = torch.cuda.mem_get_info(dev)
-        return total_b - free_b
 
     peak, times = 0, []
     for _ in range(args.warmup):

@@ -135,8 +135,8 @@ def _pytorch_stats(device):
     """`device`'s statistics under the names and nesting of PyTorch's
     torch.cuda.memory_stats_as_nested_dict(). The library keeps no split
     between a small and a large pool: their rows are all zeros, "all" holds
-    the figures. Active bytes are the allocated ones, and inactive splits
-    are not counted (0)."""
+    the figures. Active bytes are the allocated ones; inactive splits and
+    oversize blocks are not counted (0)."""
     s = stats(device) or {}
     zero = {"current": 0, "peak": 0, "allocated": 0, "freed": 0}
 
@@ -157,8 +157,8 @@ def _pytorch_stats(device):
         "active": triple("blocks"),
         "inactive_split": triple(None),
         "segment": triple("segments", s.get("backend_allocs", 0)),
-        "oversize_allocations": triple(None),
-        "oversize_segments": triple(None),
+        "oversize_allocations": dict(zero),
+        "oversize_segments": dict(zero),
         "num_alloc_retries": s.get("oom_retries", 0),
         "num_ooms": s.get("failed_allocs", 0),
         "num_sync_all_streams": 0,
@@ -181,7 +181,7 @@ def _less_accumulated(device, out):
     for name, value in out.items():
         if isinstance(value, dict):
             for key in ("allocated", "freed"):
-                value["all"][key] -= base[name]["all"][key]
+                value.get("all", value)[key] -= base[name].get("all", base[name])[key]
         elif name in ("num_alloc_retries", "num_ooms", "num_device_alloc",
                       "num_device_free"):
             out[name] -= base[name]

@@ -140,6 +140,10 @@ torch._C._cuda_resetAccumulatedMemoryStats(0)
 m = torch._C._cuda_memoryStats(0)
 print("allocated_total_after_reset=%d" % m["allocated_bytes"]["all"]["allocated"])
 print("keys=%s" % ",".join(sorted(k for k in m if not isinstance(m[k], dict))))
+# What memory_summary() reads: a StatArray's three pools, or a Stat alone.
+shape = {k: sorted(v) for k, v in m.items() if isinstance(v, dict)}
+print("arrays=%s" % ",".join(sorted(k for k, v in shape.items() if v == ["all", "large_pool", "small_pool"])))
+print("stats=%s" % ",".join(sorted(k for k, v in shape.items() if v == ["allocated", "current", "freed", "peak"])))
 # record_stream reaches the library: the block's free then waits on s2.
 class Storage(object):
     def data_ptr(self):
@@ -256,6 +260,11 @@ def check_torch(tmp):
            "reset_accumulated_memory_stats left %s" % r.kv.get("allocated_total_after_reset"), r)
     expect(r.kv.get("keys") == "max_split_size,num_alloc_retries,num_device_alloc,"
            "num_device_free,num_ooms,num_sync_all_streams", "the flat keys: %s" % r.kv.get("keys"), r)
+    expect(r.kv.get("arrays") == "active,active_bytes,allocated_bytes,allocation,inactive_split,"
+           "inactive_split_bytes,requested_bytes,reserved_bytes,segment",
+           "the per-pool figures: %s" % r.kv.get("arrays"), r)
+    expect(r.kv.get("stats") == "oversize_allocations,oversize_segments",
+           "the single figures: %s" % r.kv.get("stats"), r)
     expect(r.kv.get("graph_kept") == "1", "a block the graph holds was handed out again", r)
     expect(r.kv.get("graph_released") == "1", "reset() did not give the graph's block back", r)
     expect(r.kv.get("graph_calls") == "capture_begin,capture_end,reset",

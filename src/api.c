@@ -8,7 +8,6 @@
 #include "cudalloc.h"
 #include "slot.h"
 #include "lifecycle.h"
-#include "log.h"
 #include "registry.h"
 #include "sites.h"
 
@@ -54,11 +53,18 @@ void cudalloc_print_report(void) {
 
 void cudalloc_mark(void) { ca_sites_mark(); }
 
-void *cudalloc_stream_try_malloc(size_t size, int device, void *stream) {
+/* One request of the slot; NULL when it failed, after one line ending
+ * with `then`. */
+static void *ca__slot_malloc(size_t size, int device, void *stream,
+                             const char *then) {
   CUdeviceptr p = 0;
-  if (ca_slot_alloc(&p, size, device, (CUstream)stream) != CUDA_SUCCESS)
+  if (ca_slot_alloc(&p, size, device, (CUstream)stream, then) != CUDA_SUCCESS)
     return NULL;
   return (void *)(uintptr_t)p;
+}
+
+void *cudalloc_stream_try_malloc(size_t size, int device, void *stream) {
+  return ca__slot_malloc(size, device, stream, NULL);
 }
 
 /* PyTorch hands the pointer to the tensor unchecked: a NULL would surface
@@ -66,12 +72,11 @@ void *cudalloc_stream_try_malloc(size_t size, int device, void *stream) {
  * context lost. Ending here, after the line that says why, is the clearer
  * of the two. */
 void *cudalloc_stream_malloc(size_t size, int device, void *stream) {
-  void *p = cudalloc_stream_try_malloc(size, device, stream);
-  if (p == NULL && size > 0) {
-    ca_log("allocator slot: the caller cannot take a failed allocation "
-           "(PyTorch does not check): stopping the process");
+  void *p = ca__slot_malloc(size, device, stream,
+                            "stopping the process: PyTorch would use the "
+                            "missing memory unchecked");
+  if (p == NULL && size > 0)
     abort();
-  }
   return p;
 }
 

@@ -306,7 +306,7 @@ CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes) {
     CUresult r_ = CUDA_ERROR_OUT_OF_MEMORY;                                    \
     if (ca__book_passed((device), (size))) {                                   \
       r_ = (call);                                                             \
-      if (r_ == CUDA_ERROR_OUT_OF_MEMORY && ca_intercept_make_room(device))             \
+      if (r_ == CUDA_ERROR_OUT_OF_MEMORY && ca_intercept_make_room(device))    \
         r_ = (call);                                                           \
       if (r_ != CUDA_SUCCESS)                                                  \
         ca_registry_unbook((device), (size));                                   \

@@ -70,13 +70,17 @@ static const char *ca__room_advice(const cudalloc_device_stats *s,
          "smaller batch)";
 }
 
-/* The one line for a request the slot could not serve. */
-static void ca__say_refused(CUresult r, size_t size, int device) {
+/* The one line for a request the slot could not serve, `then` saying what
+ * the caller does next (or NULL). */
+static void ca__say_refused(CUresult r, size_t size, int device,
+                            const char *then) {
   char asked[32];
+  const char *sep = then ? "; " : "";
+  then = then ? then : "";
   ca_format_bytes(asked, sizeof(asked), (uint64_t)size);
   if (r != CUDA_ERROR_OUT_OF_MEMORY) {
-    ca_log("allocator slot: %s asked on device %d refused: %s", asked,
-           device, ca_driver_error_name(r));
+    ca_log("allocator slot: %s asked on device %d refused: %s%s%s", asked,
+           device, ca_driver_error_name(r), sep, then);
     return;
   }
   cudalloc_device_stats s;
@@ -90,9 +94,9 @@ static void ca__say_refused(CUresult r, size_t size, int device) {
     ca_format_bytes(limit, sizeof(limit), ca_config_get()->memory_limit);
   ca_log("allocator slot: out of memory: %s asked on device %d after giving "
          "back the cache; held: in use %s, cached %s (largest free block %s), "
-         "limit %s; %s",
+         "limit %s; %s%s%s",
          asked, device, used, cached, largest, limit,
-         ca__room_advice(&s, (uint64_t)size));
+         ca__room_advice(&s, (uint64_t)size), sep, then);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -279,12 +283,12 @@ static CUresult ca__serve(CUdeviceptr *dptr, size_t size, int device,
 }
 
 CUresult ca_slot_alloc(CUdeviceptr *dptr, size_t size, int device,
-                       CUstream stream) {
+                       CUstream stream, const char *then) {
   if (dptr == NULL || size == 0)
     return CUDA_ERROR_INVALID_VALUE;
   CUresult r = ca__serve(dptr, size, device, stream);
   if (r != CUDA_SUCCESS)
-    ca__say_refused(r, size, device);
+    ca__say_refused(r, size, device, then);
   return r;
 }
 

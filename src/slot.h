@@ -14,9 +14,10 @@
 #include <cuda.h>
 
 /* Out of memory after the device's cache was given back and the request
- * tried again. */
+ * tried again. The line that says why a request failed ends with `then`
+ * (what the caller does next), when not NULL. */
 CUresult ca_slot_alloc(CUdeviceptr *dptr, size_t size, int device,
-                       CUstream stream);
+                       CUstream stream, const char *then);
 CUresult ca_slot_free(CUdeviceptr dptr, int device, CUstream stream);
 
 /* The pooled block at `dptr` is used on `stream` too (record_stream): its

@@ -22,9 +22,9 @@
  *     cudalloc_stream_try_malloc with one line naming the size, the device,
  *     the memory in use and cached;
  *  6. cudalloc_stream_malloc (PyTorch's slot, which never checks the
- *     pointer) says the same line and ends the process with SIGABRT
- *     instead of returning NULL (run in a child forked before any CUDA
- *     call).
+ *     pointer) says the same, in one line that ends saying it stops the
+ *     process, and ends it with SIGABRT instead of returning NULL (run in
+ *     a child forked before any CUDA call).
  * E2E_SLOT_MODE=record:
  *  7. a block recorded on stream B (cudalloc_record_stream, as PyTorch's
  *     tensor.record_stream) and freed on its own stream A makes A wait for
@@ -208,8 +208,12 @@ static void abort_case(void) {
   close(fds[0]);
   int status = 0;
   waitpid(pid, &status, 0);
-  if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGABRT ||
-      !strstr(said, "out of memory") || !strstr(said, "device 0"))
+  int lines = 0;
+  for (const char *l = strstr(said, "cudalloc:"); l; l = strstr(l + 1, "cudalloc:"))
+    lines++;
+  if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGABRT || lines != 1 ||
+      !strstr(said, "out of memory") || !strstr(said, "device 0") ||
+      !strstr(said, "stopping the process"))
     FAIL("cudalloc_stream_malloc past the device: %s %d, said: %s",
          WIFSIGNALED(status) ? "signal" : "exit",
          WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), said);

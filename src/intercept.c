@@ -7,6 +7,7 @@
 #include "intercept.h"
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "backend_cuda.h"
 #include "capture.h"
@@ -129,17 +130,26 @@ static void ca__say_out_of_memory(ca_pool *pool, uint64_t size) {
     return;
   cudalloc_device_stats s;
   ca_pool_get_stats(pool, &s);
-  char req[32], used[32], cached[32], largest[32], limit[32] = "none";
+  char req[32];
+  ca_held_text t;
   ca_format_bytes(req, sizeof(req), size);
-  ca_format_bytes(used, sizeof(used), s.allocated_bytes.current);
-  ca_format_bytes(cached, sizeof(cached),
-                  s.free_cached_bytes + s.pending_free_bytes);
-  ca_format_bytes(largest, sizeof(largest), s.largest_free_block);
-  if (ca_config_get()->memory_limit)
-    ca_format_bytes(limit, sizeof(limit), ca_config_get()->memory_limit);
+  ca_intercept_held_text(&s, &t);
   ca_log("out of memory on device %d: requested %s; in use %s, cached %s, "
          "largest free block %s, limit %s, fragmentation %.1f%%",
-         s.device, req, used, cached, largest, limit, 100.0 * s.fragmentation);
+         s.device, req, t.used, t.cached, t.largest, t.limit,
+         100.0 * s.fragmentation);
+}
+
+void ca_intercept_held_text(const cudalloc_device_stats *s, ca_held_text *t) {
+  uint64_t limit = ca_config_get()->memory_limit;
+  ca_format_bytes(t->used, sizeof(t->used), s->allocated_bytes.current);
+  ca_format_bytes(t->cached, sizeof(t->cached),
+                  s->free_cached_bytes + s->pending_free_bytes);
+  ca_format_bytes(t->largest, sizeof(t->largest), s->largest_free_block);
+  if (limit)
+    ca_format_bytes(t->limit, sizeof(t->limit), limit);
+  else
+    snprintf(t->limit, sizeof(t->limit), "none");
 }
 
 /* ------------------------------------------------------------------------ */

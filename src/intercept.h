@@ -35,6 +35,12 @@ bool ca_intercept_free_pooled(CUdeviceptr dptr, const uint64_t *stream);
 CUresult ca_intercept_free_unpooled(CUdeviceptr dptr);
 /* Every pool of `device` gives back what it caches: whether anything was. */
 bool ca_intercept_make_room(int device);
+/* What an out-of-memory line says of the memory held, formatted: in use,
+ * cached (free and pending), the largest free block, the limit ("none"). */
+typedef struct ca_held_text {
+  char used[32], cached[32], largest[32], limit[32];
+} ca_held_text;
+void ca_intercept_held_text(const cudalloc_device_stats *s, ca_held_text *t);
 CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes);
 CUresult ca_on_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width,
                                size_t height, unsigned int element_size);

@@ -84,18 +84,13 @@ static void ca__say_refused(CUresult r, size_t size, int device,
     return;
   }
   cudalloc_device_stats s;
+  ca_held_text t;
   ca_registry_device_stats(device, &s);
-  char used[32], cached[32], largest[32], limit[32] = "none";
-  ca_format_bytes(used, sizeof(used), s.allocated_bytes.current);
-  ca_format_bytes(cached, sizeof(cached),
-                  s.free_cached_bytes + s.pending_free_bytes);
-  ca_format_bytes(largest, sizeof(largest), s.largest_free_block);
-  if (ca_config_get()->memory_limit)
-    ca_format_bytes(limit, sizeof(limit), ca_config_get()->memory_limit);
+  ca_intercept_held_text(&s, &t);
   ca_log("allocator slot: out of memory: %s asked on device %d after giving "
          "back the cache; held: in use %s, cached %s (largest free block %s), "
          "limit %s; %s%s%s",
-         asked, device, used, cached, largest, limit,
+         asked, device, t.used, t.cached, t.largest, t.limit,
          ca__room_advice(&s, (uint64_t)size), sep, then);
 }
 

@@ -219,17 +219,22 @@ static void abort_case(void) {
          WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), said);
 }
 
-static void oom_mode(void) {
-  abort_case();
+/* Device 0's primary context current, and two streams of it. */
+static void primary_with_streams(CUstream *a, CUstream *b, unsigned flags) {
   CUdevice dev;
   CUcontext ctx;
-  CUstream a, b;
   CHECK(cuInit(0));
   CHECK(cuDeviceGet(&dev, 0));
   CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
   CHECK(cuCtxSetCurrent(ctx));
-  CHECK(cuStreamCreate(&a, 0));
-  CHECK(cuStreamCreate(&b, 0));
+  CHECK(cuStreamCreate(a, flags));
+  CHECK(cuStreamCreate(b, flags));
+}
+
+static void oom_mode(void) {
+  abort_case();
+  CUstream a, b;
+  primary_with_streams(&a, &b, 0);
 
   void *x = try_sm(40 * MiB, 0, a);
   if (x == NULL)
@@ -257,15 +262,8 @@ static uint64_t waits(const mockcuda_counters *k) {
 }
 
 static void record_mode(void) {
-  CUdevice dev;
-  CUcontext ctx;
   CUstream a, b;
-  CHECK(cuInit(0));
-  CHECK(cuDeviceGet(&dev, 0));
-  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CHECK(cuCtxSetCurrent(ctx));
-  CHECK(cuStreamCreate(&a, 0));
-  CHECK(cuStreamCreate(&b, 0));
+  primary_with_streams(&a, &b, 0);
   void *p = sm(MiB, 0, a);
   mockcuda_counters k0, k1, k2;
   mockcuda_get_counters(&k0);
@@ -296,16 +294,9 @@ static unsigned long long live_blocks(void) {
 }
 
 static void graph_mode(void) {
-  CUdevice dev;
-  CUcontext ctx;
   CUstream cap, other;
   CUgraph g = NULL;
-  CHECK(cuInit(0));
-  CHECK(cuDeviceGet(&dev, 0));
-  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CHECK(cuCtxSetCurrent(ctx));
-  CHECK(cuStreamCreate(&cap, CU_STREAM_NON_BLOCKING));
-  CHECK(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  primary_with_streams(&cap, &other, CU_STREAM_NON_BLOCKING);
   mockcuda_counters k0, k1;
   mockcuda_get_counters(&k0);
 

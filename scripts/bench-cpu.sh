@@ -8,7 +8,8 @@
 # ResNet-50/152 training steps and the GPT-2 varying-length loop recorded on
 # an H200 (tests/bench/traces, see
 # tests/bench/trace_alloc.c), replayed by bench_replay, with plain and with
-# expandable segments. Both repeat exactly,
+# expandable segments, and on one named stream as through the allocator slot
+# (safe+stream: the lanes). Both repeat exactly,
 # so scripts/test.sh runs this last and a regression shows in CI's log.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -57,7 +58,7 @@ done
 echo
 echo "== memory reserved for real training loops (bench_replay, traces of 6 steps)"
 for trace in tests/bench/traces/*.trace.gz; do
-  for reuse in immediate safe immediate+expandable safe+expandable; do
+  for reuse in immediate safe immediate+expandable safe+expandable safe+stream; do
     printf '%-16s %-20s ' "$(basename "$trace" .trace.gz)" "$reuse"
     replay=$(zcat "$trace" | build/tests/bench/bench_replay - "$reuse")
     sed -n 's/^bench_replay: peak requested \([0-9.]*\) GiB.*reserved \([0-9.]*\) GiB.*/held \1 GiB, reserved \2 GiB/p' <<<"$replay" | tr -d '\n'

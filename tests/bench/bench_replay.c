@@ -4,7 +4,7 @@
  * machine by trace_alloc (see tests/bench/trace_alloc.c) is replayed through
  * the pool over the fake backend.
  *
- *   bench_replay TRACE [immediate|safe[+expandable] [LAG [HEAD]]]
+ *   bench_replay TRACE [immediate|safe[+expandable][+stream] [LAG [HEAD]]]
  *
  * TRACE is a trace file ("-": standard input, e.g. from zcat). Under safe,
  * the fake backend fences as the CUDA one does, and the fake device runs
@@ -15,6 +15,8 @@
  * before each segment's first block (default 512, the library's under
  * leak_scan:1; 0 as under leak_scan:0). +expandable: as under
  * expandable_segments:1, the fake mapping 2 MiB pages into ranges.
+ * +stream: every request and free names one stream, as through the
+ * allocator slot (ca_pool_alloc_on, ca_pool_free_on: the lanes).
  * Prints the peaks of the bytes the program held (requested), the pool's
  * blocks (allocated) and the pool's segments (reserved), the overhead
  * (reserved over requested, at their peaks), and the driver calls the pool
@@ -113,16 +115,21 @@ static trace_op *read_trace(FILE *in, size_t *count) {
   return ops_read;
 }
 
+/* +stream: the stream every request and free names (0: none). */
+static uint64_t stream;
+
 static void replay_op(ca_pool *pool, const trace_op *op) {
   map_entry *e = map_slot(op->addr);
   if (op->kind == 'a') {
     if (e->from != 0)
       die("an address allocated twice");
-    if (ca_pool_alloc(pool, op->size, 0, &e->to) != 0)
+    if ((stream ? ca_pool_alloc_on(pool, op->size, 0, stream, &e->to)
+                : ca_pool_alloc(pool, op->size, 0, &e->to)) != 0)
       die("the pool failed an allocation");
     e->from = op->addr;
   } else {
-    if (e->from == 0 || !ca_pool_free(pool, e->to, NULL))
+    if (e->from == 0 || !(stream ? ca_pool_free_on(pool, e->to, stream, NULL)
+                                 : ca_pool_free(pool, e->to, NULL)))
       die("a free of an address not allocated");
     map_remove(e);
   }
@@ -137,12 +144,13 @@ static void print_sixths(const char *what, const int *counts) {
 
 int main(int argc, char **argv) {
   if (argc < 2)
-    die("usage: bench_replay TRACE [immediate|safe[+expandable] [LAG [HEAD]]]");
+    die("usage: bench_replay TRACE [immediate|safe[+expandable][+stream] [LAG [HEAD]]]");
   FILE *in = strcmp(argv[1], "-") == 0 ? stdin : fopen(argv[1], "r");
   if (in == NULL)
     die("cannot open the trace");
   bool safe = argc > 2 && strncmp(argv[2], "safe", 4) == 0;
   bool expandable = argc > 2 && strstr(argv[2], "+expandable") != NULL;
+  stream = argc > 2 && strstr(argv[2], "+stream") != NULL ? 1 : 0;
   uint64_t lag = argc > 3 ? strtoull(argv[3], NULL, 10) : 500;
   /* Segment heads as the library makes them by default (leak_scan:1); 0
    * for leak_scan:0. */
@@ -188,8 +196,9 @@ int main(int argc, char **argv) {
   free(trace);
   cudalloc_device_stats s;
   ca_pool_get_stats(pool, &s);
-  printf("bench_replay: %llu operations, %s reuse%s", (unsigned long long)ops,
-         safe ? "safe" : "immediate", expandable ? ", expandable segments" : "");
+  printf("bench_replay: %llu operations, %s reuse%s%s", (unsigned long long)ops,
+         safe ? "safe" : "immediate", expandable ? ", expandable segments" : "",
+         stream ? ", one named stream (the slot's lanes)" : "");
   if (safe)
     printf(", the device %llu operations behind", (unsigned long long)lag);
   printf("\n");

@@ -149,8 +149,8 @@ CUDALLOC_API void cudalloc_record_stream(void *ptr, int device, void *stream);
  * when the graph is released, once the device has finished its work. A
  * new segment asked during the capture is taken with this thread's capture
  * mode relaxed, as PyTorch does. cudalloc_graph_begin returns the graph's
- * number for the other two, or 0 (with one line) when no more graphs can
- * be held. */
+ * number for the other two, 0 (with one line) when no more graphs can be
+ * held, or -1 under enabled:0 (no pool: nothing to hold). */
 CUDALLOC_API int cudalloc_graph_begin(int device, void *stream);
 CUDALLOC_API void cudalloc_graph_end(int graph);
 CUDALLOC_API void cudalloc_graph_release(int graph);

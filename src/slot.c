@@ -141,7 +141,7 @@ static CUresult ca__graph_alloc(ca_pool *pool, int graph, CUdeviceptr *dptr,
 
 int ca_slot_graph_begin(int device, CUstream stream) {
   if (!ca_intercept_enabled())
-    return 0;
+    return -1; /* no pool: nothing to hold */
   int graph = ca_graphs_begin(device, (uint64_t)(uintptr_t)stream);
   if (graph)
     ca_capture_begun(stream, false);

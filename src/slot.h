@@ -28,8 +28,9 @@ void ca_slot_record(CUdeviceptr dptr, CUstream stream);
 /* A CUDA graph's capture began on `stream` of `device` (the framework
  * began it): every block served for it stays the graph's until
  * ca_slot_graph_release (graphs.h). Returns the graph's number, 0 when no
- * more graphs can be held. The capture is told to the backend, so that no
- * synchronization breaks it. */
+ * more graphs can be held, -1 when the library is off (nothing to hold).
+ * The capture is told to the backend, so that no synchronization breaks
+ * it. */
 int ca_slot_graph_begin(int device, CUstream stream);
 /* Its capture ended (after the framework ended it). */
 void ca_slot_graph_end(int graph);

@@ -4,11 +4,17 @@ that trace_path wrote, as one self-contained HTML page (no network: the
 data and the script are inline): device memory live over time, stacked by
 allocation site (the N that held the most at their peak, the rest as
 "other"), the peak marked; hovering a band shows its site's stack (Python
-lines too). Standard library only.
+lines too).
+
+cudalloc view --torch-snapshot OUT.pickle TRACE: the same trace as a PyTorch
+memory snapshot (the dict torch.cuda.memory._dump_snapshot pickles), for
+PyTorch's memory viewer, whatever the program was. Standard library only.
 """
 import argparse
 import html
 import json
+import pickle
+import re
 import sys
 
 
@@ -97,6 +103,70 @@ def timeline(events, nsites):
             "peak": {"t": (peak[0] - t0) / 1e6, "bytes": peak[1]},
             "instants": [[(e["ts"] - t0) / 1e6, e.get("name", "")] for e in events
                          if e.get("ph") == "i" and "ts" in e]}
+
+
+# A frame as the library names it: "fn file:line (module+0x..)", "fn
+# file:line (Python)", "fn (module+0x..)" or "0x.. (module+0x..)".
+FRAME_RE = re.compile(r"^(?P<name>\S+)(?: (?P<file>\S+):(?P<line>\d+))?(?: \((?P<where>[^)]*)\))?$")
+
+
+def torch_frame(text):
+    """One frame as PyTorch's snapshot holds it: filename, line, name."""
+    m = FRAME_RE.match(text)
+    if not m:
+        return {"filename": "??", "line": 0, "name": text}
+    where = (m.group("where") or "??").split("+")[0]
+    return {"filename": m.group("file") or where, "line": int(m.group("line") or 0),
+            "name": m.group("name")}
+
+
+def torch_snapshot(events):
+    """The trace as a PyTorch memory snapshot: each device's allocations and
+    frees as trace entries (a free is requested and completed at once: the
+    program's view), and, as the snapshot's state, the blocks live at the
+    trace's end, each a segment of its own (the trace holds no segment
+    layout). Frames innermost first, as PyTorch's."""
+    stacks = {}
+    for e in events:
+        args = e.get("args") or {}
+        if e.get("ph") == "M" and e.get("name") == "cudalloc_stack":
+            stacks[args.get("id")] = [torch_frame(f) for f in args.get("frames") or []]
+    traces, live = {}, {}
+    for e in sorted((e for e in events if e.get("ph") in ("b", "e") and "ts" in e),
+                    key=lambda e: e["ts"]):
+        key = (e.get("pid"), e.get("id"))
+        if e["ph"] == "b":
+            args = e.get("args") or {}
+            block = {"addr": int(str(e.get("id")), 0), "size": int(args.get("bytes", 0)),
+                     "device": int(args.get("device", 0)),
+                     "frames": stacks.get(args.get("stack"), [])}
+            live[key] = block
+            actions = ("alloc",)
+        elif key in live:
+            block = live.pop(key)
+            actions = ("free_requested", "free_completed")
+        else:
+            continue
+        for action in actions:
+            traces.setdefault(block["device"], []).append({
+                "action": action, "addr": block["addr"], "size": block["size"],
+                "stream": 0, "time_us": int(e["ts"]), "frames": block["frames"],
+                "compile_context": "", "user_metadata": ""})
+    segments = []
+    for b in sorted(live.values(), key=lambda b: (b["device"], b["addr"])):
+        size = b["size"]
+        segments.append({
+            "address": b["addr"], "total_size": size, "allocated_size": size,
+            "active_size": size, "requested_size": size, "device": b["device"],
+            "stream": 0, "segment_type": "small" if size <= (1 << 20) else "large",
+            "segment_pool_id": (0, 0), "is_expandable": False, "frames": b["frames"],
+            "blocks": [{"address": b["addr"], "size": size, "requested_size": size,
+                        "state": "active_allocated", "frames": b["frames"]}]})
+    ndev = max(list(traces) + [b["device"] for b in live.values()] + [0]) + 1
+    return {"segments": segments,
+            "device_traces": [traces.get(d, []) for d in range(ndev)],
+            "allocator_settings": {"allocator": "cudalloc (from its trace_path)"},
+            "external_annotations": []}
 
 
 PAGE = """<!DOCTYPE html>
@@ -198,14 +268,29 @@ var DATA = %(data)s;
 """
 
 
+def write_snapshot(path, snap):
+    with open(path, "wb") as f:
+        pickle.dump(snap, f)
+    entries = sum(len(t) for t in snap["device_traces"])
+    print("cudalloc view: %s: a PyTorch memory snapshot, %d trace entries, %d blocks "
+          "live at the end (open it at pytorch.org/memory_viz)" % (
+              path, entries, len(snap["segments"])))
+    return 0
+
+
 def main(argv):
     ap = argparse.ArgumentParser(prog="cudalloc view", description=__doc__.splitlines()[0])
     ap.add_argument("trace")
     ap.add_argument("-o", "--output", default="mem.html")
     ap.add_argument("--sites", type=int, default=8, help="sites drawn apart (default 8)")
+    ap.add_argument("--torch-snapshot", metavar="OUT.pickle",
+                    help="write a PyTorch memory snapshot instead of the page")
     a = ap.parse_args(argv[1:])
     try:
-        data = timeline(load(a.trace), max(1, a.sites))
+        events = load(a.trace)
+        if a.torch_snapshot:
+            return write_snapshot(a.torch_snapshot, torch_snapshot(events))
+        data = timeline(events, max(1, a.sites))
     except (OSError, ValueError) as e:
         print("cudalloc view: %s: %s" % (a.trace, e), file=sys.stderr)
         return 1

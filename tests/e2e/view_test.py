@@ -100,6 +100,81 @@ def check_unfinished(tmp):
     return v.stdout.strip()
 
 
+# What PyTorch 2.11's snapshot holds (torch.cuda.memory._dump_snapshot), and
+# what its readers (torch.cuda._memory_viz) rely on.
+SNAPSHOT_KEYS = {"segments", "device_traces", "allocator_settings", "external_annotations"}
+SEGMENT_KEYS = {"address", "total_size", "allocated_size", "active_size", "requested_size",
+                "device", "stream", "segment_type", "segment_pool_id", "is_expandable",
+                "frames", "blocks"}
+BLOCK_KEYS = {"address", "size", "requested_size", "state", "frames"}
+ENTRY_KEYS = {"action", "addr", "size", "stream", "time_us", "frames", "compile_context",
+              "user_metadata"}
+ACTIONS = {"segment_alloc", "alloc", "free_requested", "free_completed", "segment_free"}
+
+
+def snapshot_problems(snap):
+    """Where a snapshot departs from PyTorch's schema, or from what its
+    readers assume (blocks tile their segment; a free follows its alloc)."""
+    why = []
+    frame_ok = lambda f: (set(f) == {"filename", "line", "name"} and  # noqa: E731
+                          isinstance(f["line"], int) and isinstance(f["name"], str))
+    if set(snap) != SNAPSHOT_KEYS:
+        why.append(f"top-level keys {sorted(snap)}")
+    for seg in snap.get("segments", []):
+        if set(seg) != SEGMENT_KEYS or any(set(b) != BLOCK_KEYS for b in seg["blocks"]):
+            why.append(f"segment keys {sorted(seg)}")
+        elif sum(b["size"] for b in seg["blocks"]) != seg["total_size"] or any(
+                b["requested_size"] > b["size"] or b["state"] not in
+                ("active_allocated", "active_pending_free", "inactive") or
+                not all(map(frame_ok, b["frames"])) for b in seg["blocks"]):
+            why.append(f"blocks that do not tile segment {seg['address']:#x}")
+    for entries in snap.get("device_traces", []):
+        live = set()
+        for e in entries:
+            if set(e) != ENTRY_KEYS or e["action"] not in ACTIONS or \
+                    not all(map(frame_ok, e["frames"])):
+                why.append(f"trace entry {e}")
+                break
+            if e["action"] == "alloc":
+                live.add(e["addr"])
+            elif e["action"] == "free_completed":
+                live.discard(e["addr"])
+    return why[:3]
+
+
+def check_snapshot(tmp):
+    """`cudalloc view --torch-snapshot`: the trace as PyTorch's memory
+    snapshot, round trip through pickle: its schema, every allocation and
+    free in the device's trace, the blocks live at the end as its segments,
+    the sites named by their frames. The trace is cut halfway (as a process
+    killed mid-run leaves it), so that blocks are live at its end."""
+    import pickle
+    r, path, text = traced(tmp)
+    half = os.path.join(tmp, "half.json")
+    with open(half, "w") as f:
+        f.write(text[: text.rfind("\n", 0, len(text) // 2)])
+    out = os.path.join(tmp, "snap.pickle")
+    v = subprocess.run(["sh", COMMAND, "view", "--torch-snapshot", out, half],
+                       capture_output=True, text=True)
+    expect(v.returncode == 0 and os.path.exists(out),
+           f"cudalloc view --torch-snapshot exited {v.returncode}: {v.stderr.strip()}", r)
+    with open(out, "rb") as f:
+        snap = pickle.load(f)
+    why = snapshot_problems(snap)
+    expect(not why, f"not PyTorch's snapshot schema: {why}", r)
+    entries = snap["device_traces"][0]
+    count = {a: sum(e["action"] == a for e in entries) for a in ACTIONS}
+    expect(0 < count["alloc"] < STEPS * (1 + SCRATCH) and
+           count["free_requested"] == count["free_completed"], f"trace entries {count}", r)
+    expect(snap["segments"] and
+           len(snap["segments"]) == count["alloc"] - count["free_completed"],
+           f"{len(snap['segments'])} blocks live at the end, trace says "
+           f"{count['alloc'] - count['free_completed']}", r)
+    names = {e["frames"][0]["name"] for e in entries if e["frames"]}
+    expect(names == {"keep_step", "scratch_step"}, f"innermost frames {names}", r)
+    return f"{len(entries)} entries, {len(snap['segments'])} live blocks, sites {sorted(names)}"
+
+
 def check_refused(tmp):
     """A trace_path that is a symbolic link is refused, with one line; the
     program runs as without it."""
@@ -147,8 +222,8 @@ def check_page(tmp):
     return status.group(1).replace("&quot;", '"')
 
 
-CHECKS = {"trace": check_trace, "events": check_events, "unfinished": check_unfinished, "refused": check_refused,
-          "page": check_page}
+CHECKS = {"trace": check_trace, "events": check_events, "unfinished": check_unfinished,
+          "refused": check_refused, "page": check_page, "snapshot": check_snapshot}
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv, CHECKS, "view"))

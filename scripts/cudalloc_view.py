@@ -13,6 +13,7 @@ PyTorch's memory viewer, whatever the program was. Standard library only.
 import argparse
 import html
 import json
+import os
 import pickle
 import re
 import sys
@@ -268,37 +269,44 @@ var DATA = %(data)s;
 """
 
 
-def write_snapshot(path, snap):
+def write_snapshot(path, snap, replaced):
     with open(path, "wb") as f:
         pickle.dump(snap, f)
     entries = sum(len(t) for t in snap["device_traces"])
-    print("cudalloc view: %s: a PyTorch memory snapshot, %d trace entries, %d blocks "
+    print("cudalloc view: %s%s: a PyTorch memory snapshot, %d trace entries, %d blocks "
           "live at the end (open it at pytorch.org/memory_viz)" % (
-              path, entries, len(snap["segments"])))
+              path, " (replaced)" if replaced else "", entries, len(snap["segments"])))
     return 0
 
 
 def main(argv):
     ap = argparse.ArgumentParser(prog="cudalloc view", description=__doc__.splitlines()[0])
     ap.add_argument("trace")
-    ap.add_argument("-o", "--output", default="mem.html")
+    ap.add_argument("-o", "--output", help="the page (default mem.html, never replaced)")
     ap.add_argument("--sites", type=int, default=8, help="sites drawn apart (default 8)")
     ap.add_argument("--torch-snapshot", metavar="OUT.pickle",
                     help="write a PyTorch memory snapshot instead of the page")
     a = ap.parse_args(argv[1:])
+    if a.output is None and not a.torch_snapshot and os.path.exists("mem.html"):
+        print("cudalloc view: mem.html exists: name the page with -o (a page named so "
+              "replaces the file)", file=sys.stderr)
+        return 2
+    out = a.torch_snapshot or a.output or "mem.html"
+    replaced = os.path.exists(out)
     try:
         events = load(a.trace)
         if a.torch_snapshot:
-            return write_snapshot(a.torch_snapshot, torch_snapshot(events))
+            return write_snapshot(out, torch_snapshot(events), replaced)
         data = timeline(events, max(1, a.sites))
     except (OSError, ValueError) as e:
         print("cudalloc view: %s: %s" % (a.trace, e), file=sys.stderr)
         return 1
     blob = json.dumps(data).replace("</", "<\\/")  # no early end of the script
-    with open(a.output, "w", encoding="utf-8") as f:
+    with open(out, "w", encoding="utf-8") as f:
         f.write(PAGE % {"title": html.escape(a.trace), "data": blob})
-    print("cudalloc view: %s: %d site band(s), peak %d bytes at %.3f s" % (
-        a.output, len(data["sites"]), data["peak"]["bytes"], data["peak"]["t"]))
+    print("cudalloc view: %s%s: %d site band(s), peak %d bytes at %.3f s" % (
+        out, " (replaced)" if replaced else "", len(data["sites"]), data["peak"]["bytes"],
+        data["peak"]["t"]))
     return 0
 
 

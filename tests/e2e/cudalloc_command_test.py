@@ -45,9 +45,17 @@ def check_status(tmp):
     expect(r.rc == 7, "exit status not passed through", r)
     s = cudalloc("run", "--", "sh", "-c", "kill -TERM $$")
     expect(s.rc == -15, f"a program killed by SIGTERM came back as {s.rc}", s)
-    m = cudalloc("run", "--", os.path.join(tmp, "no-such-program"))
-    expect(m.rc == 127, f"a missing program gave {m.rc}, want 127 as the shell", m)
-    return "7 as 7, SIGTERM as SIGTERM, a missing program 127"
+    missing = os.path.join(tmp, "no-such-program")
+    m = cudalloc("run", "--", missing)
+    expect(m.rc == 127 and m.err == f"cudalloc run: {missing}: no such file\n",
+           f"a missing program gave {m.rc}, want 127 as the shell, and one line", m)
+    n = cudalloc("run", "--", "no-such-program-on-path")
+    expect(n.rc == 127 and n.err == "cudalloc run: no-such-program-on-path: not found "
+           "(not on PATH)\n", f"a program not on PATH gave {n.rc}", n)
+    x = cudalloc("run", "--", tmp)
+    expect(x.rc == 126 and x.err == f"cudalloc run: {tmp}: not an executable file\n",
+           f"a folder as the program gave {x.rc}", x)
+    return "7 as 7, SIGTERM as SIGTERM, a missing program 127, a folder 126, each one line"
 
 
 def check_report(tmp):
@@ -112,7 +120,31 @@ def check_usage(tmp):
     return v.out.strip()
 
 
-CHECKS = {"status": check_status, "report": check_report, "log": check_log,
+def check_top_tree(tmp):
+    """From a source tree, cudalloc top finds cudalloc-top in any build
+    folder beside it (build*/); where none holds it, one line says how to
+    build it."""
+    import shutil
+    tree = os.path.join(tmp, "tree")
+    os.makedirs(os.path.join(tree, "scripts"))
+    os.makedirs(os.path.join(tree, "build-gpu"))
+    shutil.copy(COMMAND, os.path.join(tree, "scripts", "cudalloc"))
+    cmd = [os.path.join(tree, "scripts", "cudalloc"), "top", "--once"]
+    env = {**os.environ, "CUDALLOC_TOP": ""}
+    none = CmdRun(cmd[1:], subprocess.run(cmd, capture_output=True, text=True, env=env))
+    expect(none.rc == 2 and "cmake --build build --target cudalloc-top" in none.err
+           and none.err.count("\n") == 1, f"no viewer: {none.rc} {none.err!r}", none)
+    viewer = os.path.join(tree, "build-gpu", "cudalloc-top")
+    with open(viewer, "w") as f:
+        f.write("#!/bin/sh\necho viewer ran with \"$*\"\n")
+    os.chmod(viewer, 0o755)
+    found = CmdRun(cmd[1:], subprocess.run(cmd, capture_output=True, text=True, env=env))
+    expect(found.rc == 0 and found.out == "viewer ran with --once\n",
+           f"build-gpu/cudalloc-top not run: {found.rc} {found.out!r}", found)
+    return "build-gpu/cudalloc-top found; without one, the line says how to build it"
+
+
+CHECKS = {"top_tree": check_top_tree, "status": check_status, "report": check_report, "log": check_log,
           "environment": check_environment, "python": check_python, "usage": check_usage}
 
 if __name__ == "__main__":

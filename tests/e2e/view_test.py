@@ -175,6 +175,27 @@ def check_snapshot(tmp):
     return f"{len(entries)} entries, {len(snap['segments'])} live blocks, sites {sorted(names)}"
 
 
+def check_overwrite(tmp):
+    """The default page, mem.html, is never written over: one line says to
+    name it; a page named with -o replaces the file and says so."""
+    r, path, text = traced(tmp)
+    work = os.path.join(tmp, "work")
+    os.makedirs(work)
+    with open(os.path.join(work, "mem.html"), "w") as f:
+        f.write("mine")
+    v = subprocess.run(["sh", COMMAND, "view", path], capture_output=True, text=True, cwd=work)
+    with open(os.path.join(work, "mem.html")) as f:
+        kept = f.read()
+    expect(v.returncode == 2 and kept == "mine" and "-o" in v.stderr and
+           v.stderr.count("\n") == 1, f"over an existing mem.html: exit {v.returncode}, "
+           f"file {'kept' if kept == 'mine' else 'written over'}, said {v.stderr!r}", r)
+    n = subprocess.run(["sh", COMMAND, "view", path, "-o", "mem.html"], capture_output=True,
+                       text=True, cwd=work)
+    expect(n.returncode == 0 and "mem.html (replaced):" in n.stdout,
+           f"-o mem.html over the file: exit {n.returncode}, said {n.stdout!r}", r)
+    return v.stderr.strip()
+
+
 def check_refused(tmp):
     """A trace_path that is a symbolic link is refused, with one line; the
     program runs as without it."""
@@ -223,7 +244,8 @@ def check_page(tmp):
 
 
 CHECKS = {"trace": check_trace, "events": check_events, "unfinished": check_unfinished,
-          "refused": check_refused, "page": check_page, "snapshot": check_snapshot}
+          "refused": check_refused, "page": check_page, "snapshot": check_snapshot,
+          "overwrite": check_overwrite}
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv, CHECKS, "view"))

@@ -14,8 +14,15 @@ cd "$root"
 # shellcheck source=scripts/deps.sh
 . scripts/deps.sh
 ca_ensure_deps
+echo "demo: building with cmake, a C compiler, uthash and the CUDA headers (all here)"
+# shellcheck disable=SC2086 # a list of package names
+later=$(ca_missing_deps $CA_TEST_DEPS)
+[[ -z $later ]] || echo "demo: the tests need more, which the demo does not:" \
+  "scripts/test.sh installs $later (as root; otherwise it prints the apt-get line)"
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# Only errors: a missing test dependency (cmocka) is said above, for the
+# test command to install.
+cmake --log-level=ERROR -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$(nproc)" >/dev/null
 
 lib="$root/build/libcudalloc.so"

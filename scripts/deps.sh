@@ -4,6 +4,7 @@
 #
 #   ca_ensure_deps [package...]   the base set, plus these Debian packages
 #                                 (libcmocka-dev, clang, valgrind, ...)
+#   ca_missing_deps package...    which of these are not here, on one line
 
 ca__have_header() { [ -f "/usr/include/$1" ] || [ -f "/usr/local/include/$1" ]; }
 
@@ -21,6 +22,19 @@ ca__cuda_h() {
     [ -n "$d" ] && [ -f "$d/include/cuda.h" ] && return 0
   done
   return 1
+}
+
+# What scripts/test.sh needs beyond the build's own (ca_ensure_deps' base).
+CA_TEST_DEPS="libcmocka-dev clang valgrind python3 pkg-config tmux chromium"
+
+# The Debian packages among the arguments that are not here, on one line
+# (empty when all are).
+ca_missing_deps() {
+  local missing=() pkg
+  for pkg in "$@"; do
+    ca__present "$pkg" || missing+=("$pkg")
+  done
+  printf '%s\n' "${missing[*]-}"
 }
 
 ca_ensure_deps() {

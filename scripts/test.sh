@@ -15,17 +15,22 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 # shellcheck source=scripts/deps.sh
 . scripts/deps.sh
-ca_ensure_deps libcmocka-dev clang valgrind python3 pkg-config tmux chromium
+# shellcheck disable=SC2086 # a list of package names
+ca_ensure_deps $CA_TEST_DEPS
 
 jobs="$(nproc)"
 step() { printf '\n== %s\n' "$*"; }
+
+# shellcheck source=scripts/test-lib.sh
+. scripts/test-lib.sh
 
 build_and_test() { # dir, ctest label ('' for all), cmake args...
   local dir="$1" label="$2"
   shift 2
   cmake -S . -B "$dir" "$@" >/dev/null
   cmake --build "$dir" -j "$jobs" >/dev/null
-  (cd "$dir" && ctest --output-on-failure ${label:+-L "$label"})
+  (cd "$dir" && ctest --output-on-failure ${label:+-L "$label"}) | tee "$dir/ctest.out"
+  ca_say_skipped "$dir" "$dir/ctest.out"
 }
 
 step "unit and preload tests"

@@ -639,17 +639,20 @@ resnet_cmd() {
   esac
 }
 
-resnet_run() {
-  local c=$1 k=$2 r=$3 rc ms gib name
-  name=$(resnet_name "$k")
-  resnet_cmd "$c" "$k"
-  run_cmd resnet 600
+# step_run PART CASE KEY RUN: one training-step run of PART (resnet, slot):
+# its command from PART_cmd, its setting's name from PART_name; the median
+# step and the peak that *_step.py printed, as a CSV row.
+step_run() {
+  local part=$1 c=$2 k=$3 r=$4 rc ms gib name
+  name=$("${part}_name" "$k")
+  "${part}_cmd" "$c" "$k"
+  run_cmd "$part" 600
   rc=$?
-  ms=$(pick 's/^resnet_step: \([0-9.]*\) ms .*/\1/p')
-  gib=$(pick 's/^resnet_step: peak in use \([0-9.]*\) GiB.*/\1/p')
+  ms=$(pick 's/^[a-z0-9_]*_step: \([0-9.]*\) ms .*/\1/p')
+  gib=$(pick 's/^[a-z0-9_]*_step: peak in use \([0-9.]*\) GiB.*/\1/p')
   ((rc == 0)) || ms=error gib=error
-  csv_row resnet "$c,$name,$r,$ms,$gib"
-  if [[ $ms == error || $gib == error ]]; then run_failed resnet "$c, $name, run $r" "$rc"; fi
+  csv_row "$part" "$c,$name,$r,$ms,$gib"
+  if [[ $ms == error || $gib == error ]]; then run_failed "$part" "$c, $name, run $r" "$rc"; fi
 }
 
 # resnet_targets KEY MS PEAK CACHING_MS CACHING_PEAK ASYNC_PEAK: the two
@@ -695,7 +698,7 @@ part_resnet() {
   for r in $(seq "$resnet_repeat"); do
     for c in $resnet_cases; do
       for k in $resnet_keys; do
-        resnet_run "$c" "$k" "$r"
+        step_run resnet "$c" "$k" "$r"
       done
     done
   done
@@ -742,19 +745,6 @@ slot_cmd() {
   esac
 }
 
-slot_run() {
-  local c=$1 k=$2 r=$3 rc ms gib name
-  name=$(slot_name "$k")
-  slot_cmd "$c" "$k"
-  run_cmd slot 600
-  rc=$?
-  ms=$(pick 's/^[a-z0-9_]*_step: \([0-9.]*\) ms .*/\1/p')
-  gib=$(pick 's/^[a-z0-9_]*_step: peak in use \([0-9.]*\) GiB.*/\1/p')
-  ((rc == 0)) || ms=error gib=error
-  csv_row slot "$c,$name,$r,$ms,$gib"
-  if [[ $ms == error || $gib == error ]]; then run_failed slot "$c, $name, run $r" "$rc"; fi
-}
-
 slot_table() {
   local c=$1 f=$out/slot.csv k name ms gib cms cgib ams agib
   cms=$(median "$f" 4 1="$c" "2=pytorch caching")
@@ -783,7 +773,7 @@ part_slot() {
   for r in $(seq "$slot_repeat"); do
     for c in $slot_cases; do
       for k in $slot_keys; do
-        slot_run "$c" "$k" "$r"
+        step_run slot "$c" "$k" "$r"
       done
     done
   done

@@ -58,6 +58,38 @@ static inline bool e2e_preloaded(void) {
   return preloaded;
 }
 
+/* `device`'s primary context, retained (the driver initialized first):
+ * what the runtime and the frameworks use. NULL, after a FAIL line, when
+ * the driver refuses. */
+static inline CUcontext e2e_primary(int device) {
+  CUdevice dev;
+  CUcontext ctx = NULL;
+  if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&dev, device) != CUDA_SUCCESS ||
+      cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS)
+    FAIL("device %d's primary context could not be retained", device);
+  return ctx;
+}
+
+/* The library named on the command line (`argv[1]`), loaded as a
+ * framework's allocator slot loads it (dlopen, RTLD_LOCAL), after checking
+ * E2E_EXPECT=pooled against the preload. Ends the program (status 2 for a
+ * usage error, 1 when it cannot be loaded) rather than return NULL. */
+static inline void *e2e_slot_library(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: " E2E_NAME " LIBCUDALLOC\n");
+    exit(2);
+  }
+  const char *expect = getenv("E2E_EXPECT");
+  if (expect && strcmp(expect, "pooled") == 0)
+    e2e_preloaded();
+  void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    printf("FAIL " E2E_NAME ": dlopen: %s\n", dlerror());
+    exit(1);
+  }
+  return lib;
+}
+
 /* Capturing fd 2 into a memfd for the duration of a few calls, to read
  * what the library said. */
 typedef struct capture {

@@ -50,18 +50,7 @@ static mockcuda_counters counters(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: e2e_slot LIBCUDALLOC\n");
-    return 2;
-  }
-  const char *expect = getenv("E2E_EXPECT");
-  if (expect && strcmp(expect, "pooled") == 0)
-    e2e_preloaded();
-  void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {
-    printf("FAIL " E2E_NAME ": dlopen: %s\n", dlerror());
-    return 1;
-  }
+  void *lib = e2e_slot_library(argc, argv);
   slot_malloc sm = (slot_malloc)dlsym(lib, "cudalloc_stream_malloc");
   slot_malloc try_sm = (slot_malloc)dlsym(lib, "cudalloc_stream_try_malloc");
   slot_free sf = (slot_free)dlsym(lib, "cudalloc_stream_free");

@@ -151,14 +151,8 @@ static void check_blocks(void) {
 }
 
 static void threads_mode(void) {
-  CUdevice dev0, dev1;
-  CUcontext ctx0, ctx1;
-  CHECK(cuInit(0));
-  CHECK(cuDeviceGet(&dev0, 0));
-  CHECK(cuDeviceGet(&dev1, 1));
-  CHECK(cuDevicePrimaryCtxRetain(&ctx0, dev0));
-  CHECK(cuDevicePrimaryCtxRetain(&ctx1, dev1));
-  CHECK(cuCtxSetCurrent(ctx0));
+  CUcontext ctx1 = e2e_primary(1);
+  CHECK(cuCtxSetCurrent(e2e_primary(0)));
 
   worker w[BARE_THREADS + OTHER_THREADS];
   for (int i = 0; i < BARE_THREADS + OTHER_THREADS; i++)
@@ -188,9 +182,7 @@ static void abort_case(void) {
   pid_t pid = fork();
   if (pid == 0) {
     dup2(fds[1], 2);
-    CUcontext ctx;
-    CUdevice dev;
-    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev))
+    if (e2e_primary(0) == NULL)
       _exit(3);
     void *p = sm(8 * MiB, 0, NULL);
     void *q = sm(256 * MiB, 0, NULL);
@@ -221,12 +213,7 @@ static void abort_case(void) {
 
 /* Device 0's primary context current, and two streams of it. */
 static void primary_with_streams(CUstream *a, CUstream *b, unsigned flags) {
-  CUdevice dev;
-  CUcontext ctx;
-  CHECK(cuInit(0));
-  CHECK(cuDeviceGet(&dev, 0));
-  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CHECK(cuCtxSetCurrent(ctx));
+  CHECK(cuCtxSetCurrent(e2e_primary(0)));
   CHECK(cuStreamCreate(a, flags));
   CHECK(cuStreamCreate(b, flags));
 }
@@ -341,18 +328,7 @@ static void graph_mode(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: e2e_slot_threads LIBCUDALLOC\n");
-    return 2;
-  }
-  const char *expect = getenv("E2E_EXPECT");
-  if (expect && strcmp(expect, "pooled") == 0)
-    e2e_preloaded();
-  void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {
-    printf("FAIL " E2E_NAME ": dlopen: %s\n", dlerror());
-    return 1;
-  }
+  void *lib = e2e_slot_library(argc, argv);
   sm = (slot_malloc)dlsym(lib, "cudalloc_stream_malloc");
   try_sm = (slot_malloc)dlsym(lib, "cudalloc_stream_try_malloc");
   sf = (slot_free)dlsym(lib, "cudalloc_stream_free");

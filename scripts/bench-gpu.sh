@@ -639,6 +639,20 @@ resnet_cmd() {
   esac
 }
 
+# steps_all PART REPEAT CASES KEYS: every case under every setting, REPEAT
+# times, the settings taking turns in each repeat, into PART's CSV.
+steps_all() {
+  local part=$1 r c k
+  csv_begin "$part" "case,setting,run,ms_per_step,peak_gib"
+  for r in $(seq "$2"); do
+    for c in $3; do
+      for k in $4; do
+        step_run "$part" "$c" "$k" "$r"
+      done
+    done
+  done
+}
+
 # step_run PART CASE KEY RUN: one training-step run of PART (resnet, slot):
 # its command from PART_cmd, its setting's name from PART_name; the median
 # step and the peak that *_step.py printed, as a CSV row.
@@ -693,15 +707,8 @@ resnet_table() {
 }
 
 part_resnet() {
-  csv_begin resnet "case,setting,run,ms_per_step,peak_gib"
-  local r c k
-  for r in $(seq "$resnet_repeat"); do
-    for c in $resnet_cases; do
-      for k in $resnet_keys; do
-        step_run resnet "$c" "$k" "$r"
-      done
-    done
-  done
+  steps_all resnet "$resnet_repeat" "$resnet_cases" "$resnet_keys"
+  local c
   for c in $resnet_cases; do
     resnet_table "$c"
   done
@@ -768,15 +775,8 @@ slot_table() {
 }
 
 part_slot() {
-  csv_begin slot "case,setting,run,ms_per_step,peak_gib"
-  local r c k
-  for r in $(seq "$slot_repeat"); do
-    for c in $slot_cases; do
-      for k in $slot_keys; do
-        step_run slot "$c" "$k" "$r"
-      done
-    done
-  done
+  steps_all slot "$slot_repeat" "$slot_cases" "$slot_keys"
+  local c
   for c in $slot_cases; do
     slot_table "$c"
   done

@@ -393,6 +393,7 @@ int main(int argc, char **argv) {
   }
 
   probe_pointers(ctx);
+  probe_ranges(ctx);
   probe_ipc(argv[0]);
   probe_free_memory();
   probe_vmm();

@@ -23,5 +23,8 @@ int probe_ipc_import(int in, int out);
 /* The virtual-memory API: reserving, mapping, unmapping, and what a pointer
  * in a mapping answers. */
 void probe_vmm(void);
+/* Memsets and copies that leave their allocation, frees during a capture of
+ * what is no allocation, and the alignment of allocations by size. */
+void probe_ranges(CUcontext ctx);
 
 #endif /* DRIVER_PROBE_H */

@@ -194,10 +194,7 @@ CUresult mock_need_ctx(CUcontext *out) {
 
 static CUresult mock_stream_get(CUstream s, int ptsz, CUstream *out);
 
-/* How most stream-ordered calls begin, in this order: a current context,
- * then `arg_rc` (the call's own argument check), then the stream. */
-static CUresult mock_need_ctx_stream(CUstream hs, int ptsz, CUresult arg_rc, CUcontext *c,
-                                     CUstream *s) {
+CUresult mock_need_ctx_stream(CUstream hs, int ptsz, CUresult arg_rc, CUcontext *c, CUstream *s) {
   CUresult rc = mock_need_ctx(c);
   if (rc == CUDA_SUCCESS)
     rc = arg_rc;
@@ -349,7 +346,10 @@ static CUresult mock_alloc_locked(int dev, CUcontext ctx, uint64_t size, int kin
   if (!out || size == 0)
     return CUDA_ERROR_INVALID_VALUE;
   mock_device *dv = &g_dev[dev];
-  uint64_t align = size >= MOCK_LARGE ? MOCK_LARGE : MOCK_SMALL_ALIGN;
+  /* As measured (driver_facts.txt, "alignment of"): up to 1 MiB, packed at
+   * 512 B; above, 2 MiB-aligned, in whole 2 MiB granules. Whether a packed
+   * one may straddle two granules was not measured: here it may. */
+  uint64_t align = size > MOCK_PACKED_MAX ? MOCK_LARGE : MOCK_SMALL_ALIGN;
   uint64_t span = mock_round_up(size, align);
   unsigned char *host = NULL;
   mock_alloc *a = NULL;
@@ -1229,78 +1229,6 @@ static CUresult mock_free_async(CUdeviceptr dptr, CUstream hs, int ptsz) {
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) { return mock_free_async(dptr, s, 0); }
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) { return mock_free_async(dptr, s, 1); }
 
-/* Copies and sets must stay inside one allocation, as on a GPU (where going
- * past it faults or corrupts a neighbour). */
-static CUresult mock_memset(CUdeviceptr dst, unsigned char v, size_t n, int ptds) {
-  mock_lock();
-  g_cnt.memset++;
-  g_cnt.ptsz_calls += (uint64_t)ptds;
-  CUcontext c = NULL;
-  mock_alloc *a = NULL;
-  CUresult rc = mock_need_ctx(&c);
-  if (rc == CUDA_SUCCESS && !(a = mock_find(dst, n, NULL)))
-    rc = CUDA_ERROR_INVALID_VALUE;
-  if (rc == CUDA_SUCCESS)
-    memset(a->host + (dst - a->addr), v, n);
-  mock_unlock();
-  if (rc != CUDA_SUCCESS)
-    mock_trace("cuMemsetD8_v2(0x%llx, %zu) = %d", (unsigned long long)dst, n, rc);
-  return rc;
-}
-
-CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) {
-  return mock_memset(dst, v, n, 0);
-}
-CUresult cuMemsetD8_v2_ptds(CUdeviceptr dst, unsigned char v, size_t n) {
-  return mock_memset(dst, v, n, 1);
-}
-
-/* dst or src is a device address; the other one, where not, a host pointer. */
-static CUresult mock_memcpy(uint64_t dst, int dst_dev, uint64_t src, int src_dev, size_t n,
-                            int ptds) {
-  mock_lock();
-  g_cnt.memcpy++;
-  g_cnt.ptsz_calls += (uint64_t)ptds;
-  CUcontext c = NULL;
-  mock_alloc *da = NULL, *sa = NULL;
-  CUresult rc = mock_need_ctx(&c);
-  if (rc == CUDA_SUCCESS && n && (!dst || !src))
-    rc = CUDA_ERROR_INVALID_VALUE;
-  if (rc == CUDA_SUCCESS && dst_dev && !(da = mock_find(dst, n, NULL)))
-    rc = CUDA_ERROR_INVALID_VALUE;
-  if (rc == CUDA_SUCCESS && src_dev && !(sa = mock_find(src, n, NULL)))
-    rc = CUDA_ERROR_INVALID_VALUE;
-  if (rc == CUDA_SUCCESS && n) {
-    unsigned char *d = da ? da->host + (dst - da->addr) : (unsigned char *)(uintptr_t)dst;
-    const unsigned char *s = sa ? sa->host + (src - sa->addr) : (const unsigned char *)(uintptr_t)src;
-    memmove(d, s, n);
-  }
-  mock_unlock();
-  if (rc != CUDA_SUCCESS)
-    mock_trace("cuMemcpy(0x%llx <- 0x%llx, %zu) = %d", (unsigned long long)dst,
-               (unsigned long long)src, n, rc);
-  return rc;
-}
-
-CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
-  return mock_memcpy(dst, 1, (uintptr_t)src, 0, n, 0);
-}
-CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t n) {
-  return mock_memcpy(dst, 1, (uintptr_t)src, 0, n, 1);
-}
-CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
-  return mock_memcpy((uintptr_t)dst, 0, src, 1, n, 0);
-}
-CUresult cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n) {
-  return mock_memcpy((uintptr_t)dst, 0, src, 1, n, 1);
-}
-CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  return mock_memcpy(dst, 1, src, 1, n, 0);
-}
-CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  return mock_memcpy(dst, 1, src, 1, n, 1);
-}
-
 /* ---- errors ----------------------------------------------------------- */
 
 static const struct {
@@ -1359,6 +1287,8 @@ static const struct mock_sym {
 } mock_syms[] = {
 #define S(base, fn, ver) {base, #fn, ver, 0, (void *)fn}
 #define P(base, fn, ver) {base, #fn, ver, 1, (void *)fn}
+/* An export and its per-thread twin (fn##twin), which came with CUDA 7.0. */
+#define T(base, fn, twin, ver) S(base, fn, ver), P(base, fn##twin, 7000)
     S("cuInit", cuInit, 2000),
     S("cuDriverGetVersion", cuDriverGetVersion, 2020),
     S("cuDeviceGet", cuDeviceGet, 2000),
@@ -1438,16 +1368,48 @@ static const struct mock_sym {
     S("cuIpcOpenMemHandle", cuIpcOpenMemHandle, 4010),
     S("cuIpcOpenMemHandle", cuIpcOpenMemHandle_v2, 11000),
     S("cuIpcCloseMemHandle", cuIpcCloseMemHandle, 4010),
-    S("cuMemsetD8", cuMemsetD8_v2, 3020),
-    P("cuMemsetD8", cuMemsetD8_v2_ptds, 7000),
-    S("cuMemcpyHtoD", cuMemcpyHtoD_v2, 3020),
-    P("cuMemcpyHtoD", cuMemcpyHtoD_v2_ptds, 7000),
-    S("cuMemcpyDtoH", cuMemcpyDtoH_v2, 3020),
-    P("cuMemcpyDtoH", cuMemcpyDtoH_v2_ptds, 7000),
-    S("cuMemcpyDtoD", cuMemcpyDtoD_v2, 3020),
-    P("cuMemcpyDtoD", cuMemcpyDtoD_v2_ptds, 7000),
+    T("cuMemsetD8", cuMemsetD8_v2, _ptds, 3020),
+    T("cuMemsetD16", cuMemsetD16_v2, _ptds, 3020),
+    T("cuMemsetD32", cuMemsetD32_v2, _ptds, 3020),
+    T("cuMemsetD2D8", cuMemsetD2D8_v2, _ptds, 3020),
+    T("cuMemsetD2D16", cuMemsetD2D16_v2, _ptds, 3020),
+    T("cuMemsetD2D32", cuMemsetD2D32_v2, _ptds, 3020),
+    T("cuMemsetD8Async", cuMemsetD8Async, _ptsz, 3020),
+    T("cuMemsetD16Async", cuMemsetD16Async, _ptsz, 3020),
+    T("cuMemsetD32Async", cuMemsetD32Async, _ptsz, 3020),
+    T("cuMemsetD2D8Async", cuMemsetD2D8Async, _ptsz, 3020),
+    T("cuMemsetD2D16Async", cuMemsetD2D16Async, _ptsz, 3020),
+    T("cuMemsetD2D32Async", cuMemsetD2D32Async, _ptsz, 3020),
+    T("cuMemcpy", cuMemcpy, _ptds, 4000),
+    T("cuMemcpyAsync", cuMemcpyAsync, _ptsz, 4000),
+    T("cuMemcpyHtoD", cuMemcpyHtoD_v2, _ptds, 3020),
+    T("cuMemcpyDtoH", cuMemcpyDtoH_v2, _ptds, 3020),
+    T("cuMemcpyDtoD", cuMemcpyDtoD_v2, _ptds, 3020),
+    T("cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2, _ptsz, 3020),
+    T("cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2, _ptsz, 3020),
+    T("cuMemcpyDtoDAsync", cuMemcpyDtoDAsync_v2, _ptsz, 3020),
+    T("cuMemcpyDtoA", cuMemcpyDtoA_v2, _ptds, 3020),
+    T("cuMemcpyAtoD", cuMemcpyAtoD_v2, _ptds, 3020),
+    T("cuMemcpyPeer", cuMemcpyPeer, _ptds, 4000),
+    T("cuMemcpyPeerAsync", cuMemcpyPeerAsync, _ptsz, 4000),
+    T("cuMemcpy2D", cuMemcpy2D_v2, _ptds, 3020),
+    T("cuMemcpy2DUnaligned", cuMemcpy2DUnaligned_v2, _ptds, 3020),
+    T("cuMemcpy2DAsync", cuMemcpy2DAsync_v2, _ptsz, 3020),
+    T("cuMemcpy3D", cuMemcpy3D_v2, _ptds, 3020),
+    T("cuMemcpy3DAsync", cuMemcpy3DAsync_v2, _ptsz, 3020),
+    T("cuMemcpy3DPeer", cuMemcpy3DPeer, _ptds, 4000),
+    T("cuMemcpy3DPeerAsync", cuMemcpy3DPeerAsync, _ptsz, 4000),
+    S("cuMemcpyBatchAsync", cuMemcpyBatchAsync, 12080),
+    P("cuMemcpyBatchAsync", cuMemcpyBatchAsync_ptsz, 12080),
+    S("cuMemcpyBatchAsync", cuMemcpyBatchAsync_v2, 13000),
+    P("cuMemcpyBatchAsync", cuMemcpyBatchAsync_v2_ptsz, 13000),
+    S("cuMemcpy3DBatchAsync", cuMemcpy3DBatchAsync, 12080),
+    P("cuMemcpy3DBatchAsync", cuMemcpy3DBatchAsync_ptsz, 12080),
+    S("cuMemcpy3DBatchAsync", cuMemcpy3DBatchAsync_v2, 13000),
+    P("cuMemcpy3DBatchAsync", cuMemcpy3DBatchAsync_v2_ptsz, 13000),
 #undef S
 #undef P
+#undef T
 };
 
 /* As the driver: `symbol` is a base name; the variant is the newest one not

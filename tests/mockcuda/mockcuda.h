@@ -5,9 +5,10 @@
  * with real semantics over simulated device memory: device addresses lie in a
  * reserved, inaccessible host address range (so a stray host dereference
  * faults, as on a GPU), each allocation is backed by a host buffer that
- * cuMemsetD8 / cuMemcpy* read and write, and capacity is enforced. Pointer
- * queries (attributes, address ranges) and CUDA IPC between processes answer
- * as the measured driver (driver_facts.txt): an exported allocation's bytes
+ * the cuMemset* / cuMemcpy* calls read and write (within the ranges the
+ * measured driver allows), and capacity is enforced. Pointer queries
+ * (attributes, address ranges) and CUDA IPC between processes answer as
+ * the measured driver (driver_facts.txt): an exported allocation's bytes
  * move into a memfd that the importing process maps. The virtual-memory
  * API (reserve, create, map, set access, unmap) answers as measured too.
  *
@@ -60,8 +61,8 @@ typedef struct mockcuda_counters {
   uint64_t ipc_bad_range;         /* opens naming a range outside the
                                      exported mapping (the real driver maps
                                      garbage; the mock refuses) */
-  uint64_t memset;                /* cuMemsetD8_v2(_ptds) */
-  uint64_t memcpy;                /* cuMemcpy{HtoD,DtoH,DtoD}_v2(_ptds) */
+  uint64_t memset;                /* every cuMemset* export */
+  uint64_t memcpy;                /* every cuMemcpy* export (a batch: one) */
   uint64_t ctx_synchronize;
   uint64_t stream_synchronize;    /* cuStreamSynchronize(_ptsz) */
   uint64_t stream_is_capturing;   /* cuStreamIsCapturing(_ptsz) */

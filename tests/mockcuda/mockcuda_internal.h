@@ -2,9 +2,10 @@
  * mockcuda's insides, shared by its files: the simulated device memory and
  * the helpers every call starts with. mockcuda.c holds the core (devices,
  * contexts, streams, events, allocations, cuGetProcAddress);
- * mockcuda_pointer.c the pointer queries (attributes, address ranges);
- * mockcuda_ipc.c CUDA IPC; mockcuda_vmm.c the virtual-memory API. Nothing
- * here is exported from the library.
+ * mockcuda_copy.c the memsets and copies; mockcuda_pointer.c the pointer
+ * queries (attributes, address ranges); mockcuda_ipc.c CUDA IPC;
+ * mockcuda_vmm.c the virtual-memory API. Nothing here is exported from the
+ * library.
  */
 #ifndef MOCKCUDA_INTERNAL_H
 #define MOCKCUDA_INTERNAL_H
@@ -22,7 +23,8 @@
 
 #define MOCK_MAX_DEVICES 16
 #define MOCK_SMALL_ALIGN 512ull
-#define MOCK_LARGE (2ull << 20) /* alignment and granularity from here up */
+#define MOCK_LARGE (2ull << 20)      /* granularity; alignment above: */
+#define MOCK_PACKED_MAX (1ull << 20) /* cuMemAlloc packs sizes up to this at 512 B */
 
 enum { MOCK_KIND_ALLOC, MOCK_KIND_PITCH, MOCK_KIND_MANAGED, MOCK_KIND_ASYNC,
        MOCK_KIND_POOL_ASYNC, MOCK_KIND_IMPORTED, MOCK_KIND_MAPPED };
@@ -91,6 +93,10 @@ MOCK_HIDDEN extern uint64_t g_capacity; /* bytes per device */
 MOCK_HIDDEN extern mockcuda_counters g_cnt;
 MOCK_HIDDEN CUresult mock_need_init(void);
 MOCK_HIDDEN CUresult mock_need_ctx(CUcontext *out);
+/* How most stream-ordered calls begin, in this order: a current context,
+ * then `arg_rc` (the call's own argument check), then the stream. */
+MOCK_HIDDEN CUresult mock_need_ctx_stream(CUstream hs, int ptsz, CUresult arg_rc, CUcontext *c,
+                                          CUstream *s);
 /* The allocation of any device holding [p, p+n) (n == 0: holding p). */
 MOCK_HIDDEN mock_alloc *mock_find(uint64_t p, uint64_t n, mock_device **dev_out);
 /* A free range of `span` bytes, aligned to `align`, in device `dev`'s
@@ -102,6 +108,8 @@ MOCK_HIDDEN void mock_remove(mock_device *dv, mock_alloc *a);
 /* The mapping of a reserved range holding [p, p+n), mapped and open to
  * the device throughout (mockcuda_vmm.c); NULL if none. */
 MOCK_HIDDEN mock_alloc *mock_vmm_find(uint64_t p, uint64_t n, mock_device **dev_out);
+/* Whether p lies in a reserved range, mapped or not (mockcuda_vmm.c). */
+MOCK_HIDDEN int mock_vmm_reserved(uint64_t p);
 /* Releases what an exported or imported allocation holds (mockcuda_ipc.c). */
 MOCK_HIDDEN void mock_shared_release(mock_alloc *a);
 /* The MEMORY_BLOCK_ID and mapping of an allocation: an exported one keeps

@@ -84,6 +84,13 @@ static void test_proc_address(void) {
   expect_proc("cuStreamBeginCapture", 13000, 0, "cuStreamBeginCapture_v2");
   expect_proc("cuMemcpyHtoD", 13000, PT, "cuMemcpyHtoD_v2_ptds");
   expect_proc("cuMemsetD8", 13000, 0, "cuMemsetD8_v2");
+  expect_proc("cuMemsetD2D16", 13000, PT, "cuMemsetD2D16_v2_ptds");
+  expect_proc("cuMemsetD32Async", 13000, PT, "cuMemsetD32Async_ptsz");
+  expect_proc("cuMemcpy", 13000, PT, "cuMemcpy_ptds");
+  expect_proc("cuMemcpy3DPeerAsync", 13000, 0, "cuMemcpy3DPeerAsync");
+  expect_proc("cuMemcpyBatchAsync", 13000, PT, "cuMemcpyBatchAsync_v2_ptsz");
+  expect_proc("cuMemcpyBatchAsync", 12080, 0, "cuMemcpyBatchAsync");
+  expect_proc("cuMemcpy3DBatchAsync", 13000, 0, "cuMemcpy3DBatchAsync_v2");
   void *g1 = expect_proc("cuGetProcAddress", 11030, 0, "cuGetProcAddress");
   void *g2 = expect_proc("cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2");
   CHECK(g1 != g2, "cuGetProcAddress v1 and v2 are one function");
@@ -238,6 +245,64 @@ static void test_memory(void) {
   CHECK(counters().used_bytes == c0.used_bytes + gran * 2 && counters().live_handles == 1, "handle");
   RC(cuMemRelease(h), CUDA_SUCCESS);
   RC(cuMemRelease(h), CUDA_ERROR_INVALID_VALUE);
+}
+
+/* The memset and copy families move the bytes they describe; range
+ * refusals themselves are driver_probe's (driver_facts.txt). */
+static void test_copies(void) {
+  mockcuda_counters c0 = counters();
+  CUdeviceptr a, b;
+  unsigned char host[256], out[256];
+  uint16_t h16[4];
+  uint32_t h32[2];
+  for (int i = 0; i < 256; i++)
+    host[i] = (unsigned char)i;
+  RC(cuMemAlloc_v2(&a, 256), CUDA_SUCCESS);
+  RC(cuMemAlloc_v2(&b, 256), CUDA_SUCCESS);
+  RC(cuMemsetD16_v2(a, 0x1234, 4), CUDA_SUCCESS);
+  RC(cuMemsetD32Async_ptsz(a + 8, 0xdeadbeef, 2, NULL), CUDA_SUCCESS);
+  RC(cuMemcpyDtoH_v2(h16, a, 8), CUDA_SUCCESS);
+  RC(cuMemcpyDtoH_v2(h32, a + 8, 8), CUDA_SUCCESS);
+  CHECK(h16[0] == 0x1234 && h16[3] == 0x1234 && h32[0] == 0xdeadbeef && h32[1] == 0xdeadbeef,
+        "16- and 32-bit memsets");
+  RC(cuMemsetD2D8_v2(a, 64, 0x7f, 10, 3), CUDA_SUCCESS);
+  RC(cuMemcpy((CUdeviceptr)(uintptr_t)out, a, 256), CUDA_SUCCESS); /* unified: to the host */
+  CHECK(out[0] == 0x7f && out[9] == 0x7f && out[10] == 0xad && out[64] == 0x7f &&
+            out[137] == 0x7f,
+        "2D memset rows");
+  /* A 2D copy between pitches, then a 3D one of 2 layers of 2 rows. */
+  CUDA_MEMCPY2D c2 = {.srcMemoryType = CU_MEMORYTYPE_HOST, .srcHost = host, .srcPitch = 16,
+                      .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = b, .dstPitch = 64,
+                      .WidthInBytes = 8, .Height = 4};
+  RC(cuMemcpy2D_v2(&c2), CUDA_SUCCESS);
+  CUDA_MEMCPY3D c3 = {.srcMemoryType = CU_MEMORYTYPE_UNIFIED, .srcDevice = b, .srcPitch = 64,
+                      .srcHeight = 2, .dstMemoryType = CU_MEMORYTYPE_HOST, .dstHost = out,
+                      .dstPitch = 8, .dstHeight = 2, .WidthInBytes = 8, .Height = 2, .Depth = 2};
+  RC(cuMemcpy3DAsync_v2_ptsz(&c3, NULL), CUDA_SUCCESS);
+  CHECK(out[0] == 0 && out[8] == 16 && out[16] == 32 && out[31] == 55, "2D and 3D copies");
+  /* A batch is checked whole: its bad second copy stops its good first. */
+  CUdeviceptr dsts[2] = {a, a}, srcs[2] = {b, b};
+  size_t sizes[2] = {8, 257}, first = 0, fail = 99;
+  CUmemcpyAttributes attr = {.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM};
+  RC(cuMemcpyBatchAsync(dsts, srcs, sizes, 2, &attr, &first, 1, &fail, CU_STREAM_PER_THREAD),
+     CUDA_ERROR_INVALID_VALUE);
+  RC(cuMemcpyDtoH_v2(out, a, 1), CUDA_SUCCESS);
+  CHECK(fail == 1 && out[0] == 0x7f, "batch: failIdx %zu, first byte %d", fail, out[0]);
+  CUDA_MEMCPY3D_BATCH_OP op = {.src = {.type = CU_MEMCPY_OPERAND_TYPE_POINTER, .op.ptr.ptr = b},
+                               .dst = {.type = CU_MEMCPY_OPERAND_TYPE_POINTER, .op.ptr.ptr = a},
+                               .extent = {8, 1, 1},
+                               .srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM};
+  RC(cuMemcpy3DBatchAsync_v2(1, &op, 0, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+  RC(cuMemcpyDtoH_v2(out, a, 8), CUDA_SUCCESS);
+  CHECK(!memcmp(out, host, 8), "3D batch copy");
+  RC(cuMemcpyDtoA_v2((CUarray)1, 0, a, 8), CUDA_ERROR_INVALID_VALUE); /* no arrays */
+  RC(cuMemFree_v2(a), CUDA_SUCCESS);
+  RC(cuMemFree_v2(b), CUDA_SUCCESS);
+  mockcuda_counters c1 = counters();
+  CHECK(c1.memset == c0.memset + 3 && c1.memcpy == c0.memcpy + 10 &&
+            c1.ptsz_calls == c0.ptsz_calls + 2,
+        "counters: %llu memsets, %llu copies", (unsigned long long)(c1.memset - c0.memset),
+        (unsigned long long)(c1.memcpy - c0.memcpy));
 }
 
 static void test_contexts(void) {
@@ -593,6 +658,7 @@ int main(void) {
   RC(cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
   RC(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
   test_memory();
+  test_copies();
   test_contexts();
   test_capture();
   test_event_counters();

@@ -83,6 +83,8 @@ mock_alloc *mock_vmm_find(uint64_t p, uint64_t n, mock_device **dev_out) {
   return &r->pages[mock_granule_of(r, p)];
 }
 
+int mock_vmm_reserved(uint64_t p) { return mock_range_at(p, 1) != NULL; }
+
 static mock_handle **mock_handle_slot(CUmemGenericAllocationHandle id) {
   mock_handle **pp = &g_handles;
   while (*pp && (*pp)->id != id)

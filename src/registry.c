@@ -313,6 +313,14 @@ bool ca_registry_holds_segment(uint64_t addr) {
 }
 
 bool ca_registry_find(uint64_t addr, ca_registry_span *out) {
+  ca_pool *found = NULL;
+  ca_pool_where where = ca_pool_locate(addr, &found, &out->span);
+  if (where != CA_POOL_ASK) {
+    ca__slot *slot = where == CA_POOL_FOUND ? ca__slot_of(found) : NULL;
+    out->pool = found;
+    out->slot = slot ? (int)(slot - ca__slots) : -1;
+    return slot != NULL;
+  }
   int n = atomic_load_explicit(&ca__nslots, memory_order_acquire);
   for (int i = 0; i < n; i++) {
     ca_pool *pool = atomic_load_explicit(&ca__slots[i].pool,
@@ -324,6 +332,18 @@ bool ca_registry_find(uint64_t addr, ca_registry_span *out) {
     }
   }
   return false;
+}
+
+bool ca_registry_bounds(uint64_t addr, uint64_t *start, uint64_t *end) {
+  ca_pool_where where = ca_pool_bounds(addr, start, end);
+  if (where != CA_POOL_ASK)
+    return where == CA_POOL_FOUND;
+  ca_registry_span at;
+  if (!ca_registry_find(addr, &at))
+    return false;
+  *start = at.span.live ? at.span.block.addr : 0;
+  *end = at.span.live ? at.span.block.addr + at.span.block.requested : 0;
+  return true;
 }
 
 bool ca_registry_lost(uint64_t addr) {

@@ -101,6 +101,10 @@ typedef struct ca_registry_span {
 /* Whether a segment of any pool holds `addr`; *out says where. */
 bool ca_registry_find(uint64_t addr, ca_registry_span *out);
 
+/* Whether a segment of any pool holds `addr`; if so, [*start, *end) the
+ * requested bytes of the live block holding it ({0, 0}: none does). */
+bool ca_registry_bounds(uint64_t addr, uint64_t *start, uint64_t *end);
+
 /* The segment of a pool that holds `addr` was freed behind the library's
  * back (ca_pool_segment_lost). Returns false when no pool holds `addr`. */
 bool ca_registry_lost(uint64_t addr);

@@ -66,6 +66,8 @@ static void ca__forget_all(ca__arena *p, int release) {
   while (p->segments) {
     ca__segment *s = p->segments;
     p->segments = s->next;
+    if (!s->lost)
+      ca__where_drop(s);
     if (release && s->expandable)
       ca__expandable_free(p, s);
     else if (release && !s->lost)

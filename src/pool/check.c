@@ -62,10 +62,18 @@ static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
       if (b->state == CA__FREE) {
         CA__CHECK(ca__in_index(b), "free block %#llx not indexed",
                   (unsigned long long)b->addr);
+        CA__CHECK(!s->chunks || ca__where_block(p, s, b->addr) == NULL,
+                  "free block %#llx found by the address index",
+                  (unsigned long long)b->addr);
         free_bytes += b->size;
         nfree++;
       } else if (b->state == CA__LIVE) {
         CA__CHECK(ca__live_find(p, b->addr) == b, "live block %#llx unknown",
+                  (unsigned long long)b->addr);
+        CA__CHECK(!s->chunks ||
+                      (ca__where_block(p, s, b->addr) == b &&
+                       ca__where_block(p, s, b->addr + b->size - 1) == b),
+                  "live block %#llx not found by the address index",
                   (unsigned long long)b->addr);
         live += b->size;
         nlive++;

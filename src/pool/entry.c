@@ -162,6 +162,7 @@ ca__give_out(ca__arena *p, ca__block *b, uint64_t size, uint32_t tag,
   b->seq = ca__next_seq(p);
   b->time_ns = ca__now_ns();
   HASH_ADD(hh, p->live, addr, sizeof(uint64_t), b);
+  ca__where_mark(b, true);
   p->stats.allocs++;
   ca__stat_add(&p->stats.requested_bytes, size);
   ca__stat_add(&p->stats.allocated_bytes, b->size);
@@ -282,11 +283,22 @@ ca__retire(ca__arena *p, ca__block *b) {
 /* The arena that holds the live block at `addr`, locked; NULL when none
  * does, not a pointer of this pool. `own`, an arena already asked (a free
  * asks the calling thread's first), is skipped: NULL, or locked and
- * released here. */
+ * released here. The address index names the arena; only a chunk it
+ * cannot say of is searched for, arena by arena. */
 static CA__COLD ca__arena *ca__owner(ca_pool *pool, ca__arena *own,
                                      uint64_t addr) {
   if (own)
     ca_lock_release(&own->lock);
+  ca__arena *p;
+  ca__segment *s = ca__where_lock(addr, &p);
+  if (!s)
+    return NULL;
+  if (s != CA__SHARED) {
+    if (p->pool == pool && ca__live_find(p, addr))
+      return p;
+    ca_lock_release(&p->lock);
+    return NULL;
+  }
   ca__arena *all[CA_POOL_ARENAS];
   unsigned n = ca__arenas(pool, all);
   for (unsigned i = 0; i < n; i++) {
@@ -347,6 +359,7 @@ ca__take_back(ca_pool *pool, uint64_t addr, ca_live_block *freed,
   if (freed)
     ca__describe(p, b, freed);
   HASH_DELETE(hh, p->live, b);
+  ca__where_mark(b, false);
   b->seg->last_free = ++p->free_tick;
   p->stats.frees++;
   ca__stat_sub(&p->stats.requested_bytes, b->requested);
@@ -403,9 +416,12 @@ bool ca_pool_holds_segment(ca_pool *pool, uint64_t addr) {
   return false;
 }
 
-/* The block of segment s holding addr: by the live table when addr is a
+/* The block of segment s holding addr: a live one by the address index;
+ * in a segment the index could not take, by the live table when addr is a
  * live block's start (what queries mostly ask about), else by walking. */
 static ca__block *ca__block_at(ca__arena *p, ca__segment *s, uint64_t addr) {
+  if (s->chunks)
+    return ca__where_block(p, s, addr);
   ca__block *b = ca__live_find(p, addr);
   if (b && b->seg == s)
     return b;
@@ -432,6 +448,21 @@ static bool ca__at_segment(ca_pool *pool, uint64_t addr,
                            void (*fn)(ca__arena *, ca__segment *, uint64_t,
                                       void *),
                            void *arg) {
+  ca__arena *p;
+  ca__segment *s = ca__where_lock(addr, &p);
+  if (!s)
+    return false;
+  if (s != CA__SHARED) {
+    bool mine = p->pool == pool;
+    if (mine)
+      fn(p, s, addr, arg);
+    ca_lock_release(&p->lock);
+    if (mine)
+      return true;
+  }
+  /* The index names another pool's newer segment, or cannot tell: this
+   * pool may still list a segment there (one freed behind its back, or of
+   * a context being destroyed), found arena by arena. */
   ca__arena *all[CA_POOL_ARENAS];
   unsigned n = ca__arenas(pool, all);
   for (unsigned i = 0; i < n; i++) {
@@ -453,6 +484,31 @@ static void ca__find_in(ca__arena *p, ca__segment *s, uint64_t addr,
 
 bool ca_pool_find(ca_pool *pool, uint64_t addr, ca_pool_span *out) {
   return ca__at_segment(pool, addr, ca__find_in, out);
+}
+
+ca_pool_where ca_pool_bounds(uint64_t addr, uint64_t *start, uint64_t *end) {
+  ca__arena *p;
+  ca__segment *s = ca__where_lock(addr, &p);
+  if (!s || s == CA__SHARED)
+    return s ? CA_POOL_ASK : CA_POOL_NOWHERE;
+  ca__block *b = ca__block_at(p, s, addr);
+  bool live = b && b->state == CA__LIVE && addr - b->addr < b->requested;
+  *start = live ? b->addr : 0;
+  *end = live ? b->addr + b->requested : 0;
+  ca_lock_release(&p->lock);
+  return CA_POOL_FOUND;
+}
+
+ca_pool_where ca_pool_locate(uint64_t addr, ca_pool **pool,
+                             ca_pool_span *out) {
+  ca__arena *p;
+  ca__segment *s = ca__where_lock(addr, &p);
+  if (!s || s == CA__SHARED)
+    return s ? CA_POOL_ASK : CA_POOL_NOWHERE;
+  ca__span(p, s, addr, out);
+  *pool = p->pool;
+  ca_lock_release(&p->lock);
+  return CA_POOL_FOUND;
 }
 
 /* An expandable segment's pages are mapped into a range the pool

@@ -179,6 +179,21 @@ typedef struct ca_pool_span {
  * the driver, asked about a block of its own, says the same). */
 bool ca_pool_find(ca_pool *pool, uint64_t addr, ca_pool_span *out);
 
+/* Where `addr` lies among all the pools of the process, by one process-wide
+ * address index (no search through pools or arenas; docs/POOL.md). */
+typedef enum ca_pool_where {
+  CA_POOL_NOWHERE, /* no pool holds it */
+  CA_POOL_FOUND,   /* *pool holds it; *out says where, as ca_pool_find */
+  CA_POOL_ASK,     /* the index cannot say: ask each pool (ca_pool_find) */
+} ca_pool_where;
+ca_pool_where ca_pool_locate(uint64_t addr, ca_pool **pool,
+                             ca_pool_span *out);
+
+/* The same look-up when only the live block's bytes matter (the library's
+ * range checks): FOUND with [*start, *end) its requested bytes, or {0, 0}
+ * when addr lies in a pool's segment but in no live block's bytes. */
+ca_pool_where ca_pool_bounds(uint64_t addr, uint64_t *start, uint64_t *end);
+
 /* Marks the live block starting at `addr` as shared with another process
  * (exported through CUDA IPC): once freed, its bytes are never handed out
  * again while its segment lives, since the other process may still use

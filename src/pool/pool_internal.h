@@ -77,6 +77,8 @@ enum { CA__FREE = 1, CA__LIVE, CA__HELD, CA__QUICK, CA__GONE, CA__UNMAPPED,
 
 typedef struct ca__segment ca__segment;
 typedef struct ca__heap ca__heap;
+typedef struct ca__arena ca__arena;
+typedef struct ca__chunk ca__chunk;
 typedef struct ca__batch ca__batch;
 
 typedef struct ca__block {
@@ -115,6 +117,10 @@ struct ca__segment {
   bool has_gone; /* holds GONE blocks: "fully free" means FREE or GONE */
   bool lost;     /* freed behind the pool's back: never used or released
                     again; its records go when its last block does */
+  /* The arena that owns it, and its records in the process-wide address
+   * index (where.c; NULL when it could not be indexed). */
+  _Atomic(ca__arena *) arena;
+  ca__chunk *chunks;
   UT_hash_handle hh; /* in the arena's segment table, keyed by base */
 };
 
@@ -163,7 +169,7 @@ typedef struct ca__slab {
 
 /* One lock's share of a pool. The functions below that serve requests work
  * within one arena, named `p` as they would name a pool of one arena. */
-typedef struct ca__arena {
+struct ca__arena {
   _Alignas(CA__LINE) ca_lock lock;
   ca_pool *pool;
   unsigned index; /* in pool->arenas */
@@ -200,7 +206,7 @@ typedef struct ca__arena {
   /* The arena's own figures. Its reserved_bytes count its own segments; the
    * pool's count is pool->reserved. */
   cudalloc_device_stats stats;
-} ca__arena;
+};
 
 struct ca_pool {
   /* Arena 0 is made with the pool, the others when a thread first needs

@@ -133,6 +133,8 @@ static bool ca__addr_room(ca__arena *p) {
 }
 
 static void ca__addr_insert(ca__arena *p, ca__segment *s) {
+  atomic_store_explicit(&s->arena, p, memory_order_release);
+  ca__where_add(s);
   size_t i = ca__addr_upper(p, s->addr);
   memmove(&p->by_addr[i + 1], &p->by_addr[i],
           (p->nsegs - i) * sizeof(*p->by_addr));
@@ -142,6 +144,7 @@ static void ca__addr_insert(ca__arena *p, ca__segment *s) {
 
 /* Bases in the index are distinct: s sits just below the upper bound. */
 static void ca__addr_remove(ca__arena *p, ca__segment *s) {
+  ca__where_drop(s);
   size_t i = ca__addr_upper(p, s->addr);
   memmove(&p->by_addr[i - 1], &p->by_addr[i],
           (p->nsegs - i) * sizeof(*p->by_addr));
@@ -237,6 +240,7 @@ static size_t ca__live_in(const ca__segment *s) {
  * (its address may already name another allocation). */
 static void ca__forget_live(ca__arena *p, ca__block *b) {
   HASH_DELETE(hh, p->live, b);
+  ca__where_mark(b, false);
   ca__stat_sub(&p->stats.requested_bytes, b->requested);
   ca__stat_sub(&p->stats.allocated_bytes, b->size);
   ca__stat_sub(&p->stats.blocks, 1);

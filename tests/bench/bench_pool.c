@@ -11,6 +11,12 @@
  *                                    million pairs per second, against one
  *                                    thread's, and the arenas the threads
  *                                    ended on (contention spreads them)
+ *   bench_pool locate [LOOKUPS [REUSE]]
+ *                                    which live block holds an address
+ *                                    (ca_pool_bounds, the look-up behind the
+ *                                    library's range checks): random
+ *                                    addresses inside 16 blocks, then
+ *                                    4,112 (4 KiB blocks, 16 of 64 MiB)
  *
  * A fourth argument "expandable" runs each as under expandable_segments:1
  * (the fake maps 2 MiB pages into ranges).
@@ -119,6 +125,36 @@ static double run_pairs(ca_pool *pool, long pairs) {
   return (now_ns() - start) / (double)pairs;
 }
 
+/* Look-ups of random addresses inside the first `spread` of 4,096 live
+ * blocks of 4 KiB and 16 of 64 MiB: a few blocks (as a loop copying the
+ * same tensors over and over asks, caches warm) or all of them. */
+enum { LOCATE_SMALL = 4096, LOCATE_LARGE = 16 };
+static double run_locate(ca_pool *pool, long lookups, int spread) {
+  enum { ALL = LOCATE_SMALL + LOCATE_LARGE };
+  static uint64_t block[ALL], size[ALL];
+  for (int i = 0; i < ALL; i++) {
+    size[i] = i % 257 == 0 && i / 257 < LOCATE_LARGE ? 64ull << 20 : 4096;
+    int rc = ca_pool_alloc(pool, size[i], 0, &block[i]);
+    if (rc)
+      die("alloc", rc);
+  }
+  uint64_t rng = 11, found = 0;
+  double start = now_ns();
+  for (long i = 0; i < lookups; i++) {
+    uint64_t r = next_random(&rng);
+    int b = (int)(r % (uint64_t)spread);
+    uint64_t lo, hi;
+    found += ca_pool_bounds(block[b] + (r >> 20) % size[b], &lo, &hi) ==
+                 CA_POOL_FOUND && lo == block[b];
+  }
+  double ns = (now_ns() - start) / (double)lookups;
+  if (found != (uint64_t)lookups)
+    die("locate", (int)(lookups - (long)found));
+  for (int i = 0; i < ALL; i++)
+    ca_pool_free(pool, block[i], NULL);
+  return ns;
+}
+
 #define MAX_THREADS 8
 
 typedef struct pairs_thread {
@@ -187,10 +223,11 @@ int main(int argc, char **argv) {
   expandable = argc > 4 && strcmp(argv[4], "expandable") == 0;
   int mixed = strcmp(mode, "mixed") == 0;
   int threads = strcmp(mode, "threads") == 0;
+  int locate = strcmp(mode, "locate") == 0;
   int from = strcmp(reuse, "safe") == 0, to = strcmp(reuse, "immediate") ? 2 : 1;
-  if ((!mixed && !threads && strcmp(mode, "pair") != 0) || n <= 0 ||
+  if ((!mixed && !threads && !locate && strcmp(mode, "pair") != 0) || n <= 0 ||
       (strcmp(reuse, "both") && !from && to == 2)) {
-    fprintf(stderr, "usage: bench_pool mixed|pair|threads "
+    fprintf(stderr, "usage: bench_pool mixed|pair|threads|locate "
                     "[COUNT [immediate|safe|both [expandable]]]\n");
     return 2;
   }
@@ -201,6 +238,14 @@ int main(int argc, char **argv) {
     }
     static ca_fake_backend fake;
     ca_pool *pool = fake_pool(&fake, safe);
+    if (locate) {
+      for (int spread = 16; spread <= LOCATE_SMALL + LOCATE_LARGE; spread *= 257)
+        printf("locate %-9s %8.1f ns per look-up  (%ld look-ups among %d blocks)\n",
+               safe ? "safe" : "immediate", run_locate(pool, n, spread), n, spread);
+      ca_pool_destroy(pool);
+      ca_fake_fini(&fake);
+      continue;
+    }
     double ns = mixed ? run_mixed(pool, n) : run_pairs(pool, n);
     cudalloc_device_stats s;
     ca_pool_get_stats(pool, &s);

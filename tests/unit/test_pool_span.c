@@ -74,6 +74,85 @@ static void finds_the_block_holding_an_address(void **state) {
   fixture_free(fx);
 }
 
+/* What the process-wide address index says of addr, asked without naming a
+ * pool: the block holding it when live (its start, 0 otherwise). */
+static ca_pool_where locate(uint64_t addr, ca_pool **pool, uint64_t *block) {
+  ca_pool_span sp;
+  ca_pool_where w = ca_pool_locate(addr, pool, &sp);
+  *block = w == CA_POOL_FOUND && sp.live ? sp.block.addr : 0;
+  return w;
+}
+
+/* The index finds the live block holding any address in constant time:
+ * thousands of small blocks in one 2 MiB chunk (the nearest live start
+ * below the address), and a block spanning many chunks (the chunk's
+ * covering block), up to its last requested byte and not past it; freed
+ * blocks and their bytes are in none. */
+static void locates_blocks_in_every_chunk(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(1024 * MiB, default_options(), false);
+  enum { N = 3000 };
+  static uint64_t small[N];
+  for (int i = 0; i < N; i++)
+    small[i] = must_alloc(fx, 600);
+  uint64_t big = must_alloc(fx, 50 * MiB + 100);
+  ca_pool *pool = NULL;
+  uint64_t block = 0;
+  for (int i = 0; i < N; i += 7) {
+    assert_int_equal(locate(small[i] + 599, &pool, &block), CA_POOL_FOUND);
+    assert_ptr_equal(pool, fx->pool);
+    assert_int_equal(block, small[i]);
+    locate(small[i] + 600, &pool, &block);
+    assert_int_equal(block, 0); /* the rounded tail: no live bytes */
+  }
+  for (uint64_t off = 0; off < 50 * MiB; off += 2 * MiB + 4096) {
+    assert_int_equal(locate(big + off, &pool, &block), CA_POOL_FOUND);
+    assert_int_equal(block, big);
+  }
+  locate(big + 50 * MiB + 99, &pool, &block);
+  assert_int_equal(block, big);
+  locate(big + 50 * MiB + 100, &pool, &block);
+  assert_int_equal(block, 0);
+  for (int i = 0; i < N; i += 2)
+    assert_true(ca_pool_free(fx->pool, small[i], NULL));
+  assert_true(ca_pool_free(fx->pool, big, NULL));
+  for (int i = 0; i < N; i++) {
+    locate(small[i] + 300, &pool, &block);
+    assert_int_equal(block, i % 2 ? small[i] : 0);
+  }
+  locate(big + 30 * MiB, &pool, &block);
+  assert_int_equal(block, 0);
+  assert_int_equal(locate(0x1000, &pool, &block), CA_POOL_NOWHERE);
+  fixture_free(fx);
+  assert_int_equal(locate(small[1], &pool, &block), CA_POOL_NOWHERE);
+}
+
+/* Two pools whose backends hand out the same addresses (only fakes do, or
+ * the driver, once one pool's segment is gone behind its back): the index
+ * names the newest segment; each pool, asked itself, still finds its own
+ * blocks, the old way. */
+static void pools_sharing_addresses_are_asked_one_by_one(void **state) {
+  (void)state;
+  fixture *one = fixture_new(1024 * MiB, default_options(), false);
+  fixture *two = fixture_new(1024 * MiB, default_options(), false);
+  uint64_t a = must_alloc(one, 1000), b = must_alloc(two, 3000);
+  assert_int_equal(a, b);
+  ca_pool *pool = NULL;
+  uint64_t block = 0;
+  assert_int_equal(locate(a, &pool, &block), CA_POOL_FOUND);
+  assert_ptr_equal(pool, two->pool);
+  assert_int_equal(block, b);
+  assert_in_block(one, a + 999, a, 1000);
+  assert_in_block(two, b + 2999, b, 3000);
+  assert_true(ca_pool_free(two->pool, b, NULL));
+  fixture_free(two); /* the index cannot tell while `one` is over it */
+  assert_int_equal(locate(a, &pool, &block), CA_POOL_ASK);
+  assert_in_block(one, a + 999, a, 1000);
+  assert_true(ca_pool_free(one->pool, a, NULL));
+  fixture_free(one);
+  assert_int_equal(locate(a, &pool, &block), CA_POOL_NOWHERE);
+}
+
 /* Allocates `n` blocks of `size` and checks that none overlaps
  * [gone, gone + gone_size); returns them through `out`. */
 static void alloc_around(fixture *fx, uint64_t size, int n, uint64_t gone,
@@ -222,6 +301,8 @@ static void segment_reported_lost_leaves_the_pool(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(finds_the_block_holding_an_address),
+      cmocka_unit_test(locates_blocks_in_every_chunk),
+      cmocka_unit_test(pools_sharing_addresses_are_asked_one_by_one),
       cmocka_unit_test(shared_block_never_comes_back),
       cmocka_unit_test(free_neighbours_do_not_merge_over_a_shared_block),
       cmocka_unit_test(counts_releasable_segments),

@@ -31,6 +31,7 @@
 #include "lazy.h"
 #include "log.h"
 #include "pointer.h"
+#include "ranges.h"
 
 /* The dlsym path runs before anything else in the process may be ready: a
  * sanitizer runtime, preloaded ahead of us, resolves its interceptors with
@@ -51,6 +52,10 @@
 /* And cuStreamDestroy, whose CUDA 2.0 original the driver still exports
  * (it destroys the same way). */
 #undef cuStreamDestroy
+/* And the batched copies, whose CUDA 12.8 originals (with a failIdx) the
+ * driver exports beside their _v2. */
+#undef cuMemcpyBatchAsync
+#undef cuMemcpy3DBatchAsync
 
 /* ------------------------------------------------------------------------ */
 /* The hooks                                                                 */
@@ -66,6 +71,13 @@ static CUresult CUDAAPI
 ca__get_proc_address_v2(const char *symbol, void **pfn, int version,
                         cuuint64_t flags,
                         CUdriverProcAddressQueryResult *status);
+
+/* A memset or copy (CA_DRIVER_RANGED): the driver's function, if the
+ * policy passes its ranges. */
+#define CA_CHECKED(check, field, args)                                         \
+  ((check) ? (ca_driver()->field != NULL ? ca_driver()->field args             \
+                                         : ca_driver_missing())                \
+           : CUDA_ERROR_INVALID_VALUE)
 
 #define CA__HOOK(export, field, params, call)                                  \
   static CUresult CUDAAPI ca__hook_##field params { return call; }

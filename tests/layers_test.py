@@ -28,7 +28,7 @@ import sys
 # strictly lower rank.
 LAYERED = {
     "hooks": 50, "api": 50,                      # how the program reaches us
-    "slot": 44, "intercept": 43, "pointer": 42, "lifecycle": 42,  # the policy
+    "slot": 44, "intercept": 43, "pointer": 42, "ranges": 42, "lifecycle": 42,  # the policy
     "registry": 30,                              # pools per context
     "pool": 20,                                  # CUDA-free
     "backend_cuda": 14, "marks": 13, "streams": 12, "capture": 11,  # backend

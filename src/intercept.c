@@ -192,9 +192,31 @@ static ca_pool *ca__current_pool(void) {
   return pool;
 }
 
+/* Whether the driver allows cuMemAlloc and cuMemFree now: during a stream
+ * capture it refuses them (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) from a
+ * thread whose capture mode forbids them, and invalidates the capture
+ * (driver_facts.txt). It judges that before anything else, whatever the
+ * pointer, cuMemFree(0) included: asked with cuMemFree(0), it gives the
+ * exact answer a pooled call must give, and has the same effect on the
+ * capture. Outside a capture the policy saw begin, nothing is asked. */
+static CUresult ca__capture_allows(void) {
+  if (!ca_capture_seen())
+    return CUDA_SUCCESS;
+  CUresult r = CA_REAL(mem_free, 0);
+  return r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED ||
+                 r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||
+                 r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT ||
+                 r == CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD
+             ? r
+             : CUDA_SUCCESS;
+}
+
 CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
   if (!ca__enabled())
     return CA_REAL(mem_alloc, dptr, size);
+  CUresult allowed = ca__capture_allows();
+  if (allowed != CUDA_SUCCESS)
+    return allowed;
   if (dptr == NULL)
     return CUDA_ERROR_INVALID_VALUE;
   /* The driver's own answer to a zero-byte request (an error) is the one
@@ -241,6 +263,9 @@ CUresult ca_on_mem_free(CUdeviceptr dptr) {
   /* cuMemFree(0) gets the driver's own answer, whatever it is. */
   if (!ca__enabled() || dptr == 0)
     return CA_REAL(mem_free, dptr);
+  CUresult allowed = ca__capture_allows();
+  if (allowed != CUDA_SUCCESS)
+    return allowed;
   if (ca_intercept_free_pooled(dptr, NULL))
     return CUDA_SUCCESS;
   return ca_intercept_free_unpooled(dptr);

@@ -2,14 +2,18 @@
 # The pool's own cost on the CPU, over the fake backend (no GPU needed):
 # wall time from bench_pool, and instructions counted by callgrind, which
 # repeat exactly run to run. Instructions are counted inside ca_pool_alloc
-# and ca_pool_free only (callees included), so set-up is left out; then the
+# and ca_pool_free only (callees included), so set-up is left out; the
+# address index's look-up (ca_pool_bounds) likewise; then the
 # same for counting live bytes by site (bench_sites: what stacks add). Then the
 # memory the pool reserves for real training loops: allocation traces of
 # ResNet-50/152 training steps and the GPT-2 varying-length loop recorded on
 # an H200 (tests/bench/traces, see
 # tests/bench/trace_alloc.c), replayed by bench_replay, with plain and with
 # expandable segments, and on one named stream as through the allocator slot
-# (safe+stream: the lanes). Both repeat exactly,
+# (safe+stream: the lanes). Both repeat exactly. Last, what the range check
+# of a small async memset or copy costs (bench_copies against the mock
+# driver, whose own call is cheap: plain, hooks only with enabled:0, hooks
+# and checks; wall time, so it varies a little run to run),
 # so scripts/test.sh runs this last and a regression shows in CI's log.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -19,7 +23,7 @@ cd "$root"
 ca_ensure_deps valgrind
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build --target bench_pool bench_replay bench_sites -j "$(nproc)" >/dev/null
+cmake --build build --target bench_pool bench_replay bench_sites bench_copies cudalloc mockcuda -j "$(nproc)" >/dev/null
 bench=build/tests/bench/bench_pool
 
 echo "== wall time (1,000,000 operations each)"
@@ -46,6 +50,14 @@ for reuse in immediate safe; do # expandable_segments:1
 done
 
 echo
+echo "== which live block holds an address (the look-up behind range checks; ca_pool_bounds)"
+"$bench" locate 2000000 safe
+total=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null --toggle-collect=ca_pool_bounds \
+  "$bench" locate 200000 safe 2>&1 | sed -n 's/.*Collected : *//p')
+printf 'locate %s instructions per look-up (both spreads)\n' \
+  "$(awk -v t="$total" 'BEGIN { printf "%.0f", t / 400000 }')"
+
+echo
 echo "== live bytes by allocation site, with stacks on (callgrind, inside ca_sites_alloc and ca_sites_free)"
 for growth in off growth; do
   total=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null \
@@ -64,4 +76,16 @@ for trace in tests/bench/traces/*.trace.gz; do
     sed -n 's/^bench_replay: peak requested \([0-9.]*\) GiB.*reserved \([0-9.]*\) GiB.*/held \1 GiB, reserved \2 GiB/p' <<<"$replay" | tr -d '\n'
     sed -n 's/^bench_replay: overhead \([0-9.]*%\).*/ (+\1)/p' <<<"$replay"
   done
+done
+
+echo
+echo "== range checks on small async memsets and copies (bench_copies, mock driver)"
+mock="$(dirname "$(find build/tests/mockcuda -name 'libcuda.so.1' | head -1)")"
+for mode in plain hooks checks; do
+  case $mode in
+  plain) env=() ;;
+  hooks) env=(LD_PRELOAD="$root/build/libcudalloc.so" CUDALLOC_CONF=enabled:0) ;;
+  checks) env=(LD_PRELOAD="$root/build/libcudalloc.so" CUDALLOC_CONF=leak_report:0) ;;
+  esac
+  env LD_LIBRARY_PATH="$mock" "${env[@]}" build/tests/bench/bench_copies | sed "s/^bench_copies: /$mode  /"
 done

@@ -27,6 +27,12 @@
 #            and bf16 autocast; ms per step and peak memory in use (NVML):
 #            PyTorch's caching allocator, no caching, PyTorch on
 #            cudaMallocAsync, and no caching under cudalloc (safe, immediate);
+#   copies   tests/bench/bench_copies.c: small async copies and memsets
+#            through the driver API, whose ranges the library checks, ns per
+#            call: plain, preloaded with enabled:0 (the hooks alone) and
+#            preloaded (hooks and checks); and a memset one byte past its
+#            block, which the library refuses itself (the hook and the
+#            check alone);
 #   slot     ResNet-50 (fp32) and GPT-2 small (bf16) training steps with
 #            cudalloc in PyTorch's allocator slot, beside PyTorch's caching
 #            allocator, PyTorch on cudaMallocAsync and the preloaded library:
@@ -51,7 +57,7 @@
 #   REPEAT=5           runs of each setting: latency, mixed, threads, stacks
 #   RESNET_REPEAT=3    runs of each setting: resnet
 #   SLOT_REPEAT=3      runs of each setting: slot
-#   PARTS="latency mixed threads stacks fence resnet slot"
+#   PARTS="latency mixed threads stacks fence copies resnet slot"
 #   SLOT_CASES="resnet50 gpt2"  SLOT_SETTINGS="caching async preload slot"
 #   RESNET_CASES="resnet50-fp32 resnet50-bf16 resnet152-fp32 resnet152-bf16"
 #   RESNET_SETTINGS="caching nocache async safe immediate" (nocache, PyTorch
@@ -74,7 +80,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-bench}
 repeat=${REPEAT:-5}
 resnet_repeat=${RESNET_REPEAT:-3}
-parts=${PARTS:-latency mixed threads stacks fence resnet slot}
+parts=${PARTS:-latency mixed threads stacks fence copies resnet slot}
 slot_repeat=${SLOT_REPEAT:-3}
 slot_cases=${SLOT_CASES:-resnet50 gpt2}
 slot_keys=${SLOT_SETTINGS:-caching async preload slot}
@@ -608,6 +614,69 @@ part_fence() {
 }
 
 # ---------------------------------------------------------------------------
+# Part copies: small async copies and memsets, and the range check on each.
+
+copies_cases=("cuMemsetD8Async 64 B" "cuMemcpyDtoDAsync 64 B"
+  "cuMemsetD8Async 1 B past a block's end (refused)")
+copies_settings=(plain hooks checks)
+
+copies_run() {
+  local s=$1 r=$2 rc i c v bad=0
+  case $s in
+  plain) CMD=("$bin/bench_copies") ;;
+  hooks) preload enabled:0 "$bin/bench_copies" ;;
+  checks) preload leak_report:0 "$bin/bench_copies" ;;
+  esac
+  run_cmd copies 120
+  rc=$?
+  for i in "${!copies_cases[@]}"; do
+    c=${copies_cases[$i]}
+    v=$(pick "s/^bench_copies: ${c//[()]/.} \([0-9.]*\) ns per call.*/\1/p")
+    ((rc == 0)) || v=error
+    [[ $v == error ]] && bad=1
+    csv_row copies "$s,$i,$r,$v"
+  done
+  if ((bad)); then run_failed copies "$s, run $r" "$rc"; fi
+}
+
+# The CSV names each case by its index in copies_cases.
+copies_table() {
+  local f=$out/copies.csv i p h c
+  md
+  md "### copies: ns per call through the driver API (median of $repeat runs)"
+  md
+  md "| call | plain | hooks (enabled:0) | hooks and checks | the check (checks − hooks)" \
+    "| checks vs plain | target ≤ 30 ns a check | target ≤ 5% on the loop |"
+  md "| --- | --- | --- | --- | --- | --- | --- | --- |"
+  for i in "${!copies_cases[@]}"; do
+    p=$(median "$f" 4 1=plain 2="$i")
+    h=$(median "$f" 4 1=hooks 2="$i")
+    c=$(median "$f" 4 1=checks 2="$i")
+    local cost loop="n/a"
+    cost=$(awk -v a="$c" -v b="$h" "$awk_lib"'BEGIN { if (isnum(a) && isnum(b)) printf "%.1f", a - b; else printf "error" }')
+    ((i < 2)) && loop=$(verdict "$(quotient "$c" "$p")" '<=' 1.05)
+    md "| ${copies_cases[$i]} | $(num %.1f "$p") | $(num %.1f "$h") | $(num %.1f "$c")" \
+      "| $cost | $(change "$c" "$p") | $(verdict "$cost" '<=' 30) | $loop |"
+  done
+  md
+  md "4,096 live blocks of 4 KiB, 64 B at a random one's middle each call, a stream" \
+    "synchronization every 256 calls; the refused memset never reaches the driver" \
+    "under the library (the driver refuses it too, plain)."
+}
+
+part_copies() {
+  need bench_copies || return
+  csv_begin copies "setting,case,run,ns_per_call"
+  local r s
+  for r in $(seq "$repeat"); do
+    for s in "${copies_settings[@]}"; do
+      copies_run "$s" "$r"
+    done
+  done
+  copies_table
+}
+
+# ---------------------------------------------------------------------------
 # Part resnet: a PyTorch training step.
 
 # resnet_name KEY: the setting's name in the records.
@@ -847,6 +916,7 @@ main() {
     threads) part_threads ;;
     stacks) part_stacks ;;
     fence) part_fence ;;
+    copies) part_copies ;;
     resnet) part_resnet ;;
     slot) part_slot ;;
     esac

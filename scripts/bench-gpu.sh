@@ -31,8 +31,8 @@
 #            through the driver API, whose ranges the library checks, ns per
 #            call: plain, preloaded with enabled:0 (the hooks alone) and
 #            preloaded (hooks and checks); and a memset one byte past its
-#            block, which the library refuses itself (the hook and the
-#            check alone);
+#            block, a random one or the same each time, which the library
+#            refuses itself (the hook and the check alone);
 #   slot     ResNet-50 (fp32) and GPT-2 small (bf16) training steps with
 #            cudalloc in PyTorch's allocator slot, beside PyTorch's caching
 #            allocator, PyTorch on cudaMallocAsync and the preloaded library:
@@ -617,7 +617,8 @@ part_fence() {
 # Part copies: small async copies and memsets, and the range check on each.
 
 copies_cases=("cuMemsetD8Async 64 B" "cuMemcpyDtoDAsync 64 B"
-  "cuMemsetD8Async 1 B past a block's end (refused)")
+  "cuMemsetD8Async 1 B past a block's end (refused)"
+  "cuMemsetD8Async 1 B past the same block's end (refused)")
 copies_settings=(plain hooks checks)
 
 copies_run() {

@@ -75,6 +75,7 @@ static void ca__forget_all(ca__arena *p, int release) {
     ca__segment_put(p, s);
   }
   HASH_CLEAR(hh, p->live);
+  ca__where_removed(p);
   ca__heap_init(&p->small, 0, p->pool);
   ca__heap_init(&p->large, 1, p->pool);
   p->nexpandable = 0;
@@ -98,6 +99,7 @@ static void ca__forget_all(ca__arena *p, int release) {
 /* Gives every segment of the arena back and frees it. */
 static void ca__arena_free(ca__arena *p) {
   ca__forget_all(p, 1);
+  atomic_fetch_add_explicit(&ca__arenas_freed, 1, memory_order_release);
   ca_meta_free(p->by_addr, p->segs_cap * sizeof(*p->by_addr));
   ca__slab_destroy(&p->block_slab);
   ca__slab_destroy(&p->segment_slab);
@@ -105,9 +107,6 @@ static void ca__arena_free(ca__arena *p) {
   ca_meta_free(p, sizeof(*p));
 }
 
-/* The library is preloaded, so its thread-locals sit in the static TLS
- * block and are reached without a call. */
-#define CA__TLS __attribute__((tls_model("initial-exec")))
 
 /* A thread moves to a less used arena after CA__MOVE_AFTER contended takes
  * of its arena's lock within CA__MOVE_WINDOW_NS. Threads that allocate in a

@@ -487,6 +487,8 @@ bool ca_pool_find(ca_pool *pool, uint64_t addr, ca_pool_span *out) {
 }
 
 ca_pool_where ca_pool_bounds(uint64_t addr, uint64_t *start, uint64_t *end) {
+  if (ca__where_recent(addr, start, end))
+    return CA_POOL_FOUND;
   ca__arena *p;
   ca__segment *s = ca__where_lock(addr, &p);
   if (!s || s == CA__SHARED)
@@ -495,6 +497,8 @@ ca_pool_where ca_pool_bounds(uint64_t addr, uint64_t *start, uint64_t *end) {
   bool live = b && b->state == CA__LIVE && addr - b->addr < b->requested;
   *start = live ? b->addr : 0;
   *end = live ? b->addr + b->requested : 0;
+  if (live)
+    ca__where_remember(p, b);
   ca_lock_release(&p->lock);
   return CA_POOL_FOUND;
 }

@@ -191,7 +191,9 @@ ca_pool_where ca_pool_locate(uint64_t addr, ca_pool **pool,
 
 /* The same look-up when only the live block's bytes matter (the library's
  * range checks): FOUND with [*start, *end) its requested bytes, or {0, 0}
- * when addr lies in a pool's segment but in no live block's bytes. */
+ * when addr lies in a pool's segment but in no live block's bytes. The
+ * calling thread's last live block answers without a lock while its arena
+ * has taken no block out of use since. */
 ca_pool_where ca_pool_bounds(uint64_t addr, uint64_t *start, uint64_t *end);
 
 /* Marks the live block starting at `addr` as shared with another process

@@ -59,6 +59,9 @@ static inline unsigned ca__hash_addr(uint64_t addr) {
  * quarter of them on a random mix of sizes (tests/bench/bench_pool), for
  * memory within 1%. */
 #define CA__FENCE_EVERY 16
+/* The library is preloaded, so its thread-locals sit in the static TLS
+ * block and are reached without a call. */
+#define CA__TLS __attribute__((tls_model("initial-exec")))
 /* Off the hot path: a thread on its own arena, uncontended, never calls
  * these, and the compiler lays out the hot path around them. */
 #define CA__COLD __attribute__((cold, noinline))
@@ -195,6 +198,9 @@ struct ca__arena {
   uint64_t quick_bytes;
   uint64_t gone_bytes; /* in GONE blocks */
   uint64_t generation; /* bumped by drop_all: lets a waiter see it */
+  /* Live blocks taken out of use, ever: a block a thread remembers from a
+   * look-up (where.c) is still live while this has not moved. */
+  _Atomic uint64_t removals;
   uint64_t gc_budget;  /* bytes; 0 until known */
   uint64_t va_size;    /* an expandable segment's range; 0 until known */
   unsigned nexpandable; /* expandable segments held */

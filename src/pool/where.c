@@ -126,12 +126,35 @@ static void ca__where_drop(ca__segment *s) {
   s->chunks = NULL;
 }
 
+/* Arenas freed, ever (a pool's destruction): a remembered block's arena
+ * is still there while this has not moved. */
+static _Atomic uint64_t ca__arenas_freed;
+
+/* The live block the calling thread's last look-up found, and the counts
+ * that say it still is: a loop over the same buffers needs no lock. */
+typedef struct ca__recent {
+  ca__arena *arena;
+  uint64_t removals, arenas_freed;
+  uint64_t lo, hi; /* its requested bytes */
+} ca__recent;
+static __thread ca__recent ca__recent_block CA__TLS;
+
+/* A live block of arena p left use. Under its lock. */
+static inline void ca__where_removed(ca__arena *p) {
+  atomic_store_explicit(
+      &p->removals,
+      atomic_load_explicit(&p->removals, memory_order_relaxed) + 1,
+      memory_order_release);
+}
+
 /* Records that block b of its segment became live, or stopped being: its
  * start's bit, and, made live, the covering start of every chunk it runs
  * over. A covering start is never cleared: a look-up checks the block it
  * names is live and holds the address, and only a live block over the
  * chunk's first byte writes it, so a stale one names no block. */
 static inline void ca__where_mark(const ca__block *b, bool live) {
+  if (!live)
+    ca__where_removed(atomic_load_explicit(&b->seg->arena, memory_order_relaxed));
   ca__chunk *chunks = b->seg->chunks;
   if (!chunks)
     return;
@@ -220,4 +243,30 @@ static ca__block *ca__where_block(ca__arena *p, const ca__segment *s,
   if (start)
     HASH_FIND(hh, p->live, &start, sizeof(uint64_t), b);
   return b && b->seg == s && addr - b->addr < b->size ? b : NULL;
+}
+
+/* Whether addr lies in the live block the calling thread found last, and
+ * that block is still live: then [*lo, *hi) are its requested bytes. */
+static inline bool ca__where_recent(uint64_t addr, uint64_t *lo, uint64_t *hi) {
+  const ca__recent *r = &ca__recent_block;
+  if (!r->arena || addr - r->lo >= r->hi - r->lo ||
+      atomic_load_explicit(&ca__arenas_freed, memory_order_acquire) !=
+          r->arenas_freed ||
+      atomic_load_explicit(&r->arena->removals, memory_order_acquire) !=
+          r->removals)
+    return false;
+  *lo = r->lo;
+  *hi = r->hi;
+  return true;
+}
+
+/* Remembers live block b of arena p for the calling thread. Under the
+ * arena's lock. */
+static void ca__where_remember(ca__arena *p, const ca__block *b) {
+  ca__recent_block = (ca__recent){
+      .arena = p,
+      .removals = atomic_load_explicit(&p->removals, memory_order_relaxed),
+      .arenas_freed = atomic_load_explicit(&ca__arenas_freed, memory_order_relaxed),
+      .lo = b->addr,
+      .hi = b->addr + b->requested};
 }

@@ -5,10 +5,12 @@
  * `enabled:0` (the hooks only) and preloaded (hooks and checks): the
  * difference is the check. The blocks are many and small (4,096 blocks of
  * 4 KiB, copies of 64 B into the middle of one of them, chosen at random),
- * so each check finds its block among thousands. The last case is a memset
- * one byte longer than its block: the driver refuses it, and so does the
- * library, before the driver (preloaded, that case times the hook and the
- * check alone). Prints one line per case:
+ * so each check finds its block among thousands. The last two cases are a
+ * memset one byte longer than its block: the driver refuses it, and so does
+ * the library, before the driver (preloaded, they time the hook and the
+ * check alone), on a random block and on the same one every time (a loop
+ * over the same buffers: the thread's last block answers without a lock).
+ * Prints one line per case:
  *   bench_copies: <case> <ns> ns per call (median of N rounds of M calls)
  * The GPU machine runs it (scripts/bench-gpu.sh, part copies); CI runs it
  * against the mock driver (scripts/bench-cpu.sh), where the driver's own
@@ -32,21 +34,23 @@ static CUdeviceptr target(uint64_t *seed) {
   return blocks[next_random(seed) % BLOCKS] + 1024;
 }
 
-enum { MEMSET, COPY, PAST_END, CASES };
+enum { MEMSET, COPY, PAST_END, PAST_END_SAME, CASES };
 static const char *const case_names[CASES] = {
     "cuMemsetD8Async 64 B", "cuMemcpyDtoDAsync 64 B",
-    "cuMemsetD8Async 1 B past a block's end (refused)"};
+    "cuMemsetD8Async 1 B past a block's end (refused)",
+    "cuMemsetD8Async 1 B past the same block's end (refused)"};
 
 static double round_ns(CUstream s, int what) {
   uint64_t seed = 42;
   double t0 = now_ns();
   for (int i = 1; i <= CALLS; i++) {
-    CUdeviceptr dst = target(&seed);
+    CUdeviceptr dst = what == PAST_END_SAME ? blocks[0] + 1024 : target(&seed);
     if (what == COPY)
       DK(cuMemcpyDtoDAsync(dst, dst + 64, 64, s));
     else if (what == MEMSET)
       DK(cuMemsetD8Async(dst, (unsigned char)i, 64, s));
-    else if (cuMemsetD8Async(dst, 0, BLOCK_SIZE - 1024 + 1, s) != CUDA_ERROR_INVALID_VALUE)
+    else if (cuMemsetD8Async(dst, 0, BLOCK_SIZE - 1024 + 1, s) !=
+             CUDA_ERROR_INVALID_VALUE)
       exit(1);
     if (i % SYNC_EVERY == 0)
       DK(cuStreamSynchronize(s));

@@ -15,7 +15,7 @@
  *                                    which live block holds an address
  *                                    (ca_pool_bounds, the look-up behind the
  *                                    library's range checks): random
- *                                    addresses inside 16 blocks, then
+ *                                    addresses inside 1 block, 16, then
  *                                    4,112 (4 KiB blocks, 16 of 64 MiB)
  *
  * A fourth argument "expandable" runs each as under expandable_segments:1
@@ -126,8 +126,9 @@ static double run_pairs(ca_pool *pool, long pairs) {
 }
 
 /* Look-ups of random addresses inside the first `spread` of 4,096 live
- * blocks of 4 KiB and 16 of 64 MiB: a few blocks (as a loop copying the
- * same tensors over and over asks, caches warm) or all of them. */
+ * blocks of 4 KiB and 16 of 64 MiB: one block (the thread's last, which
+ * answers without a lock), a few (as a loop copying the same tensors over
+ * and over asks, caches warm) or all of them. */
 enum { LOCATE_SMALL = 4096, LOCATE_LARGE = 16 };
 static double run_locate(ca_pool *pool, long lookups, int spread) {
   enum { ALL = LOCATE_SMALL + LOCATE_LARGE };
@@ -239,7 +240,8 @@ int main(int argc, char **argv) {
     static ca_fake_backend fake;
     ca_pool *pool = fake_pool(&fake, safe);
     if (locate) {
-      for (int spread = 16; spread <= LOCATE_SMALL + LOCATE_LARGE; spread *= 257)
+      for (int spread = 1; spread <= LOCATE_SMALL + LOCATE_LARGE;
+           spread = spread == 1 ? 16 : spread * 257)
         printf("locate %-9s %8.1f ns per look-up  (%ld look-ups among %d blocks)\n",
                safe ? "safe" : "immediate", run_locate(pool, n, spread), n, spread);
       ca_pool_destroy(pool);

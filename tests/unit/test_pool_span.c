@@ -127,6 +127,35 @@ static void locates_blocks_in_every_chunk(void **state) {
   assert_int_equal(locate(small[1], &pool, &block), CA_POOL_NOWHERE);
 }
 
+/* The block a thread found last answers its next look-up without a lock,
+ * but only while it is live: freed, or its address handed out again at
+ * another size, it says so at once. */
+static void remembered_block_goes_when_freed(void **state) {
+  (void)state;
+  ca_pool_options o = default_options();
+  o.reuse = CA_REUSE_IMMEDIATE;
+  fixture *fx = fixture_new(1024 * MiB, o, false);
+  uint64_t a = must_alloc(fx, 8 * KiB), lo = 0, hi = 0;
+  assert_int_equal(ca_pool_bounds(a + 100, &lo, &hi), CA_POOL_FOUND);
+  assert_int_equal(lo, a);
+  assert_int_equal(hi, a + 8 * KiB);
+  assert_int_equal(ca_pool_bounds(a + 8191, &lo, &hi), CA_POOL_FOUND);
+  assert_int_equal(hi, a + 8 * KiB);
+  assert_true(ca_pool_free(fx->pool, a, NULL));
+  assert_int_equal(ca_pool_bounds(a + 100, &lo, &hi), CA_POOL_FOUND);
+  assert_int_equal(hi - lo, 0);
+  uint64_t b = must_alloc(fx, 8 * KiB);
+  assert_int_equal(b, a); /* immediate reuse: the same block */
+  assert_true(ca_pool_free(fx->pool, b, NULL));
+  uint64_t c = must_alloc(fx, 1000); /* a smaller block, maybe there too */
+  assert_int_equal(ca_pool_bounds(c + 999, &lo, &hi), CA_POOL_FOUND);
+  assert_int_equal(hi, c + 1000);
+  assert_int_equal(ca_pool_bounds(c + 1000, &lo, &hi), CA_POOL_FOUND);
+  assert_int_equal(hi - lo, 0);
+  assert_true(ca_pool_free(fx->pool, c, NULL));
+  fixture_free(fx);
+}
+
 /* Two pools whose backends hand out the same addresses (only fakes do, or
  * the driver, once one pool's segment is gone behind its back): the index
  * names the newest segment; each pool, asked itself, still finds its own
@@ -303,6 +332,7 @@ int main(void) {
       cmocka_unit_test(finds_the_block_holding_an_address),
       cmocka_unit_test(locates_blocks_in_every_chunk),
       cmocka_unit_test(pools_sharing_addresses_are_asked_one_by_one),
+      cmocka_unit_test(remembered_block_goes_when_freed),
       cmocka_unit_test(shared_block_never_comes_back),
       cmocka_unit_test(free_neighbours_do_not_merge_over_a_shared_block),
       cmocka_unit_test(counts_releasable_segments),

@@ -68,25 +68,20 @@ bool ca_range_ok_2d(const CUDA_MEMCPY2D *c) {
                       c->dstPitch, 0, c->WidthInBytes, c->Height, 1));
 }
 
-bool ca_range_ok_3d(const CUDA_MEMCPY3D *c) {
-  return c == NULL ||
-         (ca__side_ok(c->srcMemoryType, c->srcDevice, c->srcXInBytes, c->srcY,
-                      c->srcZ, c->srcPitch, c->srcHeight, c->WidthInBytes,
-                      c->Height, c->Depth) &&
-          ca__side_ok(c->dstMemoryType, c->dstDevice, c->dstXInBytes, c->dstY,
-                      c->dstZ, c->dstPitch, c->dstHeight, c->WidthInBytes,
-                      c->Height, c->Depth));
-}
+/* Both sides of a 3D copy: CUDA_MEMCPY3D and CUDA_MEMCPY3D_PEER name
+ * their fields alike. */
+#define CA__3D_OK(c)                                                           \
+  ((c) == NULL ||                                                              \
+   (ca__side_ok((c)->srcMemoryType, (c)->srcDevice, (c)->srcXInBytes,          \
+                (c)->srcY, (c)->srcZ, (c)->srcPitch, (c)->srcHeight,           \
+                (c)->WidthInBytes, (c)->Height, (c)->Depth) &&                 \
+    ca__side_ok((c)->dstMemoryType, (c)->dstDevice, (c)->dstXInBytes,          \
+                (c)->dstY, (c)->dstZ, (c)->dstPitch, (c)->dstHeight,           \
+                (c)->WidthInBytes, (c)->Height, (c)->Depth)))
 
-bool ca_range_ok_3d_peer(const CUDA_MEMCPY3D_PEER *c) {
-  return c == NULL ||
-         (ca__side_ok(c->srcMemoryType, c->srcDevice, c->srcXInBytes, c->srcY,
-                      c->srcZ, c->srcPitch, c->srcHeight, c->WidthInBytes,
-                      c->Height, c->Depth) &&
-          ca__side_ok(c->dstMemoryType, c->dstDevice, c->dstXInBytes, c->dstY,
-                      c->dstZ, c->dstPitch, c->dstHeight, c->WidthInBytes,
-                      c->Height, c->Depth));
-}
+bool ca_range_ok_3d(const CUDA_MEMCPY3D *c) { return CA__3D_OK(c); }
+
+bool ca_range_ok_3d_peer(const CUDA_MEMCPY3D_PEER *c) { return CA__3D_OK(c); }
 
 /* The batch's verdict: copy `i` was refused (or none was: i == count). */
 static bool ca__batch_verdict(size_t i, size_t count, size_t *fail_idx) {

@@ -107,7 +107,6 @@ static void ca__arena_free(ca__arena *p) {
   ca_meta_free(p, sizeof(*p));
 }
 
-
 /* A thread moves to a less used arena after CA__MOVE_AFTER contended takes
  * of its arena's lock within CA__MOVE_WINDOW_NS. Threads that allocate in a
  * tight loop together find the lock held every few microseconds and spread

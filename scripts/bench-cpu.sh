@@ -54,8 +54,8 @@ echo "== which live block holds an address (the look-up behind range checks; ca_
 "$bench" locate 2000000 safe
 total=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null --toggle-collect=ca_pool_bounds \
   "$bench" locate 200000 safe 2>&1 | sed -n 's/.*Collected : *//p')
-printf 'locate %s instructions per look-up (both spreads)\n' \
-  "$(awk -v t="$total" 'BEGIN { printf "%.0f", t / 400000 }')"
+printf 'locate %s instructions per look-up (the three spreads together)\n' \
+  "$(awk -v t="$total" 'BEGIN { printf "%.0f", t / 600000 }')"
 
 echo
 echo "== live bytes by allocation site, with stacks on (callgrind, inside ca_sites_alloc and ca_sites_free)"

@@ -29,8 +29,10 @@ static int ca__fake_reserve(void *ctx, int device, uint64_t size,
     rc = CA_FAKE_OOM;
   } else {
     if (f->host_backed) {
-      void *mem = malloc(size);
-      if (!mem)
+      /* 2 MiB-aligned, as the driver places segments (and as the pools'
+       * address index needs to answer for them). */
+      void *mem = NULL;
+      if (posix_memalign(&mem, CA__FAKE_ALIGN, size) != 0)
         rc = CA_FAKE_OOM;
       *addr = (uint64_t)(uintptr_t)mem;
     } else if (f->next_reserve_at) {

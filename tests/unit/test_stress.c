@@ -14,8 +14,10 @@
  * far below what the threads ask for, so that arenas keep taking memory
  * back from each other; one splits the threads over two pools (two
  * contexts of one device) that share the device's limit, which the device
- * must never see passed. The last tests let contention alone spread threads,
- * and check that threads stop counting on their arena when they exit.
+ * must never see passed. Every thread also asks the process-wide address
+ * index for its own blocks while the others change it. The last tests let
+ * contention alone spread threads, and check that threads stop counting on
+ * their arena when they exit.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -80,10 +82,21 @@ static int stamp_intact(const slot *s) {
   return head == s->stamp && tail == s->stamp;
 }
 
+/* The process-wide address index names the thread's own live block for an
+ * address inside it, whatever the other threads allocate and free meanwhile
+ * (pools whose fakes share addresses may leave it unable to say). */
+static int bounds_right(const slot *s, uint64_t addr) {
+  uint64_t lo = 0, hi = 0;
+  ca_pool_where where = ca_pool_bounds(addr, &lo, &hi);
+  return where == CA_POOL_ASK ||
+         (where == CA_POOL_FOUND && lo == s->addr && hi == s->addr + s->size);
+}
+
 static void step(worker *w) {
   slot *s = &w->slots[next_random(&w->rng) % SLOTS];
   if (s->addr) {
-    if (!stamp_intact(s) || !ca_pool_free(w->pool, s->addr, NULL))
+    if (!stamp_intact(s) || !bounds_right(s, s->addr + s->size / 2) ||
+        !ca_pool_free(w->pool, s->addr, NULL))
       w->failures++;
     s->addr = 0;
     return;
@@ -100,6 +113,8 @@ static void step(worker *w) {
   }
   s->stamp = ((uint64_t)w->id << 56) | next_random(&w->rng);
   stamp(s);
+  if (!bounds_right(s, s->addr + s->size - 1))
+    w->failures++;
 }
 
 static void *run_worker(void *arg) {

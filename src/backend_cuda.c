@@ -65,17 +65,16 @@ enum { CA__RESERVE, CA__RELEASE, CA__MEM_INFO, CA__SYNC, CA__MARK, CA__POLL,
 
 static CUresult ca__do(const ca_driver_api *d, ca__call *c);
 
-/* Runs `c` with `ctx` pushed, popping it after. */
-static CUresult ca__pushed(const ca_driver_api *d, CUcontext ctx,
-                           ca__call *c) {
-  if (d->ctx_push_current == NULL || d->ctx_pop_current == NULL)
-    return CUDA_ERROR_NOT_SUPPORTED;
-  CUresult r = d->ctx_push_current(ctx);
+/* Runs `c` in `ctx` (a marker's context, which may be a context the
+ * program created): as it is when current, else pushed for the call and
+ * popped after (ca_driver_enter). */
+static CUresult ca__in_context(CUcontext ctx, ca__call *c) {
+  bool pushed = false;
+  CUresult r = ca_driver_enter(ctx, &pushed);
   if (r != CUDA_SUCCESS)
     return r;
-  r = ca__do(d, c);
-  CUcontext popped = NULL;
-  d->ctx_pop_current(&popped);
+  r = ca__do(ca_driver(), c);
+  ca_driver_leave(pushed);
   return r;
 }
 
@@ -102,18 +101,7 @@ static CUresult ca__in_device(int device, ca__call *c) {
     return r;
   c->where.ctx = ctx;
   c->where.primary = true;
-  return ca__pushed(d, ctx, c);
-}
-
-/* Runs `c` in `ctx` (a marker's context, which may be a context the
- * program created): as it is when current, else pushed. */
-static CUresult ca__in_context(CUcontext ctx, ca__call *c) {
-  const ca_driver_api *d = ca_driver();
-  CUcontext cur = NULL;
-  if (d->ctx_get_current != NULL &&
-      d->ctx_get_current(&cur) == CUDA_SUCCESS && cur == ctx)
-    return ca__do(d, c);
-  return ca__pushed(d, ctx, c);
+  return ca__in_context(ctx, c);
 }
 
 /* Runs `c` for a pool: in the pool's context when the registry gave it one

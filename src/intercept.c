@@ -29,8 +29,6 @@
 
 bool ca_intercept_enabled(void) { return ca_config_get()->enabled; }
 
-static bool ca__enabled(void) { return ca_intercept_enabled(); }
-
 /* The current context and its device, or NULL and -1: tracking wants a
  * best guess, and a failed query must not change the program's result. */
 static int ca__where(CUcontext *ctx) {
@@ -113,7 +111,7 @@ static void ca__track(ca_track_kind kind, uint64_t key, uint64_t size,
 #define CA__FREE_TRACKED(vmm, key, call)                                       \
   ({                                                                           \
     ca_tracked t_;                                                             \
-    bool had_ = ca__enabled() && ((vmm) ? ca_track_forget_handle((key), &t_)   \
+    bool had_ = ca_intercept_enabled() && ((vmm) ? ca_track_forget_handle((key), &t_)   \
                                         : ca_track_forget_addr((key), &t_));   \
     CUresult r_ = (call);                                                      \
     if (had_ && r_ == CUDA_SUCCESS) {                                          \
@@ -212,7 +210,7 @@ static CUresult ca__capture_allows(void) {
 }
 
 CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
-  if (!ca__enabled())
+  if (!ca_intercept_enabled())
     return CA_REAL(mem_alloc, dptr, size);
   CUresult allowed = ca__capture_allows();
   if (allowed != CUDA_SUCCESS)
@@ -261,7 +259,7 @@ CUresult ca_intercept_free_unpooled(CUdeviceptr dptr) {
 
 CUresult ca_on_mem_free(CUdeviceptr dptr) {
   /* cuMemFree(0) gets the driver's own answer, whatever it is. */
-  if (!ca__enabled() || dptr == 0)
+  if (!ca_intercept_enabled() || dptr == 0)
     return CA_REAL(mem_free, dptr);
   CUresult allowed = ca__capture_allows();
   if (allowed != CUDA_SUCCESS)
@@ -309,7 +307,7 @@ CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes) {
   CUresult r = CA_REAL(mem_get_info, free_bytes, total_bytes);
   int device = -1;
   CUcontext ctx = NULL;
-  if (r != CUDA_SUCCESS || !ca__enabled() ||
+  if (r != CUDA_SUCCESS || !ca_intercept_enabled() ||
       ca_driver_current(&device, &ctx) != CUDA_SUCCESS)
     return r;
   size_t f = 0, t = 0;
@@ -351,7 +349,7 @@ CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes) {
 
 CUresult ca_on_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width,
                                size_t height, unsigned int element_size) {
-  if (!ca__enabled())
+  if (!ca_intercept_enabled())
     return CA_REAL(mem_alloc_pitch, dptr, pitch, width, height, element_size);
   CUcontext ctx;
   int device = ca__where(&ctx);
@@ -378,7 +376,7 @@ CUresult ca_on_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width,
 
 CUresult ca_on_mem_alloc_managed(CUdeviceptr *dptr, size_t size,
                                  unsigned int flags) {
-  if (!ca__enabled())
+  if (!ca_intercept_enabled())
     return CA_REAL(mem_alloc_managed, dptr, size, flags);
   CUcontext ctx;
   int device = ca__where(&ctx);
@@ -391,7 +389,7 @@ CUresult ca_on_mem_alloc_managed(CUdeviceptr *dptr, size_t size,
 
 CUresult ca_on_mem_alloc_async(CUdeviceptr *dptr, size_t size,
                                CUstream stream, bool ptsz) {
-  if (!ca__enabled())
+  if (!ca_intercept_enabled())
     return ptsz ? CA_REAL(mem_alloc_async_ptsz, dptr, size, stream)
                 : CA_REAL(mem_alloc_async, dptr, size, stream);
   CUcontext ctx;
@@ -408,7 +406,7 @@ CUresult ca_on_mem_alloc_async(CUdeviceptr *dptr, size_t size,
 CUresult ca_on_mem_alloc_from_pool_async(CUdeviceptr *dptr, size_t size,
                                          CUmemoryPool pool, CUstream stream,
                                          bool ptsz) {
-  if (!ca__enabled())
+  if (!ca_intercept_enabled())
     return ptsz ? CA_REAL(mem_alloc_from_pool_async_ptsz, dptr, size, pool,
                            stream)
                 : CA_REAL(mem_alloc_from_pool_async, dptr, size, pool,
@@ -429,7 +427,7 @@ CUresult ca_on_mem_free_async(CUdeviceptr dptr, CUstream stream, bool ptsz) {
    * batch's marker, made after this call, orders its reuse after the work
    * queued on `stream` before the free, so it is taken back like
    * cuMemFree. (Under immediate, as documented, it is not.) */
-  if (ca__enabled() && dptr != 0) {
+  if (ca_intercept_enabled() && dptr != 0) {
     if (ca_intercept_free_pooled(dptr, NULL))
       return CUDA_SUCCESS;
     if (ca_registry_holds_segment((uint64_t)dptr))
@@ -443,7 +441,7 @@ CUresult ca_on_mem_free_async(CUdeviceptr dptr, CUstream stream, bool ptsz) {
 CUresult ca_on_mem_create(CUmemGenericAllocationHandle *handle, size_t size,
                           const CUmemAllocationProp *prop,
                           unsigned long long flags) {
-  if (!ca__enabled() || prop == NULL)
+  if (!ca_intercept_enabled() || prop == NULL)
     return CA_REAL(mem_create, handle, size, prop, flags);
   int device = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE
                    ? prop->location.id
@@ -471,7 +469,7 @@ static CUresult ca__primary_call(CUdevice dev, CUresult (*call)(CUdevice),
                                  bool always_dies) {
   if (call == NULL)
     return ca_driver_missing();
-  if (!ca__enabled())
+  if (!ca_intercept_enabled())
     return call(dev);
   CUcontext primary = ca_driver_primary_peek((int)dev);
   ca_pool *pool = ca_registry_dying(primary);
@@ -505,7 +503,7 @@ CUresult ca_on_device_primary_ctx_release(CUdevice dev, bool v1) {
 }
 
 CUresult ca_on_ctx_destroy(CUcontext ctx) {
-  if (!ca__enabled())
+  if (!ca_intercept_enabled())
     return CA_REAL(ctx_destroy, ctx);
   ca_pool *pool = ca_registry_dying(ctx);
   CUresult r = CA_REAL(ctx_destroy, ctx);
@@ -525,7 +523,7 @@ CUresult ca_on_ctx_destroy(CUcontext ctx) {
 /* Reported only when the pool is enabled: with enabled:0 there is no pool
  * to synchronize, and every handler is a plain pass-through. */
 static CUresult ca__capture_begun(CUresult r, CUstream stream, bool ptsz) {
-  if (r == CUDA_SUCCESS && ca__enabled())
+  if (r == CUDA_SUCCESS && ca_intercept_enabled())
     ca_capture_begun(stream, ptsz);
   return r;
 }
@@ -562,7 +560,7 @@ CUresult ca_on_stream_begin_capture_to_graph(CUstream stream, CUgraph graph,
 CUresult ca_on_stream_end_capture(CUstream stream, CUgraph *graph, bool ptsz) {
   CUresult r = ptsz ? CA_REAL(stream_end_capture_ptsz, stream, graph)
                     : CA_REAL(stream_end_capture, stream, graph);
-  if (ca__enabled())
+  if (ca_intercept_enabled())
     ca_capture_ended(stream, ptsz);
   return r;
 }
@@ -576,7 +574,7 @@ CUresult ca_on_stream_end_capture(CUstream stream, CUgraph *graph, bool ptsz) {
  * non-blocking stream, which only these hooks can know of. */
 static CUresult ca__stream_created(CUresult r, const CUstream *stream,
                                    unsigned int flags) {
-  if (r == CUDA_SUCCESS && ca__enabled())
+  if (r == CUDA_SUCCESS && ca_intercept_enabled())
     ca_streams_created(*stream, flags);
   return r;
 }
@@ -596,7 +594,7 @@ CUresult ca_on_stream_create_with_priority(CUstream *stream,
 /* The backend makes the real call, so that no marker records on the stream
  * while it is being destroyed. */
 CUresult ca_on_stream_destroy(CUstream stream, bool v1) {
-  if (!ca__enabled())
+  if (!ca_intercept_enabled())
     return v1 ? CA_REAL(stream_destroy_v1, stream)
               : CA_REAL(stream_destroy, stream);
   return ca_streams_destroy(stream, v1);

@@ -162,7 +162,7 @@ ca__give_out(ca__arena *p, ca__block *b, uint64_t size, uint32_t tag,
   b->seq = ca__next_seq(p);
   b->time_ns = ca__now_ns();
   HASH_ADD(hh, p->live, addr, sizeof(uint64_t), b);
-  ca__where_mark(b, true);
+  ca__where_mark(p, b, true);
   p->stats.allocs++;
   ca__stat_add(&p->stats.requested_bytes, size);
   ca__stat_add(&p->stats.allocated_bytes, b->size);
@@ -359,7 +359,7 @@ ca__take_back(ca_pool *pool, uint64_t addr, ca_live_block *freed,
   if (freed)
     ca__describe(p, b, freed);
   HASH_DELETE(hh, p->live, b);
-  ca__where_mark(b, false);
+  ca__where_mark(p, b, false);
   b->seg->last_free = ++p->free_tick;
   p->stats.frees++;
   ca__stat_sub(&p->stats.requested_bytes, b->requested);

@@ -147,14 +147,15 @@ static inline void ca__where_removed(ca__arena *p) {
       memory_order_release);
 }
 
-/* Records that block b of its segment became live, or stopped being: its
+/* Records that block b of arena p became live, or stopped being: its
  * start's bit, and, made live, the covering start of every chunk it runs
  * over. A covering start is never cleared: a look-up checks the block it
  * names is live and holds the address, and only a live block over the
  * chunk's first byte writes it, so a stale one names no block. */
-static inline void ca__where_mark(const ca__block *b, bool live) {
+static inline void ca__where_mark(ca__arena *p, const ca__block *b,
+                                  bool live) {
   if (!live)
-    ca__where_removed(atomic_load_explicit(&b->seg->arena, memory_order_relaxed));
+    ca__where_removed(p);
   ca__chunk *chunks = b->seg->chunks;
   if (!chunks)
     return;

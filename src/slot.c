@@ -193,20 +193,24 @@ void ca_slot_graph_release(int graph) {
 /* ------------------------------------------------------------------------ */
 /* Streams a block was used on besides its own                               */
 
+/* Whether a live pooled block starts at `dptr`; *where says which. */
+static bool ca__live_start(CUdeviceptr dptr, ca_registry_span *where) {
+  return ca_registry_find((uint64_t)dptr, where) && where->span.live &&
+         where->span.block.addr == (uint64_t)dptr;
+}
+
 /* A pooled block that is never handed out again while its segment lives
  * (ca_pool_share): what keeps a block safe when its other streams cannot
  * be waited for. */
 static void ca__retire(CUdeviceptr dptr) {
   ca_registry_span where;
-  if (ca_registry_find((uint64_t)dptr, &where) && where.span.live &&
-      where.span.block.addr == (uint64_t)dptr)
+  if (ca__live_start(dptr, &where))
     ca_pool_share(where.pool, (uint64_t)dptr);
 }
 
 void ca_slot_record(CUdeviceptr dptr, CUstream stream) {
   ca_registry_span where;
-  if (!ca_intercept_enabled() || !ca_registry_find((uint64_t)dptr, &where) ||
-      !where.span.live || where.span.block.addr != (uint64_t)dptr)
+  if (!ca_intercept_enabled() || !ca__live_start(dptr, &where))
     return; /* the driver's own memory waits at its free */
   if (!ca_recorded_add((uint64_t)dptr, (uint64_t)(uintptr_t)stream))
     ca__retire(dptr);

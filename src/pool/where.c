@@ -131,11 +131,15 @@ static void ca__where_drop(ca__segment *s) {
 static _Atomic uint64_t ca__arenas_freed;
 
 /* The live block the calling thread's last look-up found, and the counts
- * that say it still is: a loop over the same buffers needs no lock. */
+ * that say it still is: a loop over the same buffers needs no lock. Its
+ * start is kept masked: thread-local storage is host memory the leak
+ * report's scan reads, and a plain copy would make the block, once the
+ * program loses it, read as still reachable. */
+#define CA__RECENT_MASK 0x5a5a5a5a5a5a5a5aull
 typedef struct ca__recent {
   ca__arena *arena;
   uint64_t removals, arenas_freed;
-  uint64_t lo, hi; /* its requested bytes */
+  uint64_t masked_lo, size; /* its requested bytes: start ^ mask, size */
 } ca__recent;
 static __thread ca__recent ca__recent_block CA__TLS;
 
@@ -250,14 +254,15 @@ static ca__block *ca__where_block(ca__arena *p, const ca__segment *s,
  * that block is still live: then [*lo, *hi) are its requested bytes. */
 static inline bool ca__where_recent(uint64_t addr, uint64_t *lo, uint64_t *hi) {
   const ca__recent *r = &ca__recent_block;
-  if (!r->arena || addr - r->lo >= r->hi - r->lo ||
+  uint64_t start = r->masked_lo ^ CA__RECENT_MASK;
+  if (!r->arena || addr - start >= r->size ||
       atomic_load_explicit(&ca__arenas_freed, memory_order_acquire) !=
           r->arenas_freed ||
       atomic_load_explicit(&r->arena->removals, memory_order_acquire) !=
           r->removals)
     return false;
-  *lo = r->lo;
-  *hi = r->hi;
+  *lo = start;
+  *hi = start + r->size;
   return true;
 }
 
@@ -268,6 +273,6 @@ static void ca__where_remember(ca__arena *p, const ca__block *b) {
       .arena = p,
       .removals = atomic_load_explicit(&p->removals, memory_order_relaxed),
       .arenas_freed = atomic_load_explicit(&ca__arenas_freed, memory_order_relaxed),
-      .lo = b->addr,
-      .hi = b->addr + b->requested};
+      .masked_lo = b->addr ^ CA__RECENT_MASK,
+      .size = b->requested};
 }

@@ -5,6 +5,8 @@
  * addresses, or not, as its name says:
  *
  *   lost       in one local, overwritten each iteration: all 100 lost
+ *   checked    as lost, the last block set with cuMemsetD8 first (a
+ *              memset the library checks against the block): all 100 lost
  *   global     in a global array: all 100 still reachable
  *   heap       in a malloc'd array: all still reachable
  *   interior   only an address 4 KiB into each block: still reachable
@@ -70,6 +72,16 @@ static __attribute__((noinline)) void lose_all(void) {
   memset((void *)slot, 0, sizeof(slot));
 }
 
+/* As lose_all, the last block written by a memset before its address goes:
+ * what the library keeps of the check must not read as a pointer to it. */
+static __attribute__((noinline)) void lose_all_checked(void) {
+  CUdeviceptr slot[1];
+  alloc_loop(slot, 0, 0);
+  check(cuMemsetD8_v2(slot[0], 0x5a, MIB), "cuMemsetD8_v2");
+  check(cuCtxSynchronize(), "cuCtxSynchronize");
+  memset((void *)slot, 0, sizeof(slot));
+}
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
 static int ready;
@@ -120,6 +132,8 @@ int main(int argc, char **argv) {
   setup();
   if (!strcmp(mode, "lost")) {
     lose_all();
+  } else if (!strcmp(mode, "checked")) {
+    lose_all_checked();
   } else if (!strcmp(mode, "global")) {
     alloc_loop(kept, 1, 0);
   } else if (!strcmp(mode, "heap")) {

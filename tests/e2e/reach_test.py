@@ -43,9 +43,9 @@ def all_reachable(mode):
     return other[0]
 
 
-def check_lost(tmp):
+def check_lost(tmp, mode="lost"):
     """One local, overwritten each iteration: all 100 lost, listed."""
-    r, reports, other = report_of("lost")
+    r, reports, other = report_of(mode)
     expect(len(reports) == 1 and not other, f"{len(reports)} reports, other lines {other}", r)
     rep = reports[0]
     groups = rep["groups"]
@@ -54,6 +54,12 @@ def check_lost(tmp):
     want = f"SUMMARY: {ALL} bytes leaked in {COUNT} allocations"
     expect(rep["summary"] == want, f"summary '{rep['summary']}', want '{want}'", r)
     return rep["summary"]
+
+
+def check_checked(tmp):
+    """As lost, the last block memset first: the library's range check
+    leaves no word that reads as a pointer to it (all 100 still lost)."""
+    return check_lost(tmp, "checked")
 
 
 def check_global(tmp):
@@ -183,7 +189,7 @@ def check_bound(tmp):
     return f"{mib:.0f} MiB in {ms:.0f} ms; a plain pass {read_ms:.0f} ms"
 
 
-CHECKS = {"lost": check_lost, "global": check_global, "heap": check_heap,
+CHECKS = {"lost": check_lost, "checked": check_checked, "global": check_global, "heap": check_heap,
           "interior": check_interior, "thread": check_thread, "half": check_half,
           "managed": check_managed, "listed": check_listed, "json": check_json,
           "exitcode": check_exitcode, "off": check_off, "refused": check_refused,

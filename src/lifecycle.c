@@ -448,15 +448,12 @@ static void *ca__watch(void *arg) {
 static void ca__start_watcher(bool sigusr1) {
   sigset_t all, old;
   pthread_t thread;
-  pthread_attr_t attr;
+  void *stack; /* the watcher's for good */
   if (sem_init(&ca__signal_sem, 0, 0) != 0)
     return;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  int rc = pthread_create(&thread, &attr, ca__watch, NULL);
-  pthread_attr_destroy(&attr);
+  int rc = ca_meta_thread(&thread, true, ca__watch, NULL, &stack);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (rc != 0) {
     ca_log("SIGUSR1 reports and cudalloc top (stats_signal, growth_report, "

@@ -4,6 +4,7 @@
  */
 #include "meta.h"
 
+#include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -141,4 +142,23 @@ size_t ca_meta_ranges(ca_meta_range *out, size_t max) {
   size_t n = ca__nregions;
   ca_lock_release(&ca__meta_lock);
   return n;
+}
+
+int ca_meta_thread(pthread_t *thread, bool detached, void *(*fn)(void *),
+                   void *arg, void **stack) {
+  *stack = ca_meta_alloc(CA_META_STACK);
+  if (*stack == NULL)
+    return ENOMEM;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstack(&attr, *stack, CA_META_STACK);
+  if (detached)
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(thread, &attr, fn, arg);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    ca_meta_free(*stack, CA_META_STACK);
+    *stack = NULL;
+  }
+  return rc;
 }

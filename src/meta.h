@@ -9,11 +9,14 @@
  * Sizes are rounded to a power of two (64 B to 64 KiB, carved from 1 MiB
  * regions; larger ones get a region of their own, unmapped when freed).
  * Memory is zeroed and aligned to its class (64 B at least). Thread-safe;
- * calls nothing but mmap, so it may be called under any lock.
+ * the allocator calls nothing but mmap, so it may be called under any lock.
+ * The library's threads run on it too (ca_meta_thread).
  */
 #ifndef CA_META_H
 #define CA_META_H
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,5 +37,18 @@ typedef struct ca_meta_range {
 /* Copies up to `max` of the regions into out, in no particular order, and
  * returns how many there are in all. */
 size_t ca_meta_ranges(ca_meta_range *out, size_t max);
+
+/* The stack of every thread the library starts. */
+#define CA_META_STACK ((size_t)1 << 20)
+
+/* Starts fn(arg) on a thread whose stack is meta memory (CA_META_STACK
+ * bytes, returned in *stack for ca_meta_free once the thread is joined;
+ * a detached thread keeps it). The library's threads keep in their frames
+ * the addresses they last worked on (a trace's events, a scan's words),
+ * and the C library keeps a dead thread's stack for the next: on a stack
+ * of its own, the scan would read them as the program's. Returns
+ * pthread_create's answer (ENOMEM without the memory). */
+int ca_meta_thread(pthread_t *thread, bool detached, void *(*fn)(void *),
+                   void *arg, void **stack);
 
 #endif /* CA_META_H */

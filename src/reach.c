@@ -451,17 +451,20 @@ static uint64_t ca__scan_pieces(ca__finder *f, const ca__pieces *p, bool *whole)
   if (want > p->n)
     want = p->n ? p->n : 1;
   pthread_t threads[CA__THREADS];
+  void *stacks[CA__THREADS];
   size_t made = 0;
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   while (made + 1 < want &&
-         pthread_create(&threads[made], NULL, ca__worker, &w) == 0)
+         ca_meta_thread(&threads[made], false, ca__worker, &w, &stacks[made]) == 0)
     made++;
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   ca__worker(&w);
-  for (size_t i = 0; i < made; i++)
+  for (size_t i = 0; i < made; i++) {
     pthread_join(threads[i], NULL);
+    ca_meta_free(stacks[i], CA_META_STACK);
+  }
   *whole = !w.refused && w.next >= p->n;
   return w.bytes;
 }

@@ -16,7 +16,9 @@ other side modules. This test reads every file of SRC_DIR and checks:
   3. only dl.c and hooks.c call dlsym (every other look-up must not meet
      the library's own exported dlsym: dl.h);
   4. no file-static function name is defined in two files (a reader
-     meeting ca__find should know which one is meant).
+     meeting ca__find should know which one is meant);
+  5. only meta.c calls pthread_create: every thread of the library runs
+     on a stack of meta memory, which the leak scan leaves out (meta.h).
 
 Prints one PASS line, or a FAIL line per problem; exit status 1 on failure.
 """
@@ -93,6 +95,8 @@ def main(argv):
         code = re.sub(r"/\*.*?\*/|//[^\n]*", "", text, flags=re.S)
         if mod not in ("dl", "hooks") and re.search(r"(?<![\w.>])dlsym\s*\(", code):
             problems.append(f"{rel}: calls dlsym (use ca_dl_sym, dl.h)")
+        if mod != "meta" and re.search(r"\bpthread_create\s*\(", code):
+            problems.append(f"{rel}: calls pthread_create (use ca_meta_thread, meta.h)")
         if path.endswith(".c"):
             for name in set(static_definitions(code)):
                 statics.setdefault(name, []).append(rel)
@@ -104,7 +108,7 @@ def main(argv):
             print(f"FAIL layers: {p}")
         return 1
     print(f"PASS layers: every include goes down the layers or to a side module; "
-          f"dlsym only in dl.c and hooks.c; {len(statics)} static names, each in one file")
+          f"dlsym only in dl.c and hooks.c; threads only from meta.c; {len(statics)} static names, each in one file")
     return 0
 
 

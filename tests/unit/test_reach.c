@@ -3,6 +3,8 @@
  * it reads, the library's memory it leaves out, and a scan of this process
  * finding what it holds and not what it dropped.
  */
+#include <pthread.h>
+#include <semaphore.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -154,12 +156,65 @@ static void page_starts_inside_a_block_do_not_count(void **state) {
   ca_meta_free(t, 3 * sizeof(*t));
 }
 
+/* A thread that holds `held` in its frame until told to go. */
+typedef struct holder {
+  uint64_t held;
+  sem_t ready, go;
+} holder;
+
+static void *hold(void *arg) {
+  holder *h = arg;
+  volatile uint64_t mine = h->held;
+  h->held = 0; /* in the frame alone */
+  sem_post(&h->ready);
+  sem_wait(&h->go);
+  (void)mine;
+  return NULL;
+}
+
+/* The library's threads hold in their frames the addresses they last
+ * worked on (a trace's events, a scan's words); the C library keeps a dead
+ * thread's stack for the next. A program's thread counts; a thread of the
+ * library's, started by ca_meta_thread, does not. */
+static void the_librarys_threads_hold_nothing(void **state) {
+  (void)state;
+  const uint64_t base = 0x7e8000000000ull, mib = 1u << 20;
+  ca_reach_target *t = ca_meta_alloc(2 * sizeof(*t));
+  holder h[2] = {{.held = base + 64}, {.held = base + mib + 64}};
+  pthread_t threads[2];
+  void *stack = NULL;
+  for (size_t i = 0; i < 2; i++) {
+    t[i] = (ca_reach_target){.lo = base + i * mib, .hi = base + i * mib + 4096, .index = i};
+    sem_init(&h[i].ready, 0, 0);
+    sem_init(&h[i].go, 0, 0);
+  }
+  assert_int_equal(pthread_create(&threads[0], NULL, hold, &h[0]), 0);
+  assert_int_equal(ca_meta_thread(&threads[1], false, hold, &h[1], &stack), 0);
+  for (size_t i = 0; i < 2; i++)
+    sem_wait(&h[i].ready);
+  ca_reach_stats st;
+  scan_now(t, 2, &st);
+  assert_true(st.complete);
+  bool found[2] = {false};
+  for (size_t i = 0; i < 2; i++)
+    found[t[i].index] = t[i].found;
+  assert_true(found[0]);  /* the program's thread */
+  assert_false(found[1]); /* the library's */
+  for (size_t i = 0; i < 2; i++) {
+    sem_post(&h[i].go);
+    pthread_join(threads[i], NULL);
+  }
+  ca_meta_free(stack, CA_META_STACK);
+  ca_meta_free(t, 2 * sizeof(*t));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(reads_writable_host_memory_only),
       cmocka_unit_test(meta_memory_is_the_librarys_own),
       cmocka_unit_test(scan_finds_held_addresses_only),
       cmocka_unit_test(page_starts_inside_a_block_do_not_count),
+      cmocka_unit_test(the_librarys_threads_hold_nothing),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

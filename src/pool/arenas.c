@@ -24,13 +24,6 @@ static void ca__heap_init(ca__heap *h, int large, ca_pool *pool) {
       large && !h->expandable ? pool->opt.max_split_size : UINT64_MAX;
 }
 
-static int ca__live_init(ca__arena *p) {
-  p->live = NULL;
-  memset(&p->sentinel, 0, sizeof(p->sentinel));
-  HASH_ADD(hh, p->live, addr, sizeof(uint64_t), &p->sentinel);
-  return p->live != NULL;
-}
-
 /* An empty arena for `pool`; NULL when the host is out of memory. */
 static ca__arena *ca__arena_new(ca_pool *pool, unsigned index) {
   /* Zeroed, on whole cache lines of its own: meta.h aligns an object to
@@ -49,7 +42,7 @@ static ca__arena *ca__arena_new(ca_pool *pool, unsigned index) {
   p->segment_slab.obj_size = sizeof(ca__segment);
   p->batch_slab.obj_size = sizeof(ca__batch);
   p->stats.device = pool->device;
-  if (!ca__live_init(p)) {
+  if (!ca__live_init(&p->live, CA__LIVE_FIRST_BITS)) {
     ca_meta_free(p, sizeof(*p));
     return NULL;
   }
@@ -74,7 +67,7 @@ static void ca__forget_all(ca__arena *p, int release) {
       p->backend->release(p->backend->ctx, p->device, s->addr, s->size);
     ca__segment_put(p, s);
   }
-  HASH_CLEAR(hh, p->live);
+  ca__live_clear(&p->live);
   ca__where_removed(p);
   ca__heap_init(&p->small, 0, p->pool);
   ca__heap_init(&p->large, 1, p->pool);
@@ -100,6 +93,7 @@ static void ca__forget_all(ca__arena *p, int release) {
 static void ca__arena_free(ca__arena *p) {
   ca__forget_all(p, 1);
   atomic_fetch_add_explicit(&ca__arenas_freed, 1, memory_order_release);
+  ca__live_fini(&p->live);
   ca_meta_free(p->by_addr, p->segs_cap * sizeof(*p->by_addr));
   ca__slab_destroy(&p->block_slab);
   ca__slab_destroy(&p->segment_slab);

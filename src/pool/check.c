@@ -127,8 +127,8 @@ static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
               "address index out of order at %zu", i);
   CA__CHECK(nfree == ca__count_index(&p->small) + ca__count_index(&p->large),
             "index holds blocks that are not free");
-  CA__CHECK(nlive + 1 == HASH_COUNT(p->live), "live table size %u != %zu",
-            HASH_COUNT(p->live) - 1, nlive);
+  CA__CHECK(nlive == p->live.count, "live table size %llu != %zu",
+            (unsigned long long)p->live.count, nlive);
   CA__CHECK(held == p->held_bytes, "held bytes disagree");
   CA__CHECK(quick == p->quick_bytes, "parked bytes disagree");
   CA__CHECK(reserved == p->stats.reserved_bytes.current,

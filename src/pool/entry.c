@@ -48,7 +48,6 @@ static void ca__drop_all(ca__arena *p) {
   ca_lock_acquire(&p->lock);
   ca__pool_reserved_sub(p, p->stats.reserved_bytes.current);
   ca__forget_all(p, 0);
-  ca__live_init(p);
   p->stats.requested_bytes.current = 0;
   p->stats.allocated_bytes.current = 0;
   p->stats.reserved_bytes.current = 0;
@@ -126,7 +125,7 @@ static CA__COLD ca__arena *ca__obtain_elsewhere(ca__arena *p, uint64_t size,
     if (o == p)
       continue;
     ca_lock_acquire(&o->lock);
-    if ((*out = ca__find_cached(o, size))) {
+    if (ca__live_room(&o->live) && (*out = ca__find_cached(o, size))) {
       o->stats.cache_hits++;
       ca__block_take(o, *out, size);
       return o;
@@ -161,7 +160,7 @@ ca__give_out(ca__arena *p, ca__block *b, uint64_t size, uint32_t tag,
   b->tag = tag;
   b->seq = ca__next_seq(p);
   b->time_ns = ca__now_ns();
-  HASH_ADD(hh, p->live, addr, sizeof(uint64_t), b);
+  ca__live_add(&p->live, b);
   ca__where_mark(p, b, true);
   p->stats.allocs++;
   ca__stat_add(&p->stats.requested_bytes, size);
@@ -225,6 +224,11 @@ ca__alloc(ca_pool *pool, uint64_t size, uint32_t tag, const uint64_t *stream,
     return pool->backend->oom_code;
   uint64_t rounded = ca__round_up(size ? size : 1, CA_GRANULE);
   ca__arena *p = ca__enter(pool);
+  if (!ca__live_room(&p->live)) {
+    p->stats.failed_allocs++;
+    ca_lock_release(&p->lock);
+    return pool->backend->oom_code; /* no host memory for its record */
+  }
   ca__block *b;
   if (stream) {
     ca__lane *l = ca__lane_of(p, *stream, false);
@@ -261,10 +265,7 @@ int ca_pool_alloc_on(ca_pool *pool, uint64_t size, uint32_t tag,
 }
 
 static ca__block *ca__live_find(ca__arena *p, uint64_t addr) {
-  ca__block *b = NULL;
-  if (addr != 0)
-    HASH_FIND(hh, p->live, &addr, sizeof(uint64_t), b);
-  return b;
+  return addr != 0 ? ca__live_get(&p->live, addr) : NULL;
 }
 
 /* A freed block's way back to the cache, by policy. device_sync waits
@@ -358,7 +359,7 @@ ca__take_back(ca_pool *pool, uint64_t addr, ca_live_block *freed,
   }
   if (freed)
     ca__describe(p, b, freed);
-  HASH_DELETE(hh, p->live, b);
+  ca__live_remove(&p->live, b);
   ca__where_mark(p, b, false);
   b->seg->last_free = ++p->free_tick;
   p->stats.frees++;
@@ -662,9 +663,8 @@ size_t ca_pool_foreach_live(ca_pool *pool,
   for (unsigned i = 0; i < n_arenas; i++) {
     ca__arena *p = all[i];
     ca_lock_acquire(&p->lock);
-    for (ca__block *b = p->live; b; b = b->hh.next) {
-      if (b == &p->sentinel)
-        continue;
+    uint64_t at = 0;
+    for (ca__block *b; (b = ca__live_next(&p->live, &at));) {
       ca_live_block info;
       ca__describe(p, b, &info);
       fn(&info, arg);

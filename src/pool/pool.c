@@ -9,6 +9,7 @@
 #include "pool/pool_internal.h"
 
 #include "pool/records.c"
+#include "pool/live.c"
 #include "pool/where.c"
 #include "pool/bins.c"
 #include "pool/segments.c"

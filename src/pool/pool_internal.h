@@ -100,8 +100,19 @@ typedef struct ca__block {
   bool keep_out;
   unsigned fl, sl; /* size class, while in the bins */
   uint32_t tag;    /* the caller's, while CA__LIVE */
-  UT_hash_handle hh; /* in the live table while CA__LIVE */
 } ca__block;
+
+/* The arena's live blocks by start (live.c). */
+typedef struct ca__live_slot {
+  uint64_t addr;
+  ca__block *block; /* NULL: the slot is empty */
+} ca__live_slot;
+
+typedef struct ca__live_table {
+  ca__live_slot *slots; /* 2^bits */
+  unsigned bits;
+  uint64_t count;
+} ca__live_table;
 
 struct ca__segment {
   uint64_t addr;
@@ -206,8 +217,7 @@ struct ca__arena {
   unsigned nexpandable; /* expandable segments held */
   uint64_t next_seq, seq_end; /* the allocation numbers the arena holds */
   uint64_t free_tick; /* counts frees: orders the LRU list */
-  ca__block *live;     /* the live table */
-  ca__block sentinel;  /* keeps the table allocated while it is empty */
+  ca__live_table live;
   ca__slab block_slab, segment_slab, batch_slab;
   /* The arena's own figures. Its reserved_bytes count its own segments; the
    * pool's count is pool->reserved. */

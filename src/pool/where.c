@@ -244,9 +244,7 @@ static ca__segment *ca__where_lock(uint64_t addr, ca__arena **arena) {
 static ca__block *ca__where_block(ca__arena *p, const ca__segment *s,
                                   uint64_t addr) {
   uint64_t start = ca__where_start(s, addr);
-  ca__block *b = NULL;
-  if (start)
-    HASH_FIND(hh, p->live, &start, sizeof(uint64_t), b);
+  ca__block *b = start ? ca__live_get(&p->live, start) : NULL;
   return b && b->seg == s && addr - b->addr < b->size ? b : NULL;
 }
 

@@ -127,6 +127,62 @@ static void locates_blocks_in_every_chunk(void **state) {
   assert_int_equal(locate(small[1], &pool, &block), CA_POOL_NOWHERE);
 }
 
+static void count_live(const ca_live_block *b, void *arg) {
+  (void)b;
+  (*(size_t *)arg)++;
+}
+
+/* The live table (open addressing, pool/live.c) holds every live block
+ * through its growth from 64 slots and through removals in any order,
+ * which move later entries back into the gap: each live block is found by
+ * its start and its last byte, no freed one is, and a walk counts them. */
+static void live_table_keeps_every_block_through_growth_and_removal(void **state) {
+  (void)state;
+  ca_pool_options o = default_options();
+  o.reuse = CA_REUSE_IMMEDIATE;
+  fixture *fx = fixture_new(1024 * MiB, o, false);
+  enum { N = 20000 };
+  static uint64_t block[N];
+  static bool live[N];
+  uint64_t rng = 7;
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < N; i++)
+      if (!live[i]) {
+        block[i] = must_alloc(fx, 512 * (1 + i % 5));
+        live[i] = true;
+      }
+    size_t n = 0;
+    ca_pool_foreach_live(fx->pool, count_live, &n);
+    assert_int_equal(n, N);
+    for (int k = 0; k < 2 * N / 3; k++) { /* frees in random order */
+      rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+      int i = (int)((rng >> 33) % N);
+      if (live[i]) {
+        assert_true(ca_pool_free(fx->pool, block[i], NULL));
+        live[i] = false;
+      }
+    }
+    assert_consistent(fx);
+    n = 0;
+    for (int i = 0; i < N; i++) {
+      ca_pool_span sp;
+      bool held = ca_pool_find(fx->pool, block[i], &sp) && sp.live &&
+                  sp.block.addr == block[i];
+      if (held != live[i])
+        fail_msg("round %d: block %d at %#llx: found %d, live %d", round, i,
+                 (unsigned long long)block[i], held, live[i]);
+      if (live[i]) {
+        assert_in_block(fx, block[i] + 512 * (1 + i % 5) - 1, block[i], 512 * (1 + i % 5));
+        n++;
+      }
+    }
+    size_t walked = 0;
+    ca_pool_foreach_live(fx->pool, count_live, &walked);
+    assert_int_equal(walked, n);
+  }
+  fixture_free(fx);
+}
+
 /* The block a thread found last answers its next look-up without a lock,
  * but only while it is live: freed, or its address handed out again at
  * another size, it says so at once. */
@@ -331,6 +387,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(finds_the_block_holding_an_address),
       cmocka_unit_test(locates_blocks_in_every_chunk),
+      cmocka_unit_test(live_table_keeps_every_block_through_growth_and_removal),
       cmocka_unit_test(pools_sharing_addresses_are_asked_one_by_one),
       cmocka_unit_test(remembered_block_goes_when_freed),
       cmocka_unit_test(shared_block_never_comes_back),

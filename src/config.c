@@ -599,6 +599,15 @@ const ca_config *ca_config_get(void) {
   return &ca__config;
 }
 
+/* Set, the settings are read as the library loads, so that help:1 and a
+ * bad item speak in a process that never reaches CUDA (`cudalloc run --
+ * true` printed nothing); valid ones say nothing. Unset, there is nothing
+ * to report, and nothing is read before the library needs it. */
+__attribute__((constructor)) static void ca__config_at_load(void) {
+  if (ca__env(CA__ENV_NAME) != NULL)
+    (void)ca_config_get();
+}
+
 static int ca__width(size_t len, int widest) {
   return (int)len > widest ? (int)len : widest;
 }

@@ -67,8 +67,9 @@ void ca_config_defaults(ca_config *c);
  * number of bad items. `text` may be NULL (nothing to apply). */
 int ca_config_parse(ca_config *c, const char *text);
 
-/* The process's settings, read from CUDALLOC_CONF in environ on first use
- * (thread-safe, once). Prints the help table when help:1 is set. */
+/* The process's settings, read from CUDALLOC_CONF in environ once
+ * (thread-safe): as the library loads when the variable is set, else on
+ * first use. Prints the help table when help:1 is set. */
 const ca_config *ca_config_get(void);
 
 /* Prints every key, its default and its meaning, one per line. */

@@ -23,9 +23,9 @@ typedef struct ca_budget {
   _Atomic uint64_t peak_ns; /* CLOCK_MONOTONIC when it was reached */
 } ca_budget;
 
-/* Raises the peak to `held`, noting when: the report says when the
- * device's memory peaked. Bookings are rare (segments, passed-through
- * allocations), so the clock is read only there. */
+/* Raises the peak to `held`, noting when: the report and the trace say
+ * when the device's memory peaked. Served bookings are rare (segments,
+ * passed-through allocations), so the clock is read only there. */
 static inline void ca_budget_note_peak(ca_budget *b, uint64_t held) {
   uint64_t peak = atomic_load_explicit(&b->peak, memory_order_relaxed);
   while (held > peak) {
@@ -52,7 +52,6 @@ static inline bool ca_budget_book(ca_budget *b, uint64_t bytes) {
   } while (!atomic_compare_exchange_weak_explicit(
       &b->booked, &now, now + bytes, memory_order_relaxed,
       memory_order_relaxed));
-  ca_budget_note_peak(b, now + bytes);
   return true;
 }
 
@@ -63,6 +62,14 @@ static inline void ca_budget_unbook(ca_budget *b, uint64_t bytes) {
 
 static inline uint64_t ca_budget_booked(const ca_budget *b) {
   return atomic_load_explicit(&b->booked, memory_order_relaxed);
+}
+
+/* A booking was served (the driver gave the memory): the peak counts what
+ * is booked now. Booking alone never raises it: a request the driver then
+ * refuses held nothing (a refused 64 GiB request read as a 64 GiB peak).
+ * Another thread's booking still before the driver counts here too. */
+static inline void ca_budget_served(ca_budget *b) {
+  ca_budget_note_peak(b, ca_budget_booked(b));
 }
 
 #endif /* CA_BUDGET_H */

@@ -98,6 +98,9 @@ static void ca__track(ca_track_kind kind, uint64_t key, uint64_t size,
   uint32_t stack = ca__stack_here();
   if (ca_track_add(kind, key, size, device, ctx, stack, &gone))
     ca_registry_unbook(gone.device, gone.size);
+  ca_budget *b = ca_registry_budget(device);
+  if (b)
+    ca_budget_served(b);
   ca_lifecycle_device_used();
   ca_trace_alloc(device, key, size, stack);
 }

@@ -30,6 +30,7 @@ static void ca__pool_reserved_add(ca__arena *p, uint64_t seg) {
       seg;
   ca__peak_raise(&pool->reserved_peak, now);
   ca__peak_raise(&pool->reported_peak, now);
+  ca_budget_served(pool->budget);
 }
 
 /* Segments of `bytes` left the pool (given back, or dropped with a

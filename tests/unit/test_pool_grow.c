@@ -124,6 +124,21 @@ static void pools_of_one_device_share_its_limit(void **state) {
   assert_true(atomic_load(&budget.peak_ns) > 0);
 }
 
+/* A request is booked before the backend is asked for it; one the backend
+ * refuses never held memory, and the device's peak (what the report and
+ * the trace call the most held at once) does not count it. */
+static void a_refused_request_is_no_peak(void **state) {
+  (void)state;
+  static ca_budget budget;
+  ca_pool_options opt = limited_options(&budget, 0); /* no limit: counted only */
+  fixture *fx = fixture_new(100 * MiB, opt, false);
+  must_alloc(fx, 30 * MiB);
+  uint64_t addr = 0;
+  assert_int_equal(ca_pool_alloc(fx->pool, 64 * 1024 * MiB, 0, &addr), CA_FAKE_OOM);
+  assert_int_equal(atomic_load(&budget.peak), 30 * MiB);
+  fixture_free(fx);
+}
+
 /* When the backend runs out, every cached segment is given back and the
  * request is retried once; other errors pass through unchanged. */
 static void retries_once_after_out_of_memory(void **state) {
@@ -265,6 +280,7 @@ int main(void) {
       cmocka_unit_test(garbage_collects_oldest_segments_first),
       cmocka_unit_test(garbage_collection_budget_is_the_limit_when_set),
       cmocka_unit_test(enforces_the_memory_limit),
+      cmocka_unit_test(a_refused_request_is_no_peak),
       cmocka_unit_test(limit_counts_memory_outside_the_pool),
       cmocka_unit_test(pools_of_one_device_share_its_limit),
       cmocka_unit_test(retries_once_after_out_of_memory),

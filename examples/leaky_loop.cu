@@ -29,15 +29,15 @@
 #define BUFFER_BYTES (1u << 20) /* 1 MiB */
 #define BUFFER_WORDS (BUFFER_BYTES / sizeof(unsigned))
 
-/* Ends the program on any CUDA error, naming the call that failed. */
+/* Ends the program on any CUDA error, naming the call that failed; where no
+ * driver here can serve this build, it says instead what to run (defined at
+ * the end of the file). */
+__attribute__((noreturn)) static void cuda_failed(const char *call, cudaError_t err);
 #define CHECK(call)                                                            \
   do {                                                                         \
     cudaError_t err_ = (call);                                                 \
-    if (err_ != cudaSuccess) {                                                 \
-      fprintf(stderr, "leaky_loop: %s failed: %s\n", #call,                    \
-              cudaGetErrorString(err_));                                       \
-      exit(1);                                                                 \
-    }                                                                          \
+    if (err_ != cudaSuccess)                                                   \
+      cuda_failed(#call, err_);                                                \
   } while (0)
 
 /* Writes `value` into every word of the buffer. */
@@ -96,4 +96,30 @@ int main(int argc, char **argv) {
   /* No cudaDeviceReset: it would free everything and hide the leak from the
    * report at exit, as it hides it from any leak checker. */
   return 0;
+}
+
+/* Included here, at the end, so that the lines above keep the numbers the
+ * README's leak report shows. */
+#include <dlfcn.h>
+
+/* Where the first CUDA call fails because no driver here can serve this
+ * build, one line saying what to run, rather than the runtime's error. The
+ * project's mock driver (tests/mockcuda, for machines without a GPU) serves
+ * only its own CUDA runtime, libcudart.so.13, which this file's -cudart
+ * shared build (leaky_loop_shared) loads and the static build (nvcc's
+ * default) cannot: its runtime is inside the program. */
+static void cuda_failed(const char *call, cudaError_t err) {
+  /* Loaded again: a runtime that gave up on the driver has unloaded it. */
+  void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (!driver)
+    fprintf(stderr, "leaky_loop: no CUDA driver (libcuda.so.1) here: install the NVIDIA "
+                    "driver, or without a GPU run leaky_loop_shared against the project's "
+                    "mock (LD_LIBRARY_PATH=build/tests/mockcuda)\n");
+  else if (dlsym(driver, "mockcuda_get_counters"))
+    fprintf(stderr, "leaky_loop: the project's mock driver serves only its own CUDA runtime "
+                    "(libcudart.so.13), which this static-runtime build does not load: run "
+                    "leaky_loop_shared\n");
+  else
+    fprintf(stderr, "leaky_loop: %s failed: %s\n", call, cudaGetErrorString(err));
+  exit(1);
 }

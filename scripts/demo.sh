@@ -6,13 +6,16 @@
 #      exit names the cudaMalloc line that leaked 100 MiB; then its fixed
 #      twin, which reports no leaks.
 # On a machine without a GPU it runs against the project's mock driver
-# (tests/mockcuda) and, for leaky_loop, the mock CUDA runtime, and says so.
-# leaky_loop needs nvcc (the CUDA toolkit); without it that part is skipped.
+# (tests/mockcuda) and, for leaky_loop, the mock CUDA runtime, and says so
+# (scripts/demo-lib.sh). leaky_loop needs nvcc (the CUDA toolkit); without
+# it that part is skipped.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 # shellcheck source=scripts/deps.sh
 . scripts/deps.sh
+# shellcheck source=scripts/demo-lib.sh
+. scripts/demo-lib.sh
 ca_ensure_deps
 echo "demo: building with cmake, a C compiler, uthash and the CUDA headers (all here)"
 # shellcheck disable=SC2086 # a list of package names
@@ -26,14 +29,7 @@ cmake --log-level=ERROR -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/nu
 cmake --build build -j "$(nproc)" >/dev/null
 
 lib="$root/build/libcudalloc.so"
-if nvidia-smi -L >/dev/null 2>&1; then
-  echo "demo: running on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)"
-  gpu=1
-else
-  echo "demo: no GPU here: running against the project's mock driver (tests/mockcuda)"
-  export LD_LIBRARY_PATH="$root/build/tests/mockcuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  gpu=0
-fi
+ca_demo_driver "$root/build" || exit 1
 
 echo
 echo "== pool_demo without cudalloc"
@@ -42,23 +38,9 @@ echo
 echo "== pool_demo with cudalloc (LD_PRELOAD=build/libcudalloc.so)"
 LD_PRELOAD="$lib" build/examples/pool_demo
 
-# The leak report. On a GPU, the static-runtime build (nvcc's default);
-# without one, the shared-runtime build, whose libcudart.so.13 is then the
-# mock's (same folder as the mock driver).
-leaky=build/examples/leaky_loop
-((gpu)) || leaky=build/examples/leaky_loop_shared
+# The leak report, from the leaky_loop build this driver can run.
 echo
-if [[ ! -x $leaky ]]; then
-  echo "demo: leaky_loop skipped: no CUDA compiler found; install the CUDA toolkit's nvcc" \
-    "(CUDA 13: /usr/local/cuda/bin/nvcc) and run scripts/demo.sh again"
-  exit 0
-fi
-if ((!gpu)) && [[ ! -f build/tests/mockcuda/libcudart.so.13 ]]; then
-  echo "demo: leaky_loop skipped: no GPU, and the mock CUDA runtime was not built (CUDALLOC_BUILD_TESTS=OFF?)"
-  exit 0
-fi
-((gpu)) || echo "demo: no GPU: leaky_loop is its -cudart shared build, run against the" \
-  "mock CUDA runtime and driver (kernels do not run)"
+ca_demo_leaky "$root/build" || exit 0
 echo "== leaky_loop with cudalloc (CUDALLOC_CONF=backtrace_depth:16): 100 x 1 MiB, never freed"
 CUDALLOC_CONF=backtrace_depth:16 LD_PRELOAD="$lib" "$leaky"
 echo

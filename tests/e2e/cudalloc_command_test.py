@@ -47,13 +47,13 @@ def check_status(tmp):
     expect(s.rc == -15, f"a program killed by SIGTERM came back as {s.rc}", s)
     missing = os.path.join(tmp, "no-such-program")
     m = cudalloc("run", "--", missing)
-    expect(m.rc == 127 and m.err == f"cudalloc run: {missing}: no such file\n",
+    expect(m.rc == 127 and m.err == f"cudalloc: {missing}: no such file or directory\n",
            f"a missing program gave {m.rc}, want 127 as the shell, and one line", m)
     n = cudalloc("run", "--", "no-such-program-on-path")
-    expect(n.rc == 127 and n.err == "cudalloc run: no-such-program-on-path: not found "
-           "(not on PATH)\n", f"a program not on PATH gave {n.rc}", n)
+    expect(n.rc == 127 and n.err == "cudalloc: no-such-program-on-path: command not found\n",
+           f"a program not on PATH gave {n.rc}", n)
     x = cudalloc("run", "--", tmp)
-    expect(x.rc == 126 and x.err == f"cudalloc run: {tmp}: not an executable file\n",
+    expect(x.rc == 126 and x.err == f"cudalloc: {tmp}: is a directory\n",
            f"a folder as the program gave {x.rc}", x)
     return "7 as 7, SIGTERM as SIGTERM, a missing program 127, a folder 126, each one line"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""cudalloc view TRACE [-o OUT.html] [--sites N]: the allocation timeline
+"""cudalloc view TRACE [-o OUT.html] [--sites N] [--force]: the allocation timeline
 that trace_path wrote, as one self-contained HTML page (no network: the
 data and the script are inline): device memory live over time, stacked by
 allocation site (the N that held the most at their peak, the rest as
@@ -8,7 +8,10 @@ lines too).
 
 cudalloc view --torch-snapshot OUT.pickle TRACE: the same trace as a PyTorch
 memory snapshot (the dict torch.cuda.memory._dump_snapshot pickles), for
-PyTorch's memory viewer, whatever the program was. Standard library only.
+PyTorch's memory viewer, whatever the program was.
+
+An existing OUT is never written over unless --force says so. Standard
+library only.
 """
 import argparse
 import html
@@ -30,14 +33,26 @@ def load(path):
         return json.loads(text.rstrip().rstrip(",") + "\n]")
 
 
+# Frames that allocate on someone else's behalf: the CUDA runtime and
+# driver, this library, and the frameworks' own allocators (PyTorch's c10,
+# XLA's BFC allocator and stream executor, CuPy's and numba's memory
+# managers). A band is named past them.
+ALLOCATOR_RE = re.compile(
+    r"\((?:libcudart|libcuda|libcudalloc|libc10_cuda|libc10)\.so[^)]*\)$"
+    r"|^(?:c10::|tsl::|stream_executor::|xla::.*Allocator|cuMem|cudaMalloc|cudaFree)"
+    r"|Allocator::|(?:cupy|numba)[/.]cuda[/.](?:memory|cudadrv)")
+
+
 def label(frames, stack):
-    """What a band is called: the innermost Python line where there is one
-    (the user's), else the first frame the report shows."""
-    for f in frames:
+    """What a band is called: its innermost frame that is neither a
+    framework's allocator nor the CUDA runtime, a Python line first (the
+    user's), else the first frame the report shows."""
+    own = [f for f in frames if not ALLOCATOR_RE.search(f)]
+    for f in own:
         if f.endswith(" (Python)"):
             return f[: -len(" (Python)")]
-    if frames:
-        return frames[0]
+    if own or frames:
+        return (own or frames)[0]
     return "allocations without a stack" if not stack else "stack %s" % stack
 
 
@@ -95,15 +110,22 @@ def timeline(events, nsites):
              for s in top]
     if any(values["other"]):
         sites.append({"name": "other sites", "frames": [], "values": values["other"]})
+    started = [e["ts"] for e in events
+               if e.get("ph") == "i" and e.get("name") == "program start" and "ts" in e]
     reserved = {}
     for e in events:
         if e.get("ph") == "C" and "ts" in e:
             reserved.setdefault(e.get("name", "device"), []).append(
                 [(e["ts"] - t0) / 1e6, (e.get("args") or {}).get("reserved", 0)])
+    for points in reserved.values():
+        points.sort()  # a peak's counter comes when it is seen, stamped when it came
     return {"sites": sites, "times": times, "reserved": reserved,
             "peak": {"t": (peak[0] - t0) / 1e6, "bytes": peak[1]},
+            # Start-up, before the first allocation: an offset, not drawn.
+            "startup": (t0 - started[0]) / 1e6 if started and changes else None,
             "instants": [[(e["ts"] - t0) / 1e6, e.get("name", "")] for e in events
-                         if e.get("ph") == "i" and "ts" in e]}
+                         if e.get("ph") == "i" and "ts" in e
+                         and e.get("name") != "program start"]}
 
 
 # A frame as the library names it: "fn file:line (module+0x..)", "fn
@@ -223,6 +245,9 @@ var DATA = %(data)s;
     cx.fillText(fmt(ymax * g / 4), 4, Y(ymax * g / 4) + 4);
     cx.fillText((tmax * g / 4).toFixed(2) + " s", X(tmax * g / 4) - 12, H - B + 16);
   }
+  cx.fillText("time since the first allocation" + (DATA.startup === null ? "" :
+              ", which came " + DATA.startup.toFixed(2) + " s after the program started"),
+              L, H - 6);
   cx.strokeStyle = "#c00"; cx.setLineDash([4, 3]);
   cx.beginPath(); cx.moveTo(X(DATA.peak.t), T); cx.lineTo(X(DATA.peak.t), H - B); cx.stroke();
   cx.setLineDash([]); cx.fillStyle = "#c00";
@@ -282,24 +307,27 @@ def write_snapshot(path, snap, replaced):
 def main(argv):
     ap = argparse.ArgumentParser(prog="cudalloc view", description=__doc__.splitlines()[0])
     ap.add_argument("trace")
-    ap.add_argument("-o", "--output", help="the page (default mem.html, never replaced)")
+    ap.add_argument("-o", "--output", help="the page (default mem.html)")
     ap.add_argument("--sites", type=int, default=8, help="sites drawn apart (default 8)")
     ap.add_argument("--torch-snapshot", metavar="OUT.pickle",
                     help="write a PyTorch memory snapshot instead of the page")
+    ap.add_argument("--force", action="store_true",
+                    help="write over the page or snapshot where the file exists")
     a = ap.parse_args(argv[1:])
-    if a.output is None and not a.torch_snapshot and os.path.exists("mem.html"):
-        print("cudalloc view: mem.html exists: name the page with -o (a page named so "
-              "replaces the file)", file=sys.stderr)
-        return 2
     out = a.torch_snapshot or a.output or "mem.html"
-    replaced = os.path.exists(out)
+    # Refused before the trace is read: a long trace costs time, a lost
+    # page someone's work.
+    replaced = os.path.lexists(out)
+    if replaced and not a.force:
+        print("cudalloc: %s exists: add --force to write over it" % out, file=sys.stderr)
+        return 2
     try:
         events = load(a.trace)
         if a.torch_snapshot:
             return write_snapshot(out, torch_snapshot(events), replaced)
         data = timeline(events, max(1, a.sites))
     except (OSError, ValueError) as e:
-        print("cudalloc view: %s: %s" % (a.trace, e), file=sys.stderr)
+        print("cudalloc: %s: %s" % (a.trace, e), file=sys.stderr)
         return 1
     blob = json.dumps(data).replace("</", "<\\/")  # no early end of the script
     with open(out, "w", encoding="utf-8") as f:

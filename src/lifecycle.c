@@ -400,9 +400,18 @@ static void ca__publish_tick(const cudalloc_device_stats *all, size_t nall) {
 static void ca__trace_tick(const cudalloc_device_stats *all, size_t n) {
   static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
   static uint64_t retries[CUDALLOC_MAX_DEVICES], collected[CUDALLOC_MAX_DEVICES];
+  static uint64_t peaks[CUDALLOC_MAX_DEVICES];
   pthread_mutex_lock(&lock);
   for (size_t i = 0; i < n; i++) {
     const cudalloc_device_stats *s = &all[i];
+    /* The device's peak when it came: a program that peaks between two
+     * ticks (a short one, between start and exit) still shows it. */
+    ca_budget *b = ca_registry_budget(s->device);
+    uint64_t peak = b ? atomic_load(&b->peak) : 0;
+    if (peak > peaks[s->device]) {
+      ca_trace_reserved_peak(s->device, atomic_load(&b->peak_ns), peak);
+      peaks[s->device] = peak;
+    }
     ca_trace_counter(s->device, s->allocated_bytes.current, s->reserved_bytes.current);
     for (; retries[s->device] < s->oom_retries; retries[s->device]++)
       ca_trace_instant(s->device, "out-of-memory retry");
@@ -498,7 +507,7 @@ void ca_lifecycle_device_used(void) {
    * for a moment, could take the number a program is about to reopen
    * stderr at (a daemon closing and reopening its standard files). */
   bool trace = cfg->trace_path[0] != '\0' &&
-               ca_trace_start(cfg->trace_path, cfg->trace_allocations);
+               ca_trace_start(cfg->trace_path, cfg->trace_allocations, ca__start_ns);
   if (cfg->publish_stats)
     ca_publish_open();
   if (cfg->stats_signal || cfg->growth_report || cfg->publish_stats || trace)

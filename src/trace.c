@@ -176,7 +176,7 @@ static int ca__open(const char *template) {
   return fd;
 }
 
-bool ca_trace_start(const char *path_template, bool allocations) {
+bool ca_trace_start(const char *path_template, bool allocations, uint64_t start_ns) {
   pthread_mutex_lock(&ca__write_lock);
   bool ok = ca__fd >= 0;
   if (!ok && (!allocations || (ca__ring = ca_meta_alloc(CA__RING * sizeof(*ca__ring)))))
@@ -189,7 +189,8 @@ bool ca_trace_start(const char *path_template, bool allocations) {
     ca__pid = (int)getpid();
     ca__put("[{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":", ca__pid);
     ca__put_string(program_invocation_short_name);
-    ca__put("}}");
+    ca__put("}},\n{\"name\":\"program start\",\"ph\":\"i\",\"s\":\"p\",\"ts\":%" PRIu64
+            ",\"pid\":%d}", ca__now_us(start_ns), ca__pid);
     ca__trace_flush();
     __atomic_store_n(&ca_trace_recording, true, __ATOMIC_RELEASE);
   }
@@ -267,6 +268,15 @@ void ca_trace_counter(int device, uint64_t allocated, uint64_t reserved) {
     ca__put(",\n{\"name\":\"device %d\",\"ph\":\"C\",\"ts\":%" PRIu64 ",\"pid\":%d,"
             "\"args\":{\"allocated\":%" PRIu64 ",\"reserved\":%" PRIu64 "}}",
             device, ca__now_us(ca__trace_ns()), ca__pid, allocated, reserved);
+  pthread_mutex_unlock(&ca__write_lock);
+}
+
+void ca_trace_reserved_peak(int device, uint64_t at_ns, uint64_t reserved) {
+  pthread_mutex_lock(&ca__write_lock);
+  if (ca__fd >= 0)
+    ca__put(",\n{\"name\":\"device %d\",\"ph\":\"C\",\"ts\":%" PRIu64 ",\"pid\":%d,"
+            "\"args\":{\"reserved\":%" PRIu64 "}}",
+            device, ca__now_us(at_ns), ca__pid, reserved);
   pthread_mutex_unlock(&ca__write_lock);
 }
 

@@ -3,9 +3,10 @@
  * Format's JSON array form, which Perfetto and chrome://tracing open, and
  * which stays readable if the process dies mid-run, since its closing
  * bracket is optional) of
- *   - one counter per device, allocated and reserved bytes, every 100 ms;
- *   - instant events: out-of-memory retries, segments given back by the
- *     collection threshold, context deaths;
+ *   - one counter per device, allocated and reserved bytes, every 100 ms
+ *     and at exit, and the reserved bytes at each new peak, when it came;
+ *   - instant events: the program's start, out-of-memory retries, segments
+ *     given back by the collection threshold, context deaths;
  *   - with trace_allocations:1, each pooled or passed-through allocation as
  *     an async slice from its allocation to its free, with its bytes and
  *     stack id, and each stack's frames once, as a metadata event.
@@ -25,8 +26,11 @@
 extern bool ca_trace_recording; /* set once, before the first event */
 
 /* Starts the trace into `path_template` ("%p": the pid): false (one line
- * said why) when the file cannot be made. `allocations`: the async slices. */
-bool ca_trace_start(const char *path_template, bool allocations);
+ * said why) when the file cannot be made. `allocations`: the async slices.
+ * `start_ns` (CLOCK_MONOTONIC): when the program started, written as the
+ * instant "program start", so that a viewer can count time from the first
+ * allocation and still say how long start-up took. */
+bool ca_trace_start(const char *path_template, bool allocations, uint64_t start_ns);
 
 void ca_trace_alloc_slow(int device, uint64_t addr, uint64_t bytes, uint32_t stack);
 void ca_trace_free_slow(uint64_t addr);
@@ -44,6 +48,10 @@ static inline void ca_trace_free(uint64_t addr) {
 
 /* From the watcher: a device's counters now, and instant events. */
 void ca_trace_counter(int device, uint64_t allocated, uint64_t reserved);
+/* A device's reserved bytes reached a new peak, `reserved`, at `at_ns`
+ * (CLOCK_MONOTONIC; earlier than the events around it: viewers order by
+ * time): the reserved counter alone. */
+void ca_trace_reserved_peak(int device, uint64_t at_ns, uint64_t reserved);
 void ca_trace_instant(int device, const char *what);
 
 /* From the watcher (and at exit): writes what the ring holds. `name` names

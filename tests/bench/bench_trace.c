@@ -22,7 +22,7 @@ static double now_ns(void) {
 int main(int argc, char **argv) {
   long pairs = argc > 1 ? atol(argv[1]) : 2000000;
   const char *file = argc > 2 ? argv[2] : "/tmp/bench_trace.json";
-  if (!ca_trace_start(file, true))
+  if (!ca_trace_start(file, true, (uint64_t)now_ns()))
     return 1;
   double record = 0, write = 0;
   for (long done = 0; done < pairs;) {

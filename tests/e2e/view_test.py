@@ -64,12 +64,21 @@ def check_trace(tmp):
 
 def check_events(tmp):
     """Each device's counters (every 100 ms and at exit: the held blocks'
-    bytes), an out-of-memory retry, and a context death, as events."""
+    bytes; at each new peak, when it came, the reserved bytes alone), an
+    out-of-memory retry, and a context death, as events. A request the
+    driver refused is no peak."""
     r, path, text = traced(tmp, conf="verbose:0")
     events = json.loads(text)
     counters = [e for e in events if e.get("ph") == "C" and e.get("name") == "device 0"]
-    expect(counters and all(c["args"]["reserved"] >= c["args"]["allocated"] for c in counters),
+    sampled = [c for c in counters if "allocated" in c["args"]]
+    peaks = [c for c in counters if "allocated" not in c["args"]]
+    expect(sampled and all(c["args"]["reserved"] >= c["args"]["allocated"] for c in sampled),
            f"device 0's counters {counters[:2]}", r)
+    last = max(sampled, key=lambda c: c["ts"])
+    expect(peaks and max(c["args"]["reserved"] for c in peaks) >=
+           max(c["args"]["reserved"] for c in sampled) and
+           all(c["ts"] <= last["ts"] for c in peaks),
+           f"peaks {peaks[:3]} beside the sampled {sampled[:3]}", r)
     d = os.path.join(tmp, "reset.%p.json")
     r2 = run("reset", f"trace_path:{d}")
     with open(d.replace("%p", str(r2.pid))) as f:
@@ -83,7 +92,9 @@ def check_events(tmp):
     names3 = [e.get("name") for e in oom if e.get("ph") == "i"]
     expect("out-of-memory retry" in names3, f"instant events of a refused 64 GiB request {names3}",
            r3)
-    return f"{len(counters)} counter(s); {sorted(set(names + names3))}"
+    held = max((e["args"]["reserved"] for e in oom if e.get("ph") == "C"), default=0)
+    expect(held < 1 << 30, f"a refused 64 GiB request counted: reserved peaked at {held}", r3)
+    return f"{len(sampled)} counter(s), {len(peaks)} peak(s); {sorted(set(names + names3))}"
 
 
 def check_unfinished(tmp):
@@ -176,8 +187,9 @@ def check_snapshot(tmp):
 
 
 def check_overwrite(tmp):
-    """The default page, mem.html, is never written over: one line says to
-    name it; a page named with -o replaces the file and says so."""
+    """An existing file, the default page mem.html included, is never written
+    over: one line names --force; with --force the page replaces the file
+    and says so."""
     r, path, text = traced(tmp)
     work = os.path.join(tmp, "work")
     os.makedirs(work)
@@ -186,13 +198,13 @@ def check_overwrite(tmp):
     v = subprocess.run(["sh", COMMAND, "view", path], capture_output=True, text=True, cwd=work)
     with open(os.path.join(work, "mem.html")) as f:
         kept = f.read()
-    expect(v.returncode == 2 and kept == "mine" and "-o" in v.stderr and
+    expect(v.returncode == 2 and kept == "mine" and "--force" in v.stderr and
            v.stderr.count("\n") == 1, f"over an existing mem.html: exit {v.returncode}, "
            f"file {'kept' if kept == 'mine' else 'written over'}, said {v.stderr!r}", r)
-    n = subprocess.run(["sh", COMMAND, "view", path, "-o", "mem.html"], capture_output=True,
-                       text=True, cwd=work)
+    n = subprocess.run(["sh", COMMAND, "view", path, "-o", "mem.html", "--force"],
+                       capture_output=True, text=True, cwd=work)
     expect(n.returncode == 0 and "mem.html (replaced):" in n.stdout,
-           f"-o mem.html over the file: exit {n.returncode}, said {n.stdout!r}", r)
+           f"--force over the file: exit {n.returncode}, said {n.stdout!r}", r)
     return v.stderr.strip()
 
 
@@ -243,7 +255,65 @@ def check_page(tmp):
     return status.group(1).replace("&quot;", '"')
 
 
-CHECKS = {"trace": check_trace, "events": check_events, "unfinished": check_unfinished,
+def view_module():
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "scripts"))
+    import cudalloc_view
+    return cudalloc_view
+
+
+def check_naming(tmp):
+    """A band is named by its innermost frame that is neither a framework's
+    allocator nor the CUDA runtime, a Python line first: never after
+    PyTorch's caching allocator, as a trace of PyTorch under the library
+    once was."""
+    label = view_module().label
+    torch = "c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::allocate " \
+            "(libc10_cuda.so+0x5d1f2)"
+    cases = [
+        (["cudaMalloc (libcudart.so.13+0x4d1e0)", torch,
+          "at::native::empty_cuda (libtorch_cuda.so+0x19c1e45)",
+          "_conv_forward torch/nn/modules/conv.py:456 (Python)",
+          "train_step train.py:31 (Python)"], "_conv_forward torch/nn/modules/conv.py:456"),
+        (["cuMemAlloc_v2 (libcudalloc.so+0x9a10)", torch,
+          "at::native::empty_cuda (libtorch_cuda.so+0x19c1e45)"],
+         "at::native::empty_cuda (libtorch_cuda.so+0x19c1e45)"),
+        (["tsl::BFCAllocator::AllocateRaw (libxla_extension.so+0x1)",
+          "stream_executor::gpu::GpuExecutor::Allocate (libxla_extension.so+0x2)",
+          "jit_step model.py:8 (Python)"], "jit_step model.py:8"),
+        (["memalloc site-packages/numba/cuda/cudadrv/driver.py:1400 (Python)",
+          "to_device app.py:5 (Python)"], "to_device app.py:5"),
+        (["malloc cupy/cuda/memory.pyx:1356 (Python)", "make_batch data.py:77 (Python)"],
+         "make_batch data.py:77"),
+        (["keep_step e2e_leaks.c:120 (e2e_leaks+0x2a1f)", "main e2e_leaks.c:365 (e2e_leaks+0x23f0)"],
+         "keep_step e2e_leaks.c:120 (e2e_leaks+0x2a1f)"),
+        (["cudaMalloc (libcudart.so.13+0x4d1e0)"], "cudaMalloc (libcudart.so.13+0x4d1e0)"),
+    ]
+    for frames, want in cases:
+        got = label(frames, 1)
+        expect(got == want, f"a band over {frames} is named {got!r}, want {want!r}")
+    return f"{len(cases)} stacks named past their allocators"
+
+
+def check_startup(tmp):
+    """Time is counted from the first allocation; how long start-up took is
+    said as an offset, from the trace's "program start" instant."""
+    r, path, text = traced(tmp)
+    events = json.loads(text)
+    start = [e["ts"] for e in events if e.get("ph") == "i" and e.get("name") == "program start"]
+    first = min((e["ts"] for e in events if e.get("ph") == "b"), default=None)
+    expect(len(start) == 1 and first is not None and start[0] <= first,
+           f"program start {start}, first allocation at {first}", r)
+    data = view_module().timeline(events, 8)
+    expect(data["times"][0] == 0 and data["startup"] == (first - start[0]) / 1e6,
+           f"times from {data['times'][:1]}, start-up {data['startup']}, "
+           f"want 0 and {(first - start[0]) / 1e6}", r)
+    expect(all(name != "program start" for _, name in data["instants"]),
+           "the program's start drawn as an event", r)
+    return f"first allocation {data['startup']:.3f} s after the program started"
+
+
+CHECKS = {"naming": check_naming, "startup": check_startup, "trace": check_trace, "events": check_events, "unfinished": check_unfinished,
           "refused": check_refused, "page": check_page, "snapshot": check_snapshot,
           "overwrite": check_overwrite}
 

@@ -494,12 +494,19 @@ ca_pool_where ca_pool_bounds(uint64_t addr, uint64_t *start, uint64_t *end) {
   ca__segment *s = ca__where_lock(addr, &p);
   if (!s || s == CA__SHARED)
     return s ? CA_POOL_ASK : CA_POOL_NOWHERE;
-  ca__block *b = ca__block_at(p, s, addr);
-  bool live = b && b->state == CA__LIVE && addr - b->addr < b->requested;
-  *start = live ? b->addr : 0;
-  *end = live ? b->addr + b->requested : 0;
+  bool live;
+  if (s->chunks) {
+    live = ca__where_bounds(p, s, addr, start, end);
+  } else { /* a segment the index could not record */
+    ca__block *b = ca__block_at(p, s, addr);
+    live = b && b->state == CA__LIVE && addr - b->addr < b->requested;
+    *start = live ? b->addr : 0;
+    *end = live ? b->addr + b->requested : 0;
+  }
   if (live)
-    ca__where_remember(p, b);
+    ca__where_remember(p, *start, *end - *start);
+  else
+    *start = *end = 0;
   ca_lock_release(&p->lock);
   return CA_POOL_FOUND;
 }

@@ -2,7 +2,8 @@
  * The live table: an arena's live blocks by their start, which a free, a
  * pointer query and a range check look up. Open addressing with linear
  * probing, at most half full: a look-up reads one slot, two at times, and
- * the slot holds the start it compares, so only the block found is read.
+ * the slot holds the start it compares and the bytes the block was asked
+ * for, so a range check reads nothing else and a free only its block.
  * (A chained table read a block record per link: among 4,096 live blocks
  * a look-up spent most of its time walking chains, docs/BENCHMARKS.md.)
  * A removal moves the entries after it back into the gap, so no slot is
@@ -44,24 +45,36 @@ static void ca__live_clear(ca__live_table *t) {
   t->count = 0;
 }
 
-/* The live block starting at addr, or NULL. */
-static inline ca__block *ca__live_get(const ca__live_table *t, uint64_t addr) {
+/* The slot of the live block starting at addr, or NULL. */
+static inline const ca__live_slot *ca__live_slot_of(const ca__live_table *t,
+                                                    uint64_t addr) {
   uint64_t mask = ca__live_mask(t);
   for (uint64_t i = ca__live_home(t, addr);; i = (i + 1) & mask) {
     const ca__live_slot *s = &t->slots[i];
     if (s->addr == addr || !s->block)
-      return s->block;
+      return s->block ? s : NULL;
   }
 }
 
-/* Adds live block b, in an empty slot of its probe sequence: the caller
- * made room (ca__live_room). */
-static inline void ca__live_add(ca__live_table *t, ca__block *b) {
-  uint64_t mask = ca__live_mask(t), i = ca__live_home(t, b->addr);
+/* The live block starting at addr, or NULL. */
+static inline ca__block *ca__live_get(const ca__live_table *t, uint64_t addr) {
+  const ca__live_slot *s = ca__live_slot_of(t, addr);
+  return s ? s->block : NULL;
+}
+
+/* Puts an entry in an empty slot of its probe sequence: the caller made
+ * room (ca__live_room). */
+static inline void ca__live_put(ca__live_table *t, ca__live_slot entry) {
+  uint64_t mask = ca__live_mask(t), i = ca__live_home(t, entry.addr);
   while (t->slots[i].block)
     i = (i + 1) & mask;
-  t->slots[i] = (ca__live_slot){b->addr, b};
+  t->slots[i] = entry;
   t->count++;
+}
+
+/* Adds live block b, its requested bytes set. */
+static inline void ca__live_add(ca__live_table *t, ca__block *b) {
+  ca__live_put(t, (ca__live_slot){b->addr, b->requested, b});
 }
 
 /* Doubles the table, its entries moved over; false (the table untouched)
@@ -72,7 +85,7 @@ static CA__COLD bool ca__live_grow(ca__live_table *t) {
     return false;
   for (uint64_t i = 0; i <= ca__live_mask(t); i++)
     if (t->slots[i].block)
-      ca__live_add(&bigger, t->slots[i].block);
+      ca__live_put(&bigger, t->slots[i]);
   ca__live_fini(t);
   *t = bigger;
   return true;
@@ -101,7 +114,7 @@ static inline void ca__live_remove(ca__live_table *t, const ca__block *b) {
       gap = i;
     }
   }
-  t->slots[gap] = (ca__live_slot){0, NULL};
+  t->slots[gap].block = NULL; /* empty: its other fields mean nothing */
   t->count--;
 }
 

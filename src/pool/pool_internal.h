@@ -104,8 +104,8 @@ typedef struct ca__block {
 
 /* The arena's live blocks by start (live.c). */
 typedef struct ca__live_slot {
-  uint64_t addr;
-  ca__block *block; /* NULL: the slot is empty */
+  uint64_t addr, requested; /* the block's, so a range check reads no more */
+  ca__block *block;         /* NULL: the slot is empty */
 } ca__live_slot;
 
 typedef struct ca__live_table {

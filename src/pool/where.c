@@ -264,13 +264,27 @@ static inline bool ca__where_recent(uint64_t addr, uint64_t *lo, uint64_t *hi) {
   return true;
 }
 
-/* Remembers live block b of arena p for the calling thread. Under the
- * arena's lock. */
-static void ca__where_remember(ca__arena *p, const ca__block *b) {
+/* Remembers the live block of arena p at [lo, lo + requested) for the
+ * calling thread. Under the arena's lock. */
+static void ca__where_remember(ca__arena *p, uint64_t lo, uint64_t requested) {
   ca__recent_block = (ca__recent){
       .arena = p,
       .removals = atomic_load_explicit(&p->removals, memory_order_relaxed),
       .arenas_freed = atomic_load_explicit(&ca__arenas_freed, memory_order_relaxed),
-      .masked_lo = b->addr ^ CA__RECENT_MASK,
-      .size = b->requested};
+      .masked_lo = lo ^ CA__RECENT_MASK,
+      .size = requested};
+}
+
+/* The requested bytes of the live block of s holding addr, by its slot
+ * alone (no block record read): true with [*lo, *hi) set, else false.
+ * Under the arena's lock; s is indexed. */
+static bool ca__where_bounds(ca__arena *p, const ca__segment *s, uint64_t addr,
+                             uint64_t *lo, uint64_t *hi) {
+  uint64_t start = ca__where_start(s, addr);
+  const ca__live_slot *slot = start ? ca__live_slot_of(&p->live, start) : NULL;
+  if (!slot || addr - start >= slot->requested)
+    return false;
+  *lo = start;
+  *hi = start + slot->requested;
+  return true;
 }

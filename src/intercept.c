@@ -119,7 +119,7 @@ static void ca__track(ca_track_kind kind, uint64_t key, uint64_t size,
     CUresult r_ = (call);                                                      \
     if (had_ && r_ == CUDA_SUCCESS) {                                          \
       ca_registry_unbook(t_.device, t_.size);                                   \
-      ca_trace_free(key);                                                      \
+      ca_trace_free(t_.device, (key), t_.size);                                 \
     } else if (had_)                                                           \
       ca_track_restore(&t_);                                                   \
     r_;                                                                        \
@@ -236,15 +236,16 @@ CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
 }
 
 /* Gives a pooled block back (on *stream, when named): whether one was live
- * at `dptr`. Only with stacks does the pool describe the block, for its
- * site's count. */
+ * at `dptr`. Only with stacks or a trace does the pool describe the block,
+ * for its site's count and the trace's levels. */
 bool ca_intercept_free_pooled(CUdeviceptr dptr, const uint64_t *stream) {
   ca_live_block b = {.tag = 0};
-  bool stacks = ca__stack_depth(ca_config_get()) > 0;
-  if (!ca_registry_free((uint64_t)dptr, stream, stacks ? &b : NULL))
+  bool describe = ca__stack_depth(ca_config_get()) > 0 ||
+                  __atomic_load_n(&ca_trace_recording, __ATOMIC_ACQUIRE);
+  if (!ca_registry_free((uint64_t)dptr, stream, describe ? &b : NULL))
     return false;
   ca_sites_free(b.tag, b.requested);
-  ca_trace_free((uint64_t)dptr);
+  ca_trace_free(b.device, (uint64_t)dptr, b.requested);
   ca_pointer_freed((uint64_t)dptr);
   return true;
 }

@@ -412,7 +412,8 @@ static void ca__trace_tick(const cudalloc_device_stats *all, size_t n) {
       ca_trace_reserved_peak(s->device, atomic_load(&b->peak_ns), peak);
       peaks[s->device] = peak;
     }
-    ca_trace_counter(s->device, s->allocated_bytes.current, s->reserved_bytes.current);
+    ca_trace_counter(s->device, s->requested_bytes.current, s->allocated_bytes.current,
+                     s->reserved_bytes.current);
     for (; retries[s->device] < s->oom_retries; retries[s->device]++)
       ca_trace_instant(s->device, "out-of-memory retry");
     for (; collected[s->device] < s->gc_segments_released; collected[s->device]++)

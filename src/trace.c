@@ -53,6 +53,17 @@ static uint64_t *ca__named; /* a bit per stack id whose frames were written */
 static size_t ca__named_words;
 static int ca__pid;
 
+/* Each device's requested bytes live, as the events tell them, and their
+ * peak: written at most once a millisecond of the events' own time while
+ * it climbs, and at the end of each drain, so a run's every plateau shows
+ * and the file stays small while a program ramps up. */
+#define CA__DEVICES 64
+#define CA__PEAK_GAP_NS 1000000u
+typedef struct ca__level {
+  uint64_t live, peak, peak_ns, written, written_ns;
+} ca__level;
+static ca__level ca__levels[CA__DEVICES];
+
 static uint64_t ca__now_us(uint64_t ns) { return ns / 1000; }
 
 static uint64_t ca__trace_ns(void) {
@@ -96,9 +107,9 @@ void ca_trace_alloc_slow(int device, uint64_t addr, uint64_t bytes, uint32_t sta
     ca__push(device, addr, bytes, stack, false);
 }
 
-void ca_trace_free_slow(uint64_t addr) {
+void ca_trace_free_slow(int device, uint64_t addr, uint64_t bytes) {
   if (ca__allocations)
-    ca__push(-1, addr, 0, 0, true);
+    ca__push(device, addr, bytes, 0, true);
 }
 
 /* ---- The file ------------------------------------------------------------------ */
@@ -230,6 +241,45 @@ static void ca__name_stack(uint32_t stack, ca_trace_namer name) {
   ca__put("]}}");
 }
 
+static void ca__put_requested(int device, uint64_t ns, uint64_t bytes) {
+  ca__put(",\n{\"name\":\"device %d\",\"ph\":\"C\",\"ts\":%" PRIu64 ",\"pid\":%d,"
+          "\"args\":{\"requested\":%" PRIu64 "}}", device, ca__now_us(ns), ca__pid, bytes);
+}
+
+/* Under the lock: the event's bytes in its device's level; a new peak
+ * written when the last was a millisecond ago. */
+static void ca__count_event(const ca__event *e) {
+  if (e->device < 0 || e->device >= CA__DEVICES)
+    return;
+  ca__level *l = &ca__levels[e->device];
+  if (e->is_free) {
+    l->live -= e->bytes < l->live ? e->bytes : l->live; /* dropped events */
+    return;
+  }
+  l->live += e->bytes;
+  if (l->live <= l->peak)
+    return;
+  l->peak = l->live;
+  l->peak_ns = e->ns;
+  if (l->written == 0 || e->ns - l->written_ns >= CA__PEAK_GAP_NS) {
+    ca__put_requested(e->device, e->ns, l->peak);
+    l->written = l->peak;
+    l->written_ns = e->ns;
+  }
+}
+
+/* Under the lock, after a drain: each device's peak not yet written. */
+static void ca__write_peaks(void) {
+  for (int d = 0; d < CA__DEVICES; d++) {
+    ca__level *l = &ca__levels[d];
+    if (l->peak > l->written) {
+      ca__put_requested(d, l->peak_ns, l->peak);
+      l->written = l->peak;
+      l->written_ns = l->peak_ns;
+    }
+  }
+}
+
 static void ca__write_event(const ca__event *e, ca_trace_namer name) {
   if (e->is_free) {
     ca__put(",\n{\"name\":\"allocation\",\"cat\":\"cudalloc\",\"ph\":\"e\",\"id\":\"0x%" PRIx64
@@ -252,7 +302,9 @@ static void ca__drain_ring(ca_trace_namer name) {
     ca__event copy = *e;
     __atomic_store_n(&e->seq, ca__tail + CA__RING, __ATOMIC_RELEASE);
     ca__write_event(&copy, name);
+    ca__count_event(&copy);
   }
+  ca__write_peaks();
   uint64_t dropped = __atomic_load_n(&ca__dropped, __ATOMIC_RELAXED);
   if (dropped != ca__dropped_said) {
     ca__put(",\n{\"name\":\"events dropped (ring full)\",\"ph\":\"i\",\"s\":\"p\",\"ts\":%" PRIu64
@@ -262,12 +314,14 @@ static void ca__drain_ring(ca_trace_namer name) {
   }
 }
 
-void ca_trace_counter(int device, uint64_t allocated, uint64_t reserved) {
+void ca_trace_counter(int device, uint64_t requested, uint64_t allocated,
+                      uint64_t reserved) {
   pthread_mutex_lock(&ca__write_lock);
   if (ca__fd >= 0)
     ca__put(",\n{\"name\":\"device %d\",\"ph\":\"C\",\"ts\":%" PRIu64 ",\"pid\":%d,"
-            "\"args\":{\"allocated\":%" PRIu64 ",\"reserved\":%" PRIu64 "}}",
-            device, ca__now_us(ca__trace_ns()), ca__pid, allocated, reserved);
+            "\"args\":{\"requested\":%" PRIu64 ",\"allocated\":%" PRIu64
+            ",\"reserved\":%" PRIu64 "}}",
+            device, ca__now_us(ca__trace_ns()), ca__pid, requested, allocated, reserved);
   pthread_mutex_unlock(&ca__write_lock);
 }
 

@@ -3,8 +3,10 @@
  * Format's JSON array form, which Perfetto and chrome://tracing open, and
  * which stays readable if the process dies mid-run, since its closing
  * bracket is optional) of
- *   - one counter per device, allocated and reserved bytes, every 100 ms
- *     and at exit, and the reserved bytes at each new peak, when it came;
+ *   - one counter per device, requested, allocated and reserved bytes,
+ *     every 100 ms and at exit; and at each new peak of the requested bytes
+ *     (from the allocations' own events) or of the reserved ones, that
+ *     figure alone, stamped when it came;
  *   - instant events: the program's start, out-of-memory retries, segments
  *     given back by the collection threshold, context deaths;
  *   - with trace_allocations:1, each pooled or passed-through allocation as
@@ -33,7 +35,7 @@ extern bool ca_trace_recording; /* set once, before the first event */
 bool ca_trace_start(const char *path_template, bool allocations, uint64_t start_ns);
 
 void ca_trace_alloc_slow(int device, uint64_t addr, uint64_t bytes, uint32_t stack);
-void ca_trace_free_slow(uint64_t addr);
+void ca_trace_free_slow(int device, uint64_t addr, uint64_t bytes);
 
 static inline void ca_trace_alloc(int device, uint64_t addr, uint64_t bytes,
                                   uint32_t stack) {
@@ -41,13 +43,15 @@ static inline void ca_trace_alloc(int device, uint64_t addr, uint64_t bytes,
     ca_trace_alloc_slow(device, addr, bytes, stack);
 }
 
-static inline void ca_trace_free(uint64_t addr) {
+/* `bytes`: as the allocation asked for them (its ca_trace_alloc's). */
+static inline void ca_trace_free(int device, uint64_t addr, uint64_t bytes) {
   if (__builtin_expect(__atomic_load_n(&ca_trace_recording, __ATOMIC_ACQUIRE), 0))
-    ca_trace_free_slow(addr);
+    ca_trace_free_slow(device, addr, bytes);
 }
 
 /* From the watcher: a device's counters now, and instant events. */
-void ca_trace_counter(int device, uint64_t allocated, uint64_t reserved);
+void ca_trace_counter(int device, uint64_t requested, uint64_t allocated,
+                      uint64_t reserved);
 /* A device's reserved bytes reached a new peak, `reserved`, at `at_ns`
  * (CLOCK_MONOTONIC; earlier than the events around it: viewers order by
  * time): the reserved counter alone. */

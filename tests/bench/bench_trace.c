@@ -31,7 +31,7 @@ int main(int argc, char **argv) {
     for (long i = 0; i < batch; i++) {
       uint64_t addr = 0x7f0000000000ull + (uint64_t)((done + i) % 4096) * 512;
       ca_trace_alloc(0, addr, 512, 0);
-      ca_trace_free(addr);
+      ca_trace_free(0, addr, 512);
     }
     double t1 = now_ns();
     ca_trace_drain(NULL);

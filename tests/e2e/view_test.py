@@ -64,21 +64,37 @@ def check_trace(tmp):
 
 def check_events(tmp):
     """Each device's counters (every 100 ms and at exit: the held blocks'
-    bytes; at each new peak, when it came, the reserved bytes alone), an
-    out-of-memory retry, and a context death, as events. A request the
-    driver refused is no peak."""
+    bytes; at each new peak, when it came, the requested or the reserved
+    bytes alone), an out-of-memory retry, and a context death, as events.
+    The requested peak is the allocations' own, to the byte and the
+    microsecond, in a run shorter than a tick; a request the driver refused
+    is no peak."""
     r, path, text = traced(tmp, conf="verbose:0")
     events = json.loads(text)
     counters = [e for e in events if e.get("ph") == "C" and e.get("name") == "device 0"]
     sampled = [c for c in counters if "allocated" in c["args"]]
-    peaks = [c for c in counters if "allocated" not in c["args"]]
-    expect(sampled and all(c["args"]["reserved"] >= c["args"]["allocated"] for c in sampled),
+    reserved = [c for c in counters if set(c["args"]) == {"reserved"}]
+    requested = [c for c in counters if set(c["args"]) == {"requested"}]
+    expect(sampled and all(c["args"]["reserved"] >= c["args"]["allocated"] >=
+                           c["args"]["requested"] for c in sampled),
            f"device 0's counters {counters[:2]}", r)
     last = max(sampled, key=lambda c: c["ts"])
-    expect(peaks and max(c["args"]["reserved"] for c in peaks) >=
+    expect(reserved and max(c["args"]["reserved"] for c in reserved) >=
            max(c["args"]["reserved"] for c in sampled) and
-           all(c["ts"] <= last["ts"] for c in peaks),
-           f"peaks {peaks[:3]} beside the sampled {sampled[:3]}", r)
+           all(c["ts"] <= last["ts"] for c in reserved),
+           f"reserved peaks {reserved[:3]} beside the sampled {sampled[:3]}", r)
+    live, peak = 0, (0, 0)
+    sizes = {}
+    for e in sorted((e for e in events if e.get("ph") in ("b", "e")), key=lambda e: e["ts"]):
+        if e["ph"] == "b":
+            sizes[e["id"]] = e["args"]["bytes"]
+            live += sizes[e["id"]]
+            peak = max(peak, (live, -e["ts"]))
+        else:
+            live -= sizes.pop(e["id"])
+    top = max(requested, key=lambda c: c["args"]["requested"], default=None)
+    expect(top and top["args"]["requested"] == peak[0] and top["ts"] == -peak[1],
+           f"requested peak {top}, want {peak[0]} bytes at {-peak[1]} (from the slices)", r)
     d = os.path.join(tmp, "reset.%p.json")
     r2 = run("reset", f"trace_path:{d}")
     with open(d.replace("%p", str(r2.pid))) as f:
@@ -94,7 +110,8 @@ def check_events(tmp):
            r3)
     held = max((e["args"]["reserved"] for e in oom if e.get("ph") == "C"), default=0)
     expect(held < 1 << 30, f"a refused 64 GiB request counted: reserved peaked at {held}", r3)
-    return f"{len(sampled)} counter(s), {len(peaks)} peak(s); {sorted(set(names + names3))}"
+    return (f"{len(sampled)} counter(s), {len(requested)} requested and {len(reserved)} "
+            f"reserved peak(s); {sorted(set(names + names3))}")
 
 
 def check_unfinished(tmp):

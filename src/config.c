@@ -196,9 +196,10 @@ static const ca__key ca__keys[] = {
     {"trace_path", CA__TEXT_AT(trace_path), {.text = {"", 0}}, "(none)",
      "a file path without ',' (%p: the process id)",
      "Write the allocation timeline there as a Chrome trace (Perfetto, "
-     "chrome://tracing; cudalloc view draws it): each device's allocated "
-     "and reserved bytes every 100 ms, out-of-memory retries, collections, "
-     "context deaths, and each allocation with its stack."},
+     "chrome://tracing; cudalloc view draws it): each device's requested, "
+     "allocated and reserved bytes every 100 ms and at each new peak, "
+     "out-of-memory retries, collections, context deaths, and each "
+     "allocation with its stack."},
     {"trace_allocations", CA__BOOL_AT(trace_allocations), 0, 1,
      {.integer = 1}, "1", CA__BOOL_ACCEPTED,
      "With trace_path, 1 records every allocation and free (with stacks "

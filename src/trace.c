@@ -241,9 +241,10 @@ static void ca__name_stack(uint32_t stack, ca_trace_namer name) {
   ca__put("]}}");
 }
 
-static void ca__put_requested(int device, uint64_t ns, uint64_t bytes) {
+/* One of a device's counters, `what`, alone: a peak, stamped when it came. */
+static void ca__put_peak(int device, uint64_t ns, const char *what, uint64_t bytes) {
   ca__put(",\n{\"name\":\"device %d\",\"ph\":\"C\",\"ts\":%" PRIu64 ",\"pid\":%d,"
-          "\"args\":{\"requested\":%" PRIu64 "}}", device, ca__now_us(ns), ca__pid, bytes);
+          "\"args\":{\"%s\":%" PRIu64 "}}", device, ca__now_us(ns), ca__pid, what, bytes);
 }
 
 /* Under the lock: the event's bytes in its device's level; a new peak
@@ -262,7 +263,7 @@ static void ca__count_event(const ca__event *e) {
   l->peak = l->live;
   l->peak_ns = e->ns;
   if (l->written == 0 || e->ns - l->written_ns >= CA__PEAK_GAP_NS) {
-    ca__put_requested(e->device, e->ns, l->peak);
+    ca__put_peak(e->device, e->ns, "requested", l->peak);
     l->written = l->peak;
     l->written_ns = e->ns;
   }
@@ -273,7 +274,7 @@ static void ca__write_peaks(void) {
   for (int d = 0; d < CA__DEVICES; d++) {
     ca__level *l = &ca__levels[d];
     if (l->peak > l->written) {
-      ca__put_requested(d, l->peak_ns, l->peak);
+      ca__put_peak(d, l->peak_ns, "requested", l->peak);
       l->written = l->peak;
       l->written_ns = l->peak_ns;
     }
@@ -328,9 +329,7 @@ void ca_trace_counter(int device, uint64_t requested, uint64_t allocated,
 void ca_trace_reserved_peak(int device, uint64_t at_ns, uint64_t reserved) {
   pthread_mutex_lock(&ca__write_lock);
   if (ca__fd >= 0)
-    ca__put(",\n{\"name\":\"device %d\",\"ph\":\"C\",\"ts\":%" PRIu64 ",\"pid\":%d,"
-            "\"args\":{\"reserved\":%" PRIu64 "}}",
-            device, ca__now_us(at_ns), ca__pid, reserved);
+    ca__put_peak(device, at_ns, "reserved", reserved);
   pthread_mutex_unlock(&ca__write_lock);
 }
 

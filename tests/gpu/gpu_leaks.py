@@ -14,7 +14,9 @@
                      growth_report:1 the report at exit names a site that
                      grew over every marked step, though Python freed it
                      all, and --fixed none; the group of kept outputs shows
-                     the Python line that made them (train's model(x))
+                     the Python line that made them (train's model(x));
+                     its trace, cut halfway, as a PyTorch memory snapshot
+                     that PyTorch's own _memory_viz reads, naming that line
   reset_leak         cudaDeviceReset in mid-program (tests/gpu/reset_leak.cu):
                      reported at the reset, correct after it
 
@@ -369,9 +371,51 @@ def torch_leak(check):
         torch_growth(check, "leak_torch_growth", False)
         torch_growth(check, "leak_torch_growth_fixed", True)
         torch_python_frames(check)
+        torch_snapshot(check)
     finally:
         if torch_env is None:
             del os.environ["PYTORCH_NO_CUDA_MEMORY_CACHING"]
+
+
+def torch_snapshot(check):
+    """The trace of a PyTorch run, cut halfway (its kept outputs live), as a
+    PyTorch memory snapshot (cudalloc view --torch-snapshot), read by
+    PyTorch's own readers: `python -m torch.cuda._memory_viz stats` and
+    `trace` as a user types them, and the stacks behind `segments` and
+    `memory` (tests/gpu/torch_snapshot_read.py: their command-line forms
+    fetch flamegraph.pl from the web); the memory stacks must name the line
+    of train() that made the outputs."""
+    row = "leak_torch_snapshot"
+    trace = os.path.join(check.logs, row + ".trace.json")
+    cmd = [sys.executable, "examples/torch_leak.py", "--steps", str(TORCH_STEPS)]
+    r = LeakRun(check, row, "torch", STACKS + ",trace_path:" + trace, cmd)
+    if r.skipped:
+        return
+    if not os.path.exists(trace):
+        r.why.append("no trace at " + trace)
+        r.verdict("")
+        return
+    with open(trace) as f:
+        lines = f.read().split("\n")
+    cut, snap = os.path.join(check.logs, row + ".cut.json"), os.path.join(check.logs, row + ".pickle")
+    with open(cut, "w") as f:
+        f.write("\n".join(lines[: len(lines) // 2]).rstrip().rstrip(","))
+    with open(check.path("examples/torch_leak.py")) as f:
+        line = next(n for n, l in enumerate(f, 1) if "logits = model(x)" in l)
+    frame = "torch_leak.py:%d:train" % line
+    viz = [sys.executable, "-m", "torch.cuda._memory_viz"]
+    for step, c, want in [
+            ("view", ["sh", "scripts/cudalloc", "view", "--torch-snapshot", snap, "--force", cut],
+             "a PyTorch memory snapshot"),
+            ("stats", viz + ["stats", snap], "total_reserved"),
+            ("trace", viz + ["trace", snap], " entries"),
+            ("read", [sys.executable, "tests/gpu/torch_snapshot_read.py", snap, frame],
+             "torch_snapshot: PASS")]:
+        run = check.run("%s_%s" % (row, step), c)
+        if run.rc != 0 or not run.grep(re.escape(want)):
+            r.why.append("%s: %s" % (step, exit_problem(run) or "no '%s' in its output" % want))
+    r.verdict("PyTorch's _memory_viz reads the snapshot of the trace cut halfway and names "
+              + frame)
 
 
 def torch_exit_suppressed(check):

@@ -13,17 +13,46 @@ run, exactly as printed, and does what they say.
   help      the EXAMPLES (`$ ` lines) of `sh scripts/cudalloc --help`, its
             `backquoted` commands, and --help and run --help themselves (the
             same text); every SYNOPSIS form has an example.
+  inline    every command README.md's prose quotes (below), in a scratch
+            copy of the source tree of its own, which they build, install
+            from and package: its build/ is the copy's, never this build
+            folder.
+
+An inline command is a code span of README.md's prose (outside fenced
+blocks; a span broken across lines reads with a space, as rendered) that is
+a whole command line, not a name: after any VAR=value words its first word
+is a program a user runs (a file under scripts/, cudalloc, cmake, ctest,
+cpack, cd, python3), and either it is a scripts/*.sh script alone (the
+project's commands, which are run as they stand) or it has an argument
+beyond the program's subcommand (a bare first word after the program is
+its subcommand). So `cudalloc top --once`, `cudalloc --help`,
+`cd build && cpack -G DEB` and `CUDALLOC_CONF=help:1 cudalloc run -- true`
+are commands; `scripts/cudalloc` (a program's file), `python3`,
+`cudalloc view` (a subcommand), `CUDALLOC_CONF=help:1` (a setting: no
+program) and `scripts/cudalloc.py` (a module) are names. Each runs once,
+where first quoted, in README order, after what README runs first: its
+set-up block (scripts/demo.sh builds the copy) and its `export` lines (the
+environment the everyday commands assume); a command quoted again, or one
+of those, is not run twice (SAME line printed). Prose has no trailing
+comment to say what a command needs, so this test knows: scripts/test.sh
+is skipped as in the set-up; scripts/gpu-check.sh and scripts/bench-gpu.sh
+are skipped, saying why (no GPU; where one is, they are the GPU suites,
+longer than a test may run); a `ctest -L gpu` line runs where no GPU is
+(each GPU test skips itself, saying why) and is skipped where one is (it is
+the GPU checks themselves); scripts/bench-cpu.sh needs valgrind.
 
 Each line runs through `sh -c LINE` in the scratch folder, stdin empty, with
 the user's environment less anything of cudalloc's or of this test's
 (CUDALLOC_*, E2E_*, LD_PRELOAD, LD_LIBRARY_PATH). What the documents tell a
 user to run first is run first: an `export ...` line runs as printed, and
 the environment it leaves is the later lines'. A line passes when it exits 0,
-or with the status its text states ("exit status N", "exits N"); where a
-plain block follows a sh block, it shows the output of that block's last
-line, and a `$ ` line's block shows its own: each shown line's shape (the
-part before any ';', numbers, addresses and runs of blanks taken as any,
-frames outside the repository left out) must start a line of the output.
+or with the status its text states ("exit status N", "exits N"), and a
+ctest line passes only when it finds tests (outside a build folder it tests
+nothing); where a plain block follows a sh block, it shows the output of
+that block's last line, and a `$ ` line's block shows its own: each shown
+line's shape (the part before any ';', numbers, addresses and runs of
+blanks taken as any, frames outside the repository left out) must start a
+line of the output.
 `cudalloc top` without --once runs in a terminal (a pty) and is sent q
 after its second screen (the first with rates), as a user quits it; the
 README's picture of it is of two test programs (e2e_reach hold and grow,
@@ -42,8 +71,8 @@ Environment (tests/e2e/CMakeLists.txt): CUDALLOC_SOURCE_DIR (the source
 tree), README_BUILD_DIR (this build folder), README_CUDA_COMPILER (CMake's
 CUDA compiler, empty where none), README_EXAMPLES (ON where the examples are
 built), E2E_REACH_PROG, E2E_MOCK_DIR, E2E_PRELOAD (the top picture's
-programs). Prints PASS, PATTERN and SKIP lines and one PASS or FAIL line per
-check; exits 1 when a line failed. Python 3 standard library only.
+programs). Prints ok, PATTERN, SKIP and SAME lines and one PASS or FAIL line
+per check; exits 1 when a line failed. Python 3 standard library only.
 """
 import os
 import pty
@@ -63,6 +92,21 @@ STATUS = re.compile(r"\bexit(?:s| status) (\d+)\b")
 NEEDS = re.compile(r"^needs (.+?)(?:[:;(]|$)")
 SETUP = re.compile(r"^(?:\S+=\S*\s+)*(?:(?:ba)?sh\s+)?(?:\./)?scripts/(?:demo|test)\.sh\b")
 COMMENT = re.compile(r"(?:^|\s)#(.*)$")
+ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+PROGRAMS = ("cudalloc", "cmake", "ctest", "cpack", "cd", "python3")
+CTEST = re.compile(r"(?:^|[;&|(]\s*|\s)ctest\b")
+GPU_LABEL = re.compile(r"\bctest\b.*\s-L\s+['\"]?\^?gpu")
+# Inline commands not run from a test: (what they need, why not even then).
+SUITES = {
+    "scripts/test.sh": (None, "it runs ctest, this test among them, so not from here; "
+                        "CI runs it (.ci/run)"),
+    "scripts/gpu-check.sh": ("a GPU", "a GPU is here, but it builds and runs every GPU "
+                             "check, longer than a test may run: run it by hand"),
+    "scripts/bench-gpu.sh": ("a GPU", "a GPU is here, but it is the GPU benchmark suite, "
+                             "longer than a test may run: run it by hand"),
+}
+# What the other inline commands need, as a sh block's line says '# needs ...'.
+INLINE_NEEDS = {"scripts/bench-cpu.sh": "valgrind"}
 FRAME = re.compile(r"^(#\d+) 0x[0-9a-f]+ in (\S+)(?: (\S+?):(\d+))?")
 UNIT = re.compile(r"^(?:B|KiB|MiB|GiB|TiB)$")
 
@@ -153,6 +197,56 @@ def readme_items(path, wanted):
                 last_sh = None
             else:
                 last_sh = None
+    return items
+
+
+def is_command(span):
+    """Whether an inline code span is a command (the rule above), not a name."""
+    words = span.split()
+    while words and ASSIGN.match(words[0]):
+        words = words[1:]
+    if not words:
+        return False
+    program, rest = words[0], words[1:]
+    if program not in PROGRAMS and not program.startswith("scripts/"):
+        return False
+    if not rest:
+        return program.startswith("scripts/") and program.endswith(".sh")
+    if not rest[0].startswith("-"):
+        rest = rest[1:]  # its subcommand
+    return bool(rest)
+
+
+def inline_items(path):
+    """The Items of README.md's inline commands (the rule above), each once,
+    in order: the code spans of its prose, paragraph by paragraph (a heading
+    or a table row is one of its own), that are commands."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    items, seen, paragraphs, para, fenced = [], set(), [], [], False
+    for n, line in enumerate(lines, 1):
+        fence = line.startswith("```")
+        fenced ^= fence
+        own = not fenced and line.startswith(("#", "|"))
+        if fenced or fence or own or not line.strip():
+            if para:
+                paragraphs.append(para)
+            para = []
+            if own:
+                paragraphs.append([(n, line)])
+            continue
+        para.append((n, line.strip()))
+    if para:
+        paragraphs.append(para)
+    for para in paragraphs:
+        text = "\n".join(ln for _, ln in para)
+        for m in re.finditer(r"`([^`]+)`", text):
+            span = m.group(1).replace("\n", " ")
+            if span in seen or not is_command(span):
+                continue
+            seen.add(span)
+            lineno = para[0][0] + text.count("\n", 0, m.start())
+            items.append(Item(f"README.md:{lineno}", span))
     return items
 
 
@@ -251,7 +345,7 @@ class Machine:
             return self._python_module("cupy", "CuPy")
         if need == "JAX":
             return self._python_module("jax", "JAX")
-        if need in ("tmux", "chromium"):
+        if need in ("tmux", "chromium", "valgrind"):
             names = [need] + (["chromium-browser"] if need == "chromium" else [])
             return None if any(shutil.which(n) for n in names) else f"needs {need} (not on PATH)"
         if need == "nvcc":
@@ -439,6 +533,7 @@ class Runner:
         self.counts = {"run": 0, "skipped": 0, "patterns": 0}
         self.failures = []
         self.ran = []
+        self.timeout = 240
 
     def say(self, word, item, text=""):
         print(f"{word} {self.check}: {item.command}{': ' + text if text else ''} "
@@ -465,20 +560,33 @@ class Runner:
                     why = self.machine.have("nvcc")
                     if why:
                         return f"{why}, so {path} was not built"
-            raise Failed(f"{item.where}: {path} does not exist in this build ({BUILD}), "
+            build = os.path.realpath(os.path.join(self.scratch, "build"))
+            raise Failed(f"{item.where}: {path} does not exist in this build ({build}), "
                          "yet the build should have made it")
         return None
 
-    def run(self, item):
+    def why_not_inline(self, item):
+        """None where an inline command is to run here, else why not."""
+        if item.command in SUITES:
+            need, why = SUITES[item.command]
+            return (need and self.machine.have(need)) or why
+        if GPU_LABEL.search(item.command) and self.machine.gpu():
+            return ("a GPU is here, so it runs the GPU checks themselves (scripts/gpu-check.sh's "
+                    "work), longer than a test may run: run it by hand")
+        if item.command in INLINE_NEEDS:
+            return self.machine.have(INLINE_NEEDS[item.command])
+        return None
+
+    def run(self, item, inline=False):
         try:
-            if SETUP.match(item.command):
+            if SETUP.match(item.command) and not inline:
                 raise Failed(f"{item.where}: {item.command}: a set-up command outside the "
                              "set-up section, which readme_setup runs in a tree of its own")
             if item.comment.startswith("pattern"):
                 self.counts["patterns"] += 1
                 self.say("PATTERN", item, "a form to fill in, not run")
                 return
-            why = self.why_not(item)
+            why = (inline and self.why_not_inline(item)) or self.why_not(item)
             if why:
                 self.counts["skipped"] += 1
                 self.say("SKIP", item, why)
@@ -512,13 +620,15 @@ class Runner:
             try:
                 r = subprocess.run(["sh", "-c", item.line], cwd=self.scratch, env=self.env,
                                    stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                   timeout=240)
+                                   timeout=self.timeout)
             except subprocess.TimeoutExpired as e:
                 raise Failed(f"{item.where}: {command}: still running after {e.timeout} s")
             rc, out = r.returncode, r.stdout + r.stderr
         problems = []
         if rc != want:
             problems.append(f"exit status {rc}, want {want}")
+        if CTEST.search(command) and "No tests were found" in out:
+            problems.append("ctest found no test to run (it runs in a build folder)")
         if item.sample:
             problems += compare(item, out)
         self.ran.append(command)
@@ -653,7 +763,35 @@ def check_help(tmp):
     return runner.done("cudalloc --help")
 
 
-CHECKS = {"setup": check_setup, "commands": check_commands, "help": check_help}
+def check_inline(tmp):
+    readme = os.path.join(SRC, "README.md")
+    runner = Runner("readme_inline", os.path.join(tmp, "src"))
+    runner.timeout = 600  # scripts/demo.sh builds the copy from nothing
+    scratch_copy(runner.scratch, with_deps=True)
+    try:
+        items = inline_items(readme)
+        if not items:
+            raise Failed("README.md's prose quotes no command")
+        # What the README tells a user to run first, first: the set-up, which
+        # builds the copy, and the everyday commands' export lines.
+        first = readme_items(readme, lambda h: h == "Set up") + [
+            i for i in readme_items(readme, lambda h: h != "Set up")
+            if i.command.startswith("export ")]
+        seen = {}
+        for item in first + items:
+            if item.command in seen:
+                runner.say("SAME", item, f"the line of {seen[item.command]}, not run twice")
+                continue
+            seen[item.command] = item.where
+            runner.run(item, inline=True)
+    except Failed as e:
+        runner.failures.append(str(e))
+        print(f"FAIL readme_inline: {e}")
+    return runner.done("README.md's prose (its set-up and exports first)")
+
+
+CHECKS = {"setup": check_setup, "commands": check_commands, "help": check_help,
+          "inline": check_inline}
 
 
 def main(argv):

@@ -114,12 +114,13 @@ static void ca__track(ca_track_kind kind, uint64_t key, uint64_t size,
 #define CA__FREE_TRACKED(vmm, key, call)                                       \
   ({                                                                           \
     ca_tracked t_;                                                             \
-    bool had_ = ca_intercept_enabled() && ((vmm) ? ca_track_forget_handle((key), &t_)   \
-                                        : ca_track_forget_addr((key), &t_));   \
+    bool had_ = ca_intercept_enabled() &&                                      \
+                ((vmm) ? ca_track_forget_handle((key), &t_)                    \
+                       : ca_track_forget_addr((key), &t_));                    \
     CUresult r_ = (call);                                                      \
     if (had_ && r_ == CUDA_SUCCESS) {                                          \
-      ca_registry_unbook(t_.device, t_.size);                                   \
-      ca_trace_free(t_.device, (key), t_.size);                                 \
+      ca_registry_unbook(t_.device, t_.size);                                  \
+      ca_trace_free(t_.device, (key), t_.size);                                \
     } else if (had_)                                                           \
       ca_track_restore(&t_);                                                   \
     r_;                                                                        \

@@ -11,7 +11,7 @@
  * (driver_api.h's CA_CHECKED rows) answer CUDA_ERROR_INVALID_VALUE when
  * not. Pointers no pool holds (host memory, passed-through allocations,
  * other allocators') pass untouched, as does everything with `enabled:0`.
- * A check is one look-up in the pools' address index (ca_pool_locate).
+ * A check is one look-up in the pools' address index (ca_pool_bounds).
  */
 #ifndef CA_RANGES_H
 #define CA_RANGES_H

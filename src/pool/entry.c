@@ -160,8 +160,7 @@ ca__give_out(ca__arena *p, ca__block *b, uint64_t size, uint32_t tag,
   b->tag = tag;
   b->seq = ca__next_seq(p);
   b->time_ns = ca__now_ns();
-  ca__live_add(&p->live, b);
-  ca__where_mark(p, b, true);
+  ca__set_live(p, b, true);
   p->stats.allocs++;
   ca__stat_add(&p->stats.requested_bytes, size);
   ca__stat_add(&p->stats.allocated_bytes, b->size);
@@ -359,8 +358,7 @@ ca__take_back(ca_pool *pool, uint64_t addr, ca_live_block *freed,
   }
   if (freed)
     ca__describe(p, b, freed);
-  ca__live_remove(&p->live, b);
-  ca__where_mark(p, b, false);
+  ca__set_live(p, b, false);
   b->seg->last_free = ++p->free_tick;
   p->stats.frees++;
   ca__stat_sub(&p->stats.requested_bytes, b->requested);
@@ -487,6 +485,17 @@ bool ca_pool_find(ca_pool *pool, uint64_t addr, ca_pool_span *out) {
   return ca__at_segment(pool, addr, ca__find_in, out);
 }
 
+/* Whether b is a live block whose requested bytes hold addr: then
+ * [*lo, *hi) are they (a segment the address index could not record). */
+static bool ca__block_bounds(const ca__block *b, uint64_t addr, uint64_t *lo,
+                             uint64_t *hi) {
+  if (!b || b->state != CA__LIVE || addr - b->addr >= b->requested)
+    return false;
+  *lo = b->addr;
+  *hi = b->addr + b->requested;
+  return true;
+}
+
 ca_pool_where ca_pool_bounds(uint64_t addr, uint64_t *start, uint64_t *end) {
   if (ca__where_recent(addr, start, end))
     return CA_POOL_FOUND;
@@ -494,15 +503,8 @@ ca_pool_where ca_pool_bounds(uint64_t addr, uint64_t *start, uint64_t *end) {
   ca__segment *s = ca__where_lock(addr, &p);
   if (!s || s == CA__SHARED)
     return s ? CA_POOL_ASK : CA_POOL_NOWHERE;
-  bool live;
-  if (s->chunks) {
-    live = ca__where_bounds(p, s, addr, start, end);
-  } else { /* a segment the index could not record */
-    ca__block *b = ca__block_at(p, s, addr);
-    live = b && b->state == CA__LIVE && addr - b->addr < b->requested;
-    *start = live ? b->addr : 0;
-    *end = live ? b->addr + b->requested : 0;
-  }
+  bool live = s->chunks ? ca__where_bounds(p, s, addr, start, end)
+                        : ca__block_bounds(ca__block_at(p, s, addr), addr, start, end);
   if (live)
     ca__where_remember(p, *start, *end - *start);
   else

@@ -240,8 +240,7 @@ static size_t ca__live_in(const ca__segment *s) {
 /* A live block whose memory the driver freed: no longer the program's
  * (its address may already name another allocation). */
 static void ca__forget_live(ca__arena *p, ca__block *b) {
-  ca__live_remove(&p->live, b);
-  ca__where_mark(p, b, false);
+  ca__set_live(p, b, false);
   ca__stat_sub(&p->stats.requested_bytes, b->requested);
   ca__stat_sub(&p->stats.allocated_bytes, b->size);
   ca__stat_sub(&p->stats.blocks, 1);

@@ -180,6 +180,18 @@ static inline void ca__where_mark(ca__arena *p, const ca__block *b,
     chunks[j - first].covers = b->addr;
 }
 
+/* Block b of arena p became live, or stopped being: in the arena's live
+ * table and in the address index, which answer together. Under its lock;
+ * inlined whole, so that each caller keeps only its own half. */
+static inline __attribute__((always_inline)) void
+ca__set_live(ca__arena *p, ca__block *b, bool live) {
+  if (live)
+    ca__live_add(&p->live, b);
+  else
+    ca__live_remove(&p->live, b);
+  ca__where_mark(p, b, live);
+}
+
 static unsigned ca__top_bit(uint64_t x) { return 63u - (unsigned)__builtin_clzll(x); }
 
 /* The start of the live block of s at or below addr nearest to it, by its

@@ -10,7 +10,9 @@
 # an H200 (tests/bench/traces, see
 # tests/bench/trace_alloc.c), replayed by bench_replay, with plain and with
 # expandable segments, and on one named stream as through the allocator slot
-# (safe+stream: the lanes). Both repeat exactly. Last, what the range check
+# (safe+stream: the lanes), and the least any placement that 2 MiB-aligned
+# blocks over 1 MiB, as the driver does, could reserve for the same trace.
+# Both repeat exactly. Last, what the range check
 # of a small async memset or copy costs (bench_copies against the mock
 # driver, whose own call is cheap: plain, hooks only with enabled:0, hooks
 # and checks; wall time, so it varies a little run to run),
@@ -76,6 +78,9 @@ for trace in tests/bench/traces/*.trace.gz; do
     sed -n 's/^bench_replay: peak requested \([0-9.]*\) GiB.*reserved \([0-9.]*\) GiB.*/held \1 GiB, reserved \2 GiB/p' <<<"$replay" | tr -d '\n'
     sed -n 's/^bench_replay: overhead \([0-9.]*%\).*/ (+\1)/p' <<<"$replay"
   done
+  # The same for any placement: it depends on the trace alone.
+  printf '%-16s %-20s %s\n' "$(basename "$trace" .trace.gz)" "driver's alignment" \
+    "$(sed -n 's/^bench_replay: blocks over 1 MiB .* at least \([0-9.]*\) GiB.*/reserved at least \1 GiB, by any placement/p' <<<"$replay")"
 done
 
 echo

@@ -20,11 +20,14 @@
  * Prints the peaks of the bytes the program held (requested), the pool's
  * blocks (allocated) and the pool's segments (reserved), the overhead
  * (reserved over requested, at their peaks), and the driver calls the pool
- * made: segments reserved and released, markers made and waited for; then
+ * made: segments reserved and released, markers made and waited for; the
+ * least any placement could reserve that started every block over 1 MiB
+ * on a 2 MiB boundary, as the driver does (docs/COMPATIBILITY.md); then
  * the segments reserved and released in each sixth of the trace (the
  * recorded traces hold six training steps, so a sixth is about a step: a
  * steady loop should make none after the first one or two).
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +40,7 @@
 #define MAP_SIZE (1u << MAP_BITS)
 
 typedef struct map_entry {
-  uint64_t from, to;
+  uint64_t from, to, size;
 } map_entry;
 
 static map_entry map[MAP_SIZE];
@@ -115,6 +118,33 @@ static trace_op *read_trace(FILE *in, size_t *count) {
   return ops_read;
 }
 
+/* The least reserved memory that any placement starting every block over
+ * DRIVER_ALIGN_FROM on a DRIVER_ALIGN boundary (the driver's alignment,
+ * driver_facts.txt) needs at the trace's worst moment, whatever it packs:
+ * such a block takes its whole 2 MiB granules, as segments are made of
+ * them, and only requests up to 1 MiB can use the tail of its last one
+ * (no other aligned block starts before the next boundary). */
+#define DRIVER_ALIGN_FROM (1u << 20)
+#define DRIVER_ALIGN (2u << 20)
+
+static struct {
+  uint64_t aligned, tails, unaligned, worst;
+} floor_;
+
+/* Counts a block of `size` bytes made (live) or freed. */
+static void floor_count(uint64_t size, bool live) {
+  uint64_t granules = (size + DRIVER_ALIGN - 1) / DRIVER_ALIGN * DRIVER_ALIGN;
+  if (size > DRIVER_ALIGN_FROM) {
+    floor_.aligned = live ? floor_.aligned + granules : floor_.aligned - granules;
+    floor_.tails = live ? floor_.tails + (granules - size) : floor_.tails - (granules - size);
+  } else {
+    floor_.unaligned = live ? floor_.unaligned + size : floor_.unaligned - size;
+  }
+  uint64_t rest = floor_.unaligned > floor_.tails ? floor_.unaligned - floor_.tails : 0;
+  if (floor_.aligned + rest > floor_.worst)
+    floor_.worst = floor_.aligned + rest;
+}
+
 /* +stream: the stream every request and free names (0: none). */
 static uint64_t stream;
 
@@ -127,10 +157,13 @@ static void replay_op(ca_pool *pool, const trace_op *op) {
                 : ca_pool_alloc(pool, op->size, 0, &e->to)) != 0)
       die("the pool failed an allocation");
     e->from = op->addr;
+    e->size = (op->size + CA_GRANULE - 1) / CA_GRANULE * CA_GRANULE;
+    floor_count(e->size, true);
   } else {
     if (e->from == 0 || !(stream ? ca_pool_free_on(pool, e->to, stream, NULL)
                                  : ca_pool_free(pool, e->to, NULL)))
       die("a free of an address not allocated");
+    floor_count(e->size, false);
     map_remove(e);
   }
 }
@@ -209,6 +242,10 @@ int main(int argc, char **argv) {
   printf("bench_replay: overhead %.1f%% (reserved over requested, at peaks)\n",
          100.0 * ((double)s.reserved_bytes.peak / (double)s.requested_bytes.peak -
                   1.0));
+  printf("bench_replay: blocks over 1 MiB on 2 MiB boundaries, as the "
+         "driver places them, would need at least %.3f GiB reserved "
+         "(any placement)\n",
+         gib(floor_.worst));
   printf("bench_replay: driver calls: %d segments reserved, %d released; "
          "%d ranges reserved, %d maps, %d unmaps; "
          "%d markers made, %d waited for; %d fences\n",

@@ -82,6 +82,16 @@ CUDALLOC_API uint64_t cudalloc_empty_cache(void);
 CUDALLOC_API int cudalloc_get_stats(int device, cudalloc_device_stats *out,
                                     size_t out_size);
 
+/* The same figures as one JSON object, for callers that cannot use the
+ * struct (Python, scripts): every field by its name, byte and block counts
+ * as {"current":..,"peak":..,"total":..}, the object the summary's JSON
+ * holds. Writes at most `len` bytes of `buf`, NUL included, as snprintf
+ * does, and sets *needed (when not NULL) to the whole object's length plus
+ * its NUL: a caller whose buffer was short calls again with that many.
+ * Returns what cudalloc_get_stats returns (-1: the object holds zeros). */
+CUDALLOC_API int cudalloc_get_stats_json(int device, char *buf, size_t len,
+                                         size_t *needed);
+
 /* Starts every peak of `device`'s statistics (every device's for -1) again
  * from its current figure, as PyTorch's reset_peak_memory_stats does. */
 CUDALLOC_API void cudalloc_reset_peak_stats(int device);

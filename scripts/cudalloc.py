@@ -33,47 +33,12 @@ Standard library only; Python 3.6 and later.
 """
 
 import ctypes
+import json
 import os
 import sys
 
 __all__ = ["loaded", "version", "stats", "report", "print_stats", "mark",
-           "empty_cache", "reset_peak_stats", "library_path", "torch", "cupy",
-           "CudallocDeviceStats"]
-
-
-class CudallocStat(ctypes.Structure):
-    """cudalloc_stat: one quantity now, at its highest, and summed."""
-    _fields_ = [
-        ("current", ctypes.c_uint64),
-        ("peak", ctypes.c_uint64),
-        ("total", ctypes.c_uint64),
-    ]
-
-
-class CudallocDeviceStats(ctypes.Structure):
-    """cudalloc_device_stats, field by field (ctypes applies C's alignment:
-    4 bytes of padding after the leading int). A test in every CI run
-    (stats_layout) holds its size and offsets to the C compiler's."""
-    _fields_ = [
-        ("device", ctypes.c_int),
-        ("requested_bytes", CudallocStat),
-        ("allocated_bytes", CudallocStat),
-        ("reserved_bytes", CudallocStat),
-        ("blocks", CudallocStat),
-        ("segments", CudallocStat),
-        ("allocs", ctypes.c_uint64),
-        ("frees", ctypes.c_uint64),
-        ("cache_hits", ctypes.c_uint64),
-        ("backend_allocs", ctypes.c_uint64),
-        ("backend_frees", ctypes.c_uint64),
-        ("oom_retries", ctypes.c_uint64),
-        ("gc_segments_released", ctypes.c_uint64),
-        ("failed_allocs", ctypes.c_uint64),
-        ("free_cached_bytes", ctypes.c_uint64),
-        ("pending_free_bytes", ctypes.c_uint64),
-        ("largest_free_block", ctypes.c_uint64),
-        ("fragmentation", ctypes.c_double),
-    ]
+           "empty_cache", "reset_peak_stats", "library_path", "torch", "cupy"]
 
 
 # The library as loaded for a framework's slot (RTLD_LOCAL, as the
@@ -375,18 +340,22 @@ def version():
 def stats(device=0):
     """Device `device`'s pool statistics as a dict (byte and block counts as
     {"current", "peak", "total"} dicts), with "rc" 0 when the device has a
-    pool and -1 when it has none yet; None when the library is not loaded."""
-    fn = _function("cudalloc_get_stats", ctypes.c_int,
-                   [ctypes.c_int, ctypes.POINTER(CudallocDeviceStats), ctypes.c_size_t])
+    pool and -1 when it has none yet; None when the library is not loaded.
+    The library writes them as JSON (cudalloc_get_stats_json), so this
+    module holds no copy of the C struct's layout."""
+    fn = _function("cudalloc_get_stats_json", ctypes.c_int,
+                   [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t,
+                    ctypes.POINTER(ctypes.c_size_t)])
     if fn is None:
         return None
-    s = CudallocDeviceStats()
-    out = {"rc": fn(device, ctypes.byref(s), ctypes.sizeof(s))}
-    for name, ctype in CudallocDeviceStats._fields_:
-        value = getattr(s, name)
-        if ctype is CudallocStat:
-            value = {"current": value.current, "peak": value.peak, "total": value.total}
-        out[name] = value
+    needed = ctypes.c_size_t(2048)
+    while True:
+        buf = ctypes.create_string_buffer(needed.value)
+        rc = fn(device, buf, len(buf), ctypes.byref(needed))
+        if needed.value <= len(buf):
+            break
+    out = {"rc": rc}
+    out.update(json.loads(buf.value.decode()))
     return out
 
 

@@ -10,6 +10,7 @@
 #include "lifecycle.h"
 #include "registry.h"
 #include "sites.h"
+#include "stats.h"
 
 #define CA__STR2(x) #x
 #define CA__STR(x) CA__STR2(x)
@@ -37,6 +38,16 @@ int cudalloc_get_stats(int device, cudalloc_device_stats *out,
     memcpy(out, &s, out_size < sizeof(s) ? out_size : sizeof(s));
   }
   return known ? 0 : -1;
+}
+
+int cudalloc_get_stats_json(int device, char *buf, size_t len,
+                            size_t *needed) {
+  cudalloc_device_stats s;
+  int rc = cudalloc_get_stats(device, &s, sizeof(s));
+  size_t n = ca_stats_json(&s, buf, buf ? len : 0);
+  if (needed)
+    *needed = n + 1;
+  return rc;
 }
 
 void cudalloc_reset_peak_stats(int device) { ca_registry_reset_peaks(device); }

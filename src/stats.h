@@ -1,8 +1,8 @@
 /*
  * The fields of cudalloc_device_stats (include/cudalloc.h), listed once:
- * adding up the pools of a device (pool/entry.c), the JSON summary and
- * the rows of the text summary (report/summary.c) are generated from these
- * lists, and a compile-time check below fails when the struct gains a
+ * adding up the pools of a device (pool/entry.c), the JSON object of the
+ * summary and of cudalloc_get_stats_json (stats.c) and the rows of the text
+ * summary (report/summary.c) are generated from these lists, and a compile-time check below fails when the struct gains a
  * field the lists lack.
  *
  * CA_STATS_TRIPLES(X): cudalloc_stat fields, X(field, row, bytes): `row` is
@@ -57,5 +57,13 @@ _Static_assert(offsetof(cudalloc_device_stats, requested_bytes) ==
                "cudalloc_device_stats and the lists of stats.h disagree");
 #undef CA__STATS_SIZE_T
 #undef CA__STATS_SIZE_U
+
+/* Writes `s` as one JSON object, every field by its name in the struct, in
+ * the struct's order (byte and block counts as {"current","peak","total"}),
+ * into buf: at most len bytes, NUL included, as snprintf. Returns the
+ * object's whole length, NUL excluded: all of it is in buf when below len.
+ * An object never takes more than CA_STATS_JSON_MAX bytes. */
+#define CA_STATS_JSON_MAX 2048
+size_t ca_stats_json(const cudalloc_device_stats *s, char *buf, size_t len);
 
 #endif /* CA_STATS_H */

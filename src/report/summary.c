@@ -48,23 +48,9 @@ static void ca__stats_text(const cudalloc_device_stats *s) {
          free_b, largest, 100.0 * s->fragmentation, pending);
 }
 
-static void ca__json_stat(ca__out *o, const char *name, const cudalloc_stat *s,
-                          bool comma) {
-  ca__printf(o,
-             "\"%s\":{\"current\":%" PRIu64 ",\"peak\":%" PRIu64
-             ",\"total\":%" PRIu64 "}%s",
-             name, s->current, s->peak, s->total, comma ? "," : "");
-}
-
 /* Every field, by its name in the struct, in the struct's order. */
 static void ca__stats_json(ca__out *o, const cudalloc_device_stats *s) {
-  ca__printf(o, "{\"device\":%d,", s->device);
-#define CA__TRIPLE(field, row, bytes) ca__json_stat(o, #field, &s->field, true);
-#define CA__COUNT(field) ca__printf(o, "\"" #field "\":%" PRIu64 ",", s->field);
-  CA_STATS_TRIPLES(CA__TRIPLE)
-  CA_STATS_COUNTERS(CA__COUNT)
-  CA_STATS_LARGEST(CA__COUNT)
-#undef CA__TRIPLE
-#undef CA__COUNT
-  ca__printf(o, "\"fragmentation\":%.6f}", s->fragmentation);
+  char json[CA_STATS_JSON_MAX];
+  size_t n = ca_stats_json(s, json, sizeof(json));
+  ca__out_put(o, json, n < sizeof(json) ? n : sizeof(json) - 1);
 }

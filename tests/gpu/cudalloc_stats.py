@@ -5,25 +5,18 @@ Shared by the Python GPU checks (torch_cnn.py, cupy_check.py, jax_check.py,
 torch_ipc.py, cupy_ipc.py).
 Why: when the library is only preloaded, the Python program itself is the one
 place that can ask the pool what it served, the way any user program would:
-through scripts/cudalloc.py, the library's Python helper, whose ctypes
-mirror of cudalloc_device_stats (include/cudalloc.h) is used here. Fields
-the header adds at the end are harmless (the caller passes its own size); a
-field inserted or renamed in the header moves the ones after it, so a test
-(stats_layout, in every CI run) compares that layout with the C compiler's:
---c-layout prints a C program that prints the header's size and offsets of
-these fields (into FILE when one is given), --py-layout the same from
-ctypes, and --check-layout PROGRAM runs that program and compares the two.
+through scripts/cudalloc.py, the library's Python helper, which reads them
+as the library writes them (cudalloc_get_stats_json).
 
 Standard library only.
 """
 
-import ctypes
 import os
 import sys
 import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-from cudalloc import CudallocDeviceStats, stats as get_stats  # noqa: E402,F401
+from cudalloc import stats as get_stats  # noqa: E402
 
 
 def pooled_line(stats):
@@ -140,48 +133,3 @@ def check_main(name, doc, run):
     args = expect_parser(doc).parse_args()
     run_guarded(name, run)
     report_and_conclude(name, args.expect, min_allocs=100)
-
-
-def _layout_lines():
-    lines = ["size %d" % ctypes.sizeof(CudallocDeviceStats)]
-    for name, _ in CudallocDeviceStats._fields_:
-        lines.append("%s %d" % (name, getattr(CudallocDeviceStats, name).offset))
-    return lines
-
-
-def _c_layout_program():
-    fields = "".join("  F(%s);\n" % name
-                     for name, _ in CudallocDeviceStats._fields_)
-    return ('#include <stddef.h>\n#include <stdio.h>\n#include "cudalloc.h"\n'
-            '#define F(f) printf("%s %zu\\n", #f, '
-            'offsetof(cudalloc_device_stats, f))\n'
-            'int main(void) {\n'
-            '  printf("size %zu\\n", sizeof(cudalloc_device_stats));\n'
-            + fields + '  return 0;\n}\n')
-
-
-def _check_layout(program):
-    """0 when the C program built from --c-layout prints this mirror's layout."""
-    import subprocess
-    c_lines = subprocess.run([program], capture_output=True, text=True,
-                             check=True).stdout.splitlines()
-    py_lines = _layout_lines()
-    if c_lines != py_lines:
-        import difflib
-        print("FAIL stats_layout: the ctypes mirror differs from include/cudalloc.h")
-        print("\n".join(difflib.unified_diff(c_lines, py_lines, "C", "ctypes", lineterm="")))
-        return 1
-    print("PASS stats_layout: %s, %d offsets match" % (c_lines[0], len(c_lines) - 1))
-    return 0
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["--c-layout"] and len(sys.argv) <= 3:
-        with open(sys.argv[2], "w") if len(sys.argv) == 3 else sys.stdout as f:
-            f.write(_c_layout_program())
-    elif sys.argv[1:] == ["--py-layout"]:
-        print("\n".join(_layout_lines()))
-    elif len(sys.argv) == 3 and sys.argv[1] == "--check-layout":
-        sys.exit(_check_layout(sys.argv[2]))
-    else:
-        sys.exit("usage: cudalloc_stats.py --c-layout [FILE] | --py-layout | --check-layout PROGRAM")

@@ -365,6 +365,32 @@ static void every_statistic_is_printed(void **state) {
   free(text);
 }
 
+/* The statistics' JSON object (cudalloc_get_stats_json) is cut as snprintf
+ * cuts, always says its whole length, and fits CA_STATS_JSON_MAX at the
+ * largest figures. */
+static void stats_json_is_cut_as_snprintf_cuts(void **state) {
+  (void)state;
+  cudalloc_device_stats s;
+  memset(&s, 0xff, sizeof(s));
+  s.device = -1;
+  s.fragmentation = -1.0;
+  char whole[CA_STATS_JSON_MAX];
+  size_t n = ca_stats_json(&s, whole, sizeof(whole));
+  assert_true(n < sizeof(whole));
+  assert_int_equal(strlen(whole), n);
+  assert_int_equal(ca_stats_json(&s, NULL, 0), n);
+  size_t lens[] = {1, 2, 40, n, n + 1};
+  for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+    char cut[CA_STATS_JSON_MAX];
+    memset(cut, 'x', sizeof(cut));
+    assert_int_equal(ca_stats_json(&s, cut, lens[i]), n);
+    size_t kept = lens[i] - 1 < n ? lens[i] - 1 : n;
+    assert_int_equal(strlen(cut), kept);
+    assert_memory_equal(cut, whole, kept);
+    assert_int_equal(cut[lens[i]], 'x'); /* nothing past len */
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(stacks_are_interned),
@@ -378,6 +404,7 @@ int main(void) {
       cmocka_unit_test(nothing_left_after_suppressions),
       cmocka_unit_test(stats_before_leaks),
       cmocka_unit_test(every_statistic_is_printed),
+      cmocka_unit_test(stats_json_is_cut_as_snprintf_cuts),
   };
   return cmocka_run_group_tests(tests, capture_log, release_log);
 }

@@ -12,7 +12,9 @@
 # expandable segments, and on one named stream as through the allocator slot
 # (safe+stream: the lanes), and the least any placement that 2 MiB-aligned
 # blocks over 1 MiB, as the driver does, could reserve for the same trace.
-# Both repeat exactly. Last, what the range check
+# Both repeat exactly. Then the instructions the library adds to a cached
+# cuMemAlloc and cuMemFree through its hooks (bench_hooks over the mock
+# driver; exact too). Last, what the range check
 # of a small async memset or copy costs (bench_copies against the mock
 # driver, whose own call is cheap: plain, hooks only with enabled:0, hooks
 # and checks; wall time, so it varies a little run to run),
@@ -25,7 +27,7 @@ cd "$root"
 ca_ensure_deps valgrind
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build --target bench_pool bench_replay bench_sites bench_copies cudalloc mockcuda -j "$(nproc)" >/dev/null
+cmake --build build --target bench_pool bench_replay bench_sites bench_copies bench_hooks cudalloc mockcuda -j "$(nproc)" >/dev/null
 bench=build/tests/bench/bench_pool
 
 echo "== wall time (1,000,000 operations each)"
@@ -81,6 +83,24 @@ for trace in tests/bench/traces/*.trace.gz; do
   # The same for any placement: it depends on the trace alone.
   printf '%-16s %-20s %s\n' "$(basename "$trace" .trace.gz)" "driver's alignment" \
     "$(sed -n 's/^bench_replay: blocks over 1 MiB .* at least \([0-9.]*\) GiB.*/reserved at least \1 GiB, by any placement/p' <<<"$replay")"
+done
+
+echo
+echo "== what the library adds to a cached cuMemAlloc and cuMemFree (callgrind, bench_hooks over the mock driver)"
+# Counted inside the library's cuMemAlloc_v2 and cuMemFree_v2, callees
+# included (the mock's own functions of those names excluded: callgrind
+# toggles off inside them), so the driver calls the library makes (the
+# current context) count; valgrind cannot map the mock's default 64 GiB of
+# addresses, hence MOCKCUDA_SPAN_MB.
+mock_dir="$(dirname "$(find build/tests/mockcuda -name 'libcuda.so.1' | head -1)")"
+for conf in reuse_policy:immediate enabled:0; do
+  for fn in cuMemAlloc_v2 cuMemFree_v2; do
+    total=$(MOCKCUDA_SPAN_MB=8192 LD_LIBRARY_PATH="$mock_dir" LD_PRELOAD="$root/build/libcudalloc.so" \
+      CUDALLOC_CONF="$conf" valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+      --toggle-collect="$fn" build/tests/bench/bench_hooks 100000 2>&1 | sed -n 's/.*Collected : *//p')
+    printf '%-22s %-14s %s instructions per call\n' "$conf" "$fn" \
+      "$(awk -v t="$total" 'BEGIN { printf "%.0f", t / 100000 }')"
+  done
 done
 
 echo

@@ -434,8 +434,9 @@ CUresult cuInit(unsigned int flags) {
     /* Address space to place allocations in: several times the capacity so
      * that first fit never runs out for want of addresses alone. Reserved
      * PROT_NONE, so no host object can live there and a host access faults. */
-    uint64_t span = mock_round_up(g_capacity * 16 > (64ull << 30) ? g_capacity * 16 : (64ull << 30),
-                                  MOCK_LARGE);
+    uint64_t span = g_capacity * 16 > (64ull << 30) ? g_capacity * 16 : (64ull << 30);
+    span = (uint64_t)mock_env_long("MOCKCUDA_SPAN_MB", (long)(span >> 20), 1, 1L << 30) << 20;
+    span = mock_round_up(span, MOCK_LARGE);
     for (int d = 0; d < n && rc == CUDA_SUCCESS; d++) {
       void *p = mmap(NULL, span + MOCK_LARGE, PROT_NONE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);

@@ -22,7 +22,9 @@
  * MOCKCUDA_VERBOSE=1 (one line per call on stderr; silent otherwise),
  * MOCKCUDA_EVENT_DELAY (as mockcuda_set_event_delay, from cuInit on),
  * MOCKCUDA_VMM=0 (cuMemAddressReserve refuses: a driver without the
- * virtual-memory API).
+ * virtual-memory API), MOCKCUDA_SPAN_MB (the addresses reserved per device
+ * to place allocations in; default 16 times the capacity, at least 64 GiB:
+ * valgrind maps less, so the callgrind counts run with less).
  */
 #ifndef MOCKCUDA_H
 #define MOCKCUDA_H

@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -582,22 +583,24 @@ static const char *ca__env(const char *name) {
   return NULL;
 }
 
-static ca_config ca__config;
+ca_config ca_config_settings;
+atomic_bool ca_config_ready; /* ca_config_settings is read */
 static pthread_once_t ca__config_once = PTHREAD_ONCE_INIT;
 
-static void ca__config_load(void) {
-  ca_config_defaults(&ca__config);
-  ca_config_parse(&ca__config, ca__env(CA__ENV_NAME));
+static void ca__config_read(void) {
+  ca_config_defaults(&ca_config_settings);
+  ca_config_parse(&ca_config_settings, ca__env(CA__ENV_NAME));
   /* Complaints about the settings themselves went to stderr: the log file
    * could not be known before they were read. */
-  ca_log_set_path(ca__config.log_path);
-  if (ca__config.help)
+  ca_log_set_path(ca_config_settings.log_path);
+  if (ca_config_settings.help)
     ca_config_print_help();
+  atomic_store_explicit(&ca_config_ready, true, memory_order_release);
 }
 
-const ca_config *ca_config_get(void) {
-  pthread_once(&ca__config_once, ca__config_load);
-  return &ca__config;
+const ca_config *ca_config_load(void) {
+  pthread_once(&ca__config_once, ca__config_read);
+  return &ca_config_settings;
 }
 
 /* Set, the settings are read as the library loads, so that help:1 and a

@@ -13,6 +13,7 @@
 #ifndef CA_CONFIG_H
 #define CA_CONFIG_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -69,8 +70,17 @@ int ca_config_parse(ca_config *c, const char *text);
 
 /* The process's settings, read from CUDALLOC_CONF in environ once
  * (thread-safe): as the library loads when the variable is set, else on
- * first use. Prints the help table when help:1 is set. */
-const ca_config *ca_config_get(void);
+ * first use. Prints the help table when help:1 is set. The hooks ask at
+ * every call: once read, the answer is a load, inlined. */
+extern ca_config ca_config_settings;
+extern atomic_bool ca_config_ready;
+const ca_config *ca_config_load(void);
+static inline const ca_config *ca_config_get(void) {
+  if (__builtin_expect(
+          atomic_load_explicit(&ca_config_ready, memory_order_acquire), 1))
+    return &ca_config_settings;
+  return ca_config_load();
+}
 
 /* Prints every key, its default and its meaning, one per line. */
 void ca_config_print_help(void);

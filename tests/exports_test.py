@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """exports_test.py LIBRARY SRC_DIR INCLUDE_DIR: libcudalloc.so's exported
-ABI is exactly the hooked driver functions (src/driver_api.h), dlsym, and
+ABI is exactly the hooked driver functions (src/driver/driver_api.h), dlsym, and
 the public API (include/cudalloc.h): nothing meant for tests, nothing left
 over. Reads the dynamic symbol table with nm. Prints one PASS or FAIL line.
 """
@@ -11,7 +11,7 @@ import sys
 
 def main(argv):
     lib, src, inc = argv[1], argv[2], argv[3]
-    api = open(f"{src}/driver_api.h", encoding="utf-8").read()
+    api = open(f"{src}/driver/driver_api.h", encoding="utf-8").read()
     hooked_list = api[api.index("#define CA_DRIVER_HOOKED"):api.index("#define CA_DRIVER_USED")]
     want = set(re.findall(r"X\((cu\w+),", hooked_list)) | {"dlsym"}
     header = open(f"{inc}/cudalloc.h", encoding="utf-8").read()

@@ -1,24 +1,30 @@
 #!/usr/bin/env python3
-"""layers_test.py SRC_DIR: the library's structure, checked from its source.
+"""layers_test.py SRC_DIR [ARCHITECTURE_MD]: the library's structure, checked
+from its source.
 
-docs/ARCHITECTURE.md draws the layers: the program reaches the hooks, the
-hooks the policy, the policy the registry, the registry the pool, the pool
-its backend, the backend the driver. Side modules (settings, output, locks,
-the stack depot, the report, ...) are called from anywhere and call only
-other side modules. This test reads every file of SRC_DIR and checks:
+docs/ARCHITECTURE.md draws the layers, and src/ holds one folder per layer:
+the program reaches hooks/, hooks/ the policy/, the policy the registry/,
+the registry the pool/, the pool its backend/, the backend the driver/.
+Beside them, folders of side modules (support/, leaks/, timeline/, and the
+folders of one module each: unwind/, symbolize/, pyframes/, report/, top/)
+are called from anywhere and call only each other. This test reads every
+file of SRC_DIR and checks:
 
-  1. every module (a .c and its .h share a name; a folder of src/ is one
-     module)
-     is placed below, in a layer or among the side modules;
-  2. every #include "..." goes down the layers (to a module of a lower
-     rank) or to a side module, and a side module includes only side
-     modules: so there is no cycle;
-  3. only dl.c and hooks.c call dlsym (every other look-up must not meet
-     the library's own exported dlsym: dl.h);
-  4. no file-static function name is defined in two files (a reader
+  1. every file lies in a folder named below (at most LOOSE_MAX files lie
+     loose in src/), every folder has a README.md that says what it owns
+     and what it may call, and the diagram of ARCHITECTURE.md names exactly
+     the folders there are;
+  2. every #include "folder/file.h" goes down the layers (to a folder of a
+     lower rank), into the file's own folder, or into a side folder; a side
+     folder includes only side folders;
+  3. no include cycle between modules (a .c and its .h are one module; a
+     folder whose main file includes its other .c files is one module);
+  4. only support/dl.c and hooks/hooks.c call dlsym (every other look-up
+     must not meet the library's own exported dlsym: dl.h);
+  5. no file-static function name is defined in two files (a reader
      meeting ca__find should know which one is meant);
-  5. only meta.c calls pthread_create: every thread of the library runs
-     on a stack of meta memory, which the leak scan leaves out (meta.h).
+  6. only support/meta.c calls pthread_create: every thread of the library
+     runs on a stack of meta memory, which the leak scan leaves out (meta.h).
 
 Prints one PASS line, or a FAIL line per problem; exit status 1 on failure.
 """
@@ -26,31 +32,15 @@ import os
 import re
 import sys
 
-# Rank by layer (tens) and within a layer (units): an include must go to a
-# strictly lower rank.
-LAYERED = {
-    "hooks": 50, "api": 50,                      # how the program reaches us
-    "slot": 44, "intercept": 43, "pointer": 42, "ranges": 42, "lifecycle": 42,  # the policy
-    "registry": 30,                              # pools per context
-    "pool": 20,                                  # CUDA-free
-    "backend_cuda": 14, "marks": 13, "streams": 12, "capture": 11,  # backend
-    "driver": 1, "driver_api": 0,                # the real driver
-}
-SIDE = {
-    "cudalloc", "backend", "budget", "config", "log", "lock", "lazy", "fork",
-    "dl", "grow", "stats", "track", "stacks", "unwind", "symbolize", "report",
-    "reader", "uthash", "sites", "recorded", "addrmap", "graphs", "pyframes", "depot", "meta", "reach", "publish", "trace",
-    "top",  # the cudalloc-top program: it reads publish.h, nothing else of ours
-}
-
-
-def module_of(path, src):
-    """A file's module: its folder under src/, or its name without the
-    extension (a .c and its .h are one module)."""
-    rel = os.path.relpath(path, src)
-    if os.sep in rel:
-        return rel.split(os.sep)[0]
-    return os.path.splitext(rel)[0]
+# Rank by layer: an include must go to a strictly lower rank, or stay in
+# its folder.
+LAYERS = {"hooks": 50, "policy": 40, "registry": 30, "pool": 20, "backend": 10, "driver": 0}
+SIDE = {"support", "leaks", "timeline", "unwind", "symbolize", "pyframes", "report", "top"}
+# Headers from outside src/: the public header and uthash.
+OUTSIDE = {"cudalloc.h", "uthash.h"}
+LOOSE_MAX = 3
+DLSYM_ALLOWED = {"support/dl.c", "hooks/hooks.c"}
+THREADS_ALLOWED = {"support/meta.c"}
 
 
 def sources(src):
@@ -69,37 +59,123 @@ def static_definitions(code):
             yield m.group(1)
 
 
+def one_unit_folders(texts):
+    """Folders compiled as one unit: a .c of theirs includes another .c."""
+    return {rel.split("/")[0] for rel, text in texts.items()
+            if "/" in rel and rel.endswith(".c")
+            and re.search(r'^#include "[^"]+\.c"', text, re.M)}
+
+
+def module(rel, units):
+    folder = rel.split("/")[0]
+    return folder if folder in units else os.path.splitext(rel)[0]
+
+
+def cycle(edges):
+    """One include cycle among the modules, as a list, or None."""
+    state, stack = {}, []
+
+    def visit(n):
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(edges.get(n, ())):
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in state:
+                found = visit(m)
+                if found:
+                    return found
+        state[n] = 2
+        stack.pop()
+        return None
+
+    for n in sorted(edges):
+        if n not in state:
+            found = visit(n)
+            if found:
+                return found
+    return None
+
+
+def diagram_folders(markdown):
+    """The folders the first drawing of ARCHITECTURE.md names."""
+    block = markdown.split("```", 2)[1]
+    return set(re.findall(r"(?<![\w.])([a-z_]+)/(?![\w.])", block))
+
+
+def check_folders(src, arch, problems):
+    folders = sorted(d for d in os.listdir(src) if os.path.isdir(os.path.join(src, d)))
+    loose = sorted(f for f in os.listdir(src) if os.path.isfile(os.path.join(src, f)))
+    if len(loose) > LOOSE_MAX:
+        problems.append(f"{len(loose)} files loose in src/ (at most {LOOSE_MAX}): {', '.join(loose)}")
+    for d in folders:
+        if d not in LAYERS and d not in SIDE:
+            problems.append(f"src/{d}/: in no layer and no side group (tests/layers_test.py)")
+        readme = os.path.join(src, d, "README.md")
+        if not os.path.exists(readme):
+            problems.append(f"src/{d}/: no README.md saying what it owns and may call")
+        elif "May call" not in open(readme, encoding="utf-8").read():
+            problems.append(f"src/{d}/README.md: does not say what it may call ('May call ...')")
+    if arch:
+        with open(arch, encoding="utf-8") as f:
+            drawn = diagram_folders(f.read())
+        if drawn != set(folders):
+            problems.append(f"the diagram of {os.path.basename(arch)} and src/ differ: "
+                            f"drawn only {sorted(drawn - set(folders))}, "
+                            f"in src/ only {sorted(set(folders) - drawn)}")
+    return folders
+
+
+def check_include(rel, inc, problems):
+    folder = rel.split("/")[0]
+    if inc in OUTSIDE:
+        return None
+    if "/" not in inc:
+        problems.append(f"{rel}: includes '{inc}' without its folder")
+        return None
+    target = inc.split("/")[0]
+    if target == folder:
+        return target
+    if target not in LAYERS and target not in SIDE:
+        problems.append(f"{rel}: includes '{inc}', in no layer")
+    elif folder in SIDE and target in LAYERS:
+        problems.append(f"{rel}: side folder '{folder}' includes '{inc}' of a layer")
+    elif folder in LAYERS and target in LAYERS and LAYERS[target] >= LAYERS[folder]:
+        problems.append(f"{rel}: '{folder}' (rank {LAYERS[folder]}) includes '{inc}' "
+                        f"(rank {LAYERS[target]}): not down the layers")
+    return target
+
+
 def main(argv):
-    src = argv[1] if len(argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "src")
+    here = os.path.dirname(os.path.abspath(__file__))
+    src = argv[1] if len(argv) > 1 else os.path.join(here, "..", "src")
+    arch = argv[2] if len(argv) > 2 else os.path.join(here, "..", "docs", "ARCHITECTURE.md")
     problems = []
-    statics = {}
+    folders = check_folders(src, arch if os.path.exists(arch) else None, problems)
+    texts = {}
     for path in sources(src):
-        mod = module_of(path, src)
-        rel = os.path.relpath(path, src)
-        if mod not in LAYERED and mod not in SIDE:
-            problems.append(f"{rel}: module '{mod}' is in no layer (tests/layers_test.py)")
-            continue
         with open(path, encoding="utf-8") as f:
-            text = f.read()
+            texts[os.path.relpath(path, src).replace(os.sep, "/")] = f.read()
+    units = one_unit_folders(texts)
+    edges, statics = {}, {}
+    for rel, text in texts.items():
+        mod = module(rel, units)
         for inc in re.findall(r'^#include "([^"]+)"', text, re.M):
-            target = inc.split("/")[0] if "/" in inc else os.path.splitext(inc)[0]
-            if target == mod:
-                continue
-            if target not in LAYERED and target not in SIDE:
-                problems.append(f"{rel}: includes '{inc}', in no layer")
-            elif mod in SIDE and target in LAYERED:
-                problems.append(f"{rel}: side module '{mod}' includes '{inc}' of a layer")
-            elif mod in LAYERED and target in LAYERED and LAYERED[target] >= LAYERED[mod]:
-                problems.append(f"{rel}: '{mod}' (rank {LAYERED[mod]}) includes '{inc}' "
-                                f"(rank {LAYERED[target]}): not down the layers")
+            if check_include(rel, inc, problems) is not None:
+                to = module(inc, units)
+                if to != mod:
+                    edges.setdefault(mod, set()).add(to)
         code = re.sub(r"/\*.*?\*/|//[^\n]*", "", text, flags=re.S)
-        if mod not in ("dl", "hooks") and re.search(r"(?<![\w.>])dlsym\s*\(", code):
-            problems.append(f"{rel}: calls dlsym (use ca_dl_sym, dl.h)")
-        if mod != "meta" and re.search(r"\bpthread_create\s*\(", code):
-            problems.append(f"{rel}: calls pthread_create (use ca_meta_thread, meta.h)")
-        if path.endswith(".c"):
+        if rel not in DLSYM_ALLOWED and re.search(r"(?<![\w.>])dlsym\s*\(", code):
+            problems.append(f"{rel}: calls dlsym (use ca_dl_sym, support/dl.h)")
+        if rel not in THREADS_ALLOWED and re.search(r"\bpthread_create\s*\(", code):
+            problems.append(f"{rel}: calls pthread_create (use ca_meta_thread, support/meta.h)")
+        if rel.endswith(".c"):
             for name in set(static_definitions(code)):
                 statics.setdefault(name, []).append(rel)
+    loop = cycle(edges)
+    if loop:
+        problems.append("include cycle: " + " -> ".join(loop))
     for name, files in sorted(statics.items()):
         if len(files) > 1:
             problems.append(f"static {name} is defined in {', '.join(sorted(files))}")
@@ -107,8 +183,11 @@ def main(argv):
         for p in problems:
             print(f"FAIL layers: {p}")
         return 1
-    print(f"PASS layers: every include goes down the layers or to a side module; "
-          f"dlsym only in dl.c and hooks.c; threads only from meta.c; {len(statics)} static names, each in one file")
+    print(f"PASS layers: {len(folders)} folders, each a layer or side group with its README "
+          f"and in the diagram; every include goes down the layers, within its folder or to "
+          f"a side folder; no include cycle among {len(set(edges) | {m for s in edges.values() for m in s})} "
+          f"modules; dlsym only in support/dl.c and hooks/hooks.c; threads only from "
+          f"support/meta.c; {len(statics)} static names, each in one file")
     return 0
 
 

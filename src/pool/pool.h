@@ -17,8 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "budget.h"
+#include "backend/backend.h"
+#include "support/budget.h"
 #include "cudalloc.h"
 
 /* Requests are rounded up to this many bytes. */

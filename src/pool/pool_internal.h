@@ -8,11 +8,11 @@
 
 #include "pool/pool.h"
 
-#include "fork.h"
-#include "grow.h"
-#include "lock.h"
-#include "meta.h"
-#include "stats.h"
+#include "support/fork.h"
+#include "support/grow.h"
+#include "support/lock.h"
+#include "support/meta.h"
+#include "support/stats.h"
 
 #include <limits.h>
 #include <pthread.h>

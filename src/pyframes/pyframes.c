@@ -12,12 +12,12 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "depot.h"
-#include "dl.h"
-#include "fork.h"
-#include "lazy.h"
-#include "lock.h"
-#include "stacks.h"
+#include "support/depot.h"
+#include "support/dl.h"
+#include "support/fork.h"
+#include "support/lazy.h"
+#include "support/lock.h"
+#include "leaks/stacks.h"
 
 #include "pyframes/abi.c"
 #include "pyframes/lines.c"

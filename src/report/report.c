@@ -29,11 +29,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "log.h"
+#include "support/config.h"
+#include "support/log.h"
 #include "pyframes/pyframes.h"
-#include "stacks.h"
-#include "stats.h"
+#include "leaks/stacks.h"
+#include "support/stats.h"
 #include "symbolize/symbolize.h"
 
 /* Allocation numbers listed per group without stacks, and in JSON. */

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "cudalloc.h"
-#include "sites.h"
+#include "leaks/sites.h"
 
 
 /* Why a report is printed. */

@@ -10,8 +10,8 @@
  */
 #include "symbolize/symbolize.h"
 
-#include "dl.h"
-#include "reader.h"
+#include "support/dl.h"
+#include "support/reader.h"
 
 #include <dlfcn.h>
 #include <elf.h>

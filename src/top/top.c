@@ -1,7 +1,7 @@
 /*
  * cudalloc-top: a live view of every process of this user running under
  * cudalloc on this machine, from the figures each publishes once a second
- * (src/publish.h: /dev/shm/cudalloc.<uid>.<pid>). Started by `cudalloc top`.
+ * (src/timeline/publish.h: /dev/shm/cudalloc.<uid>.<pid>). Started by `cudalloc top`.
  *
  *   cudalloc-top [--once] [--interval SECONDS] [--dir DIR]
  *
@@ -27,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "publish.h"
+#include "timeline/publish.h"
 
 #define CA__MAX_PROCS 256
 

@@ -21,9 +21,9 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "dl.h"
-#include "lazy.h"
-#include "reader.h"
+#include "support/dl.h"
+#include "support/lazy.h"
+#include "support/reader.h"
 
 /* Stack reads are checked against the thread's stack bounds by hand; a
  * sanitizer has nothing to add there, and a fake-stack or redzone check on a

@@ -1,7 +1,7 @@
 /*
  * bench_copies: what a small async copy and memset cost through the
  * driver API, where cudalloc checks every device range against the pooled
- * block it starts in (src/ranges.h). Run it plain, preloaded with
+ * block it starts in (src/policy/ranges.h). Run it plain, preloaded with
  * `enabled:0` (the hooks only) and preloaded (hooks and checks): the
  * difference is the check. The blocks are many and small (4,096 blocks of
  * 4 KiB, copies of 64 B into the middle of one of them, chosen at random),

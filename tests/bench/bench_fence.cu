@@ -3,7 +3,7 @@
  * their own, so that the fence's share of a pooled allocate+free pair (see
  * bench_latency) can be read layer by layer.
  *
- * A fence (src/backend_cuda.c) asks whether a capture is under way
+ * A fence (src/backend/backend_cuda.c) asks whether a capture is under way
  * (cuStreamIsCapturing on the legacy stream), records one event on the
  * legacy stream and, for each live non-blocking stream, records an event on
  * it, makes the legacy stream wait for that, and makes the stream wait for

@@ -1,6 +1,6 @@
 /*
  * bench_sites: what counting live bytes by allocation site costs
- * (src/sites.c), per allocate+free pair: 16 sites, one block live at each
+ * (src/leaks/sites.c), per allocate+free pair: 16 sites, one block live at each
  * at a time, as a loop that allocates from a few call sites does.
  *
  *   bench_sites [pairs] [growth]
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "sites.h"
+#include "leaks/sites.h"
 
 static double seconds(void) {
   struct timespec t;

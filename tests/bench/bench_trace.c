@@ -1,5 +1,5 @@
 /*
- * bench_trace: what recording the timeline (trace_path, src/trace.h) costs
+ * bench_trace: what recording the timeline (trace_path, src/timeline/trace.h) costs
  * an allocating thread: N allocate+free event pairs into the ring, drained
  * by this thread into a file after every 64 Ki events (so the ring never
  * fills), the drain timed apart. Prints ns per event on the allocation
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "trace.h"
+#include "timeline/trace.h"
 
 static double now_ns(void) {
   struct timespec ts;

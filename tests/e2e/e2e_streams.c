@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "mockcuda.h"
 
 typedef enum { PLAIN, POOLED, PASSTHROUGH } run_mode;

@@ -3,7 +3,7 @@
  * library's own objects plus this file), never by the shipped
  * libcudalloc.so.
  */
-#include "backend_cuda.h"
+#include "backend/backend_cuda.h"
 
 /* The CUDA backend, for tests/e2e/e2e_streams.c (found with dlsym in a
  * preloaded process): it makes markers on request and counts the mock's

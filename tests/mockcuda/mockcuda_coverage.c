@@ -1,6 +1,6 @@
 /*
  * mockcuda_coverage: the mock driver defines every driver function the
- * library hooks or calls, as listed once in src/driver_api.h, so that no
+ * library hooks or calls, as listed once in src/driver/driver_api.h, so that no
  * path of the library goes untested for want of a mock function. Two
  * names are left out on purpose (below). Preloaded (E2E_EXPECT=pooled),
  * it also checks that dlsym hands out the library's hook for every
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "driver_api.h"
+#include "driver/driver_api.h"
 
 typedef struct row {
   const char *name;

@@ -18,7 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 
 #define CA_FAKE_OOM 2 /* what CUDA calls CUDA_ERROR_OUT_OF_MEMORY */
 #define CA_FAKE_DEVICES 4

@@ -12,7 +12,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "support/log.h"
 
 static int log_fd = -1;
 static char log_text[256 * 1024];

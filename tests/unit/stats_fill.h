@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "stats.h"
+#include "support/stats.h"
 
 /* Gives the fields values from `first` up, 10 apart (a triple's current,
  * peak and total: v, v + 1, v + 2), in the lists' order. */

@@ -18,8 +18,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "log.h"
+#include "support/config.h"
+#include "support/log.h"
 
 #define MIB(n) ((uint64_t)(n) << 20)
 #define UNLIMITED UINT64_MAX

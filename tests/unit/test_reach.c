@@ -14,8 +14,8 @@
 
 #include <cmocka.h>
 
-#include "meta.h"
-#include "reach.h"
+#include "support/meta.h"
+#include "leaks/reach.h"
 
 static bool scanned(const char *line, uintptr_t *lo, uintptr_t *hi) {
   return ca_reach_mapping_scanned(line, line + strlen(line), lo, hi);

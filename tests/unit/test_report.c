@@ -19,10 +19,10 @@
 
 #include "log_capture.h"
 
-#include "config.h"
-#include "log.h"
+#include "support/config.h"
+#include "support/log.h"
 #include "report/report.h"
-#include "stacks.h"
+#include "leaks/stacks.h"
 #include "stats_fill.h"
 
 static int count_of(const char *text, const char *needle) {

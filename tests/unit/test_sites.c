@@ -1,5 +1,5 @@
 /*
- * Live memory by allocation site (src/sites.c): the peak and who held it,
+ * Live memory by allocation site (src/leaks/sites.c): the peak and who held it,
  * and the growth report, which must name a site that grows every
  * iteration even when everything is freed at the end, and must stay quiet
  * about a loop whose memory is steady.
@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "sites.h"
+#include "leaks/sites.h"
 
 #define MiB (1024u * 1024u)
 

@@ -1,0 +1,606 @@
+/*
+ * The policy behind each handled driver call (see intercept.h).
+ *
+ * The real functions are reached through the backend's table (ca_driver());
+ * this file decides only whether to call them, and what to record.
+ */
+#include "policy/intercept.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "backend/backend_cuda.h"
+#include "backend/capture.h"
+#include "support/config.h"
+#include "driver/driver.h"
+#include "cudalloc.h"
+#include "policy/lifecycle.h"
+#include "support/log.h"
+#include "policy/pointer.h"
+#include "pool/pool.h"
+#include "pyframes/pyframes.h"
+#include "registry/registry.h"
+#include "leaks/sites.h"
+#include "leaks/stacks.h"
+#include "backend/streams.h"
+#include "timeline/trace.h"
+#include "leaks/track.h"
+#include "unwind/unwind.h"
+
+bool ca_intercept_enabled(void) { return ca_config_get()->enabled; }
+
+/* The current context and its device, or NULL and -1: tracking wants a
+ * best guess, and a failed query must not change the program's result. */
+static int ca__where(CUcontext *ctx) {
+  int device = -1;
+  *ctx = NULL;
+  if (ca_driver_current(&device, ctx) != CUDA_SUCCESS)
+    return -1;
+  return device;
+}
+
+/* The stack id of the allocation being served, when backtrace_depth asks
+ * for stacks: the frames from the program's call inwards to the first one
+ * outside this library, with the Python frames of a Python thread merged
+ * in (as many again as backtrace_depth). */
+static int ca__stack_depth(const ca_config *cfg) {
+  return cfg->backtrace_depth > 0 ? cfg->backtrace_depth
+         : cfg->growth_report     ? CA_SITES_DEPTH
+                                  : 0;
+}
+
+static uint32_t ca__stack_here(void) {
+  const ca_config *cfg = ca_config_get();
+  int depth = ca__stack_depth(cfg);
+  if (depth == 0)
+    return 0;
+  uintptr_t pcs[CA_STACK_MAX_FRAMES];
+  size_t n = ca_unwind_outside_self(pcs, (size_t)depth);
+  if (cfg->python_frames)
+    n = ca_pyframes_merge(pcs, n, CA_STACK_MAX_FRAMES, (size_t)depth);
+  return ca_stacks_intern(pcs, n);
+}
+
+/* Every pool of `device` (one per context) gives back what it caches,
+ * waiting for its pending frees first, so that an allocation the driver or
+ * the limit refused can be tried once more. Returns whether anything was
+ * given back; an unknown device (-1) has no pool of its own to empty. */
+bool ca_intercept_make_room(int device) {
+  if (device < 0)
+    return false;
+  ca_pool *pools[CA_REGISTRY_MAX_POOLS];
+  size_t n = ca_registry_pools(device, pools, CA_REGISTRY_MAX_POOLS);
+  uint64_t given_back = 0;
+  for (size_t i = 0; i < n; i++)
+    given_back += ca_pool_empty_cache(pools[i]);
+  return given_back > 0;
+}
+
+/* Books `size` bytes of passed-through memory in `device`'s budget before
+ * the driver is asked for them, giving back the pools' cache there if that
+ * makes the room. An unknown device (-1) has no budget to book in. */
+static bool ca__book_passed(int device, uint64_t size) {
+  ca_budget *b = ca_registry_budget(device);
+  return b == NULL || ca_budget_book(b, size) ||
+         (ca_intercept_make_room(device) && ca_budget_book(b, size));
+}
+
+/* Records a passed-through allocation, booked already, for the report. The
+ * driver gave out its address just now, so if a pooled segment still held
+ * it, that segment was freed behind the library's back (the pool stops
+ * using it); an entry still live at the key was freed by a path we do not
+ * see, and its booking ends. */
+static void ca__track(ca_track_kind kind, uint64_t key, uint64_t size,
+                      int device, CUcontext ctx) {
+  ca_tracked gone;
+  if (kind != CA_TRACK_VMM)
+    ca_registry_lost(key);
+  uint32_t stack = ca__stack_here();
+  if (ca_track_add(kind, key, size, device, ctx, stack, &gone))
+    ca_registry_unbook(gone.device, gone.size);
+  ca_budget *b = ca_registry_budget(device);
+  if (b)
+    ca_budget_served(b);
+  ca_lifecycle_device_used();
+  ca_trace_alloc(device, key, size, stack);
+}
+
+/* Frees a passed-through allocation with `call`. Its record leaves the
+ * table first: once freed, the driver may hand the address out again at
+ * once, to another thread, whose record must not be taken for this one.
+ * Its booking ends only after the free, so that no allocation takes the
+ * room while the memory is still held. A failed free puts the record
+ * back. Where the library is off, nothing was recorded. */
+#define CA__FREE_TRACKED(vmm, key, call)                                       \
+  ({                                                                           \
+    ca_tracked t_;                                                             \
+    bool had_ = ca_intercept_enabled() &&                                      \
+                ((vmm) ? ca_track_forget_handle((key), &t_)                    \
+                       : ca_track_forget_addr((key), &t_));                    \
+    CUresult r_ = (call);                                                      \
+    if (had_ && r_ == CUDA_SUCCESS) {                                          \
+      ca_registry_unbook(t_.device, t_.size);                                  \
+      ca_trace_free(t_.device, (key), t_.size);                                \
+    } else if (had_)                                                           \
+      ca_track_restore(&t_);                                                   \
+    r_;                                                                        \
+  })
+
+/* With verbose, the one line that says why an allocation failed. */
+static void ca__say_out_of_memory(ca_pool *pool, uint64_t size) {
+  if (ca_config_get()->verbose < 1)
+    return;
+  cudalloc_device_stats s;
+  ca_pool_get_stats(pool, &s);
+  char req[32];
+  ca_held_text t;
+  ca_format_bytes(req, sizeof(req), size);
+  ca_intercept_held_text(&s, &t);
+  ca_log("out of memory on device %d: requested %s; in use %s, cached %s, "
+         "largest free block %s, limit %s, fragmentation %.1f%%",
+         s.device, req, t.used, t.cached, t.largest, t.limit,
+         100.0 * s.fragmentation);
+}
+
+void ca_intercept_held_text(const cudalloc_device_stats *s, ca_held_text *t) {
+  uint64_t limit = ca_config_get()->memory_limit;
+  ca_format_bytes(t->used, sizeof(t->used), s->allocated_bytes.current);
+  ca_format_bytes(t->cached, sizeof(t->cached),
+                  s->free_cached_bytes + s->pending_free_bytes);
+  ca_format_bytes(t->largest, sizeof(t->largest), s->largest_free_block);
+  if (limit)
+    ca_format_bytes(t->limit, sizeof(t->limit), limit);
+  else
+    snprintf(t->limit, sizeof(t->limit), "none");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Pooled                                                                    */
+
+/* One request of the pool, on *stream when `stream` is not NULL. */
+static int ca__ask_pool(ca_pool *pool, uint64_t size, uint32_t stack,
+                        const uint64_t *stream, uint64_t *addr) {
+  return stream ? ca_pool_alloc_on(pool, size, stack, *stream, addr)
+                : ca_pool_alloc(pool, size, stack, addr);
+}
+
+/* Serves `size` bytes from `pool`, on *stream when `stream` is not NULL
+ * (stream-ordered reuse: the frameworks' allocator slots). */
+CUresult ca_intercept_pooled(ca_pool *pool, size_t size,
+                             const uint64_t *stream, CUdeviceptr *dptr) {
+  uint64_t addr = 0;
+  uint32_t stack = ca__stack_here();
+  int status = ca__ask_pool(pool, (uint64_t)size, stack, stream, &addr);
+  /* The pool gave back its own cache before failing; under a limit, the
+   * device's other pools may hold the room. */
+  if (status == CUDA_ERROR_OUT_OF_MEMORY && ca_config_get()->memory_limit &&
+      ca_intercept_make_room(ca_pool_device(pool)))
+    status = ca__ask_pool(pool, (uint64_t)size, stack, stream, &addr);
+  if (status == 0) {
+    *dptr = (CUdeviceptr)addr;
+    ca_sites_alloc(stack, (uint64_t)size);
+    ca_trace_alloc(ca_pool_device(pool), addr, (uint64_t)size, stack);
+  }
+  return (CUresult)status;
+}
+
+/* The current context's pool, made on its first use (which tells the
+ * lifecycle the process uses device memory); NULL without a context. */
+static ca_pool *ca__current_pool(void) {
+  bool made = false;
+  ca_pool *pool = ca_registry_current_pool(&made);
+  if (made)
+    ca_lifecycle_device_used();
+  return pool;
+}
+
+/* Whether the driver allows cuMemAlloc and cuMemFree now: during a stream
+ * capture it refuses them (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) from a
+ * thread whose capture mode forbids them, and invalidates the capture
+ * (driver_facts.txt). It judges that before anything else, whatever the
+ * pointer, cuMemFree(0) included: asked with cuMemFree(0), it gives the
+ * exact answer a pooled call must give, and has the same effect on the
+ * capture. Outside a capture the policy saw begin, nothing is asked. */
+static CUresult ca__capture_allows(void) {
+  if (!ca_capture_seen())
+    return CUDA_SUCCESS;
+  CUresult r = CA_REAL(mem_free, 0);
+  return r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED ||
+                 r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||
+                 r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT ||
+                 r == CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD
+             ? r
+             : CUDA_SUCCESS;
+}
+
+CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
+  if (!ca_intercept_enabled())
+    return CA_REAL(mem_alloc, dptr, size);
+  CUresult allowed = ca__capture_allows();
+  if (allowed != CUDA_SUCCESS)
+    return allowed;
+  if (dptr == NULL)
+    return CUDA_ERROR_INVALID_VALUE;
+  /* The driver's own answer to a zero-byte request (an error) is the one
+   * the program would have seen without us. */
+  if (size == 0)
+    return CA_REAL(mem_alloc, dptr, size);
+  /* Without a pool (no current context, say) the driver knows the right
+   * error; let it say so. */
+  ca_pool *pool = ca__current_pool();
+  if (pool == NULL)
+    return CA_REAL(mem_alloc, dptr, size);
+  CUresult r = ca_intercept_pooled(pool, size, NULL, dptr);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY)
+    ca__say_out_of_memory(pool, size);
+  return r;
+}
+
+/* Gives a pooled block back (on *stream, when named): whether one was live
+ * at `dptr`. Only with stacks or a trace does the pool describe the block,
+ * for its site's count and the trace's levels. */
+bool ca_intercept_free_pooled(CUdeviceptr dptr, const uint64_t *stream) {
+  ca_live_block b = {.tag = 0};
+  bool describe = ca__stack_depth(ca_config_get()) > 0 ||
+                  __atomic_load_n(&ca_trace_recording, __ATOMIC_ACQUIRE);
+  if (!ca_registry_free((uint64_t)dptr, stream, describe ? &b : NULL))
+    return false;
+  ca_sites_free(b.tag, b.requested);
+  ca_trace_free(b.device, (uint64_t)dptr, b.requested);
+  ca_pointer_freed((uint64_t)dptr);
+  return true;
+}
+
+/* A free no pool answered for: the driver's. */
+CUresult ca_intercept_free_unpooled(CUdeviceptr dptr) {
+  /* A pooled block freed twice, at a segment's base: the driver would free
+   * the whole segment under the pool. It answers a double free this way. */
+  if (ca_registry_holds_segment((uint64_t)dptr))
+    return CUDA_ERROR_INVALID_VALUE;
+  /* Not ours: pitched, managed or stream-ordered memory (cudaFree accepts
+   * them all), or a bad pointer the driver will reject. */
+  return CA__FREE_TRACKED(false, (uint64_t)dptr, CA_REAL(mem_free, dptr));
+}
+
+CUresult ca_on_mem_free(CUdeviceptr dptr) {
+  /* cuMemFree(0) gets the driver's own answer, whatever it is. */
+  if (!ca_intercept_enabled() || dptr == 0)
+    return CA_REAL(mem_free, dptr);
+  CUresult allowed = ca__capture_allows();
+  if (allowed != CUDA_SUCCESS)
+    return allowed;
+  if (ca_intercept_free_pooled(dptr, NULL))
+    return CUDA_SUCCESS;
+  return ca_intercept_free_unpooled(dptr);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Adjusted                                                                  */
+
+/* Free memory as the program should see it: what one allocation can get.
+ * That is what the driver has free plus the pool's segments that hold no
+ * live block, which the pool gives back when the driver cannot serve a
+ * request; the holes in segments still in use are not counted, since a
+ * request larger than them cannot use them. Never above total. Under
+ * memory_limit the limit is the total, and free is what the limit leaves
+ * beside the memory held (the pool's segments in use, and what went to the
+ * driver directly); it never exceeds what the device itself can give,
+ * since a limit cannot create memory. */
+static void ca__adjust_info(int device, uint64_t *free_bytes,
+                            uint64_t *total_bytes) {
+  uint64_t releasable = ca_registry_releasable(device);
+  uint64_t free_now = *free_bytes + releasable;
+  if (free_now > *total_bytes)
+    free_now = *total_bytes;
+  const ca_budget *b = ca_registry_budget(device);
+  uint64_t limit = b ? b->limit : 0;
+  if (limit > 0) {
+    uint64_t booked = ca_budget_booked(b);
+    uint64_t held = booked > releasable ? booked - releasable : 0;
+    uint64_t left = limit > held ? limit - held : 0;
+    if (free_now > left)
+      free_now = left;
+    *total_bytes = limit;
+  }
+  *free_bytes = free_now;
+}
+
+/* The driver answers first, with the program's own arguments (either may
+ * be NULL); the adjustment needs both figures, so they are asked again
+ * when the program wanted only one. */
+CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes) {
+  CUresult r = CA_REAL(mem_get_info, free_bytes, total_bytes);
+  int device = -1;
+  CUcontext ctx = NULL;
+  if (r != CUDA_SUCCESS || !ca_intercept_enabled() ||
+      ca_driver_current(&device, &ctx) != CUDA_SUCCESS)
+    return r;
+  size_t f = 0, t = 0;
+  if (free_bytes && total_bytes) {
+    f = *free_bytes;
+    t = *total_bytes;
+  } else if (CA_REAL(mem_get_info, &f, &t) != CUDA_SUCCESS) {
+    return r;
+  }
+  uint64_t free_now = f, total = t;
+  ca__adjust_info(device, &free_now, &total);
+  if (free_bytes)
+    *free_bytes = (size_t)free_now;
+  if (total_bytes)
+    *total_bytes = (size_t)total;
+  return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Passed through, tracked                                                   */
+
+/* Runs one passed-through allocation under the policy shared by all of
+ * them: booked in the device's budget first (refused past the memory
+ * limit), and the booking ended if the call fails; retried once after the
+ * pool has given back what it holds, when the driver runs out of memory.
+ * `call` makes the real call. */
+#define CA__PASS_THROUGH(device, size, call)                                   \
+  ({                                                                           \
+    CUresult r_ = CUDA_ERROR_OUT_OF_MEMORY;                                    \
+    if (ca__book_passed((device), (size))) {                                   \
+      r_ = (call);                                                             \
+      if (r_ == CUDA_ERROR_OUT_OF_MEMORY && ca_intercept_make_room(device))    \
+        r_ = (call);                                                           \
+      if (r_ != CUDA_SUCCESS)                                                  \
+        ca_registry_unbook((device), (size));                                   \
+    }                                                                          \
+    r_;                                                                        \
+  })
+
+CUresult ca_on_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width,
+                               size_t height, unsigned int element_size) {
+  if (!ca_intercept_enabled())
+    return CA_REAL(mem_alloc_pitch, dptr, pitch, width, height, element_size);
+  CUcontext ctx;
+  int device = ca__where(&ctx);
+  uint64_t asked = (uint64_t)width * height;
+  if (height != 0 && asked / height != width) /* past 2^64 bytes */
+    return CA_REAL(mem_alloc_pitch, dptr, pitch, width, height, element_size);
+  CUresult r = CA__PASS_THROUGH(
+      device, asked,
+      CA_REAL(mem_alloc_pitch, dptr, pitch, width, height, element_size));
+  if (r != CUDA_SUCCESS)
+    return r;
+  /* The rows' padding is known only now; it is booked as well, or the
+   * allocation given back. */
+  uint64_t got = (uint64_t)*pitch * height;
+  if (got > asked && !ca__book_passed(device, got - asked)) {
+    CA_REAL(mem_free, *dptr);
+    ca_registry_unbook(device, asked);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  ca__track(CA_TRACK_PITCH, (uint64_t)*dptr, got > asked ? got : asked,
+            device, ctx);
+  return r;
+}
+
+CUresult ca_on_mem_alloc_managed(CUdeviceptr *dptr, size_t size,
+                                 unsigned int flags) {
+  if (!ca_intercept_enabled())
+    return CA_REAL(mem_alloc_managed, dptr, size, flags);
+  CUcontext ctx;
+  int device = ca__where(&ctx);
+  CUresult r = CA__PASS_THROUGH(device, size,
+                                CA_REAL(mem_alloc_managed, dptr, size, flags));
+  if (r == CUDA_SUCCESS)
+    ca__track(CA_TRACK_MANAGED, (uint64_t)*dptr, size, device, ctx);
+  return r;
+}
+
+CUresult ca_on_mem_alloc_async(CUdeviceptr *dptr, size_t size,
+                               CUstream stream, bool ptsz) {
+  if (!ca_intercept_enabled())
+    return ptsz ? CA_REAL(mem_alloc_async_ptsz, dptr, size, stream)
+                : CA_REAL(mem_alloc_async, dptr, size, stream);
+  CUcontext ctx;
+  int device = ca__where(&ctx);
+  CUresult r = CA__PASS_THROUGH(
+      device, size,
+      ptsz ? CA_REAL(mem_alloc_async_ptsz, dptr, size, stream)
+           : CA_REAL(mem_alloc_async, dptr, size, stream));
+  if (r == CUDA_SUCCESS)
+    ca__track(CA_TRACK_ASYNC, (uint64_t)*dptr, size, device, ctx);
+  return r;
+}
+
+CUresult ca_on_mem_alloc_from_pool_async(CUdeviceptr *dptr, size_t size,
+                                         CUmemoryPool pool, CUstream stream,
+                                         bool ptsz) {
+  if (!ca_intercept_enabled())
+    return ptsz ? CA_REAL(mem_alloc_from_pool_async_ptsz, dptr, size, pool,
+                           stream)
+                : CA_REAL(mem_alloc_from_pool_async, dptr, size, pool,
+                           stream);
+  CUcontext ctx;
+  int device = ca__where(&ctx);
+  CUresult r = CA__PASS_THROUGH(
+      device, size,
+      ptsz ? CA_REAL(mem_alloc_from_pool_async_ptsz, dptr, size, pool, stream)
+           : CA_REAL(mem_alloc_from_pool_async, dptr, size, pool, stream));
+  if (r == CUDA_SUCCESS)
+    ca__track(CA_TRACK_POOL_ASYNC, (uint64_t)*dptr, size, device, ctx);
+  return r;
+}
+
+CUresult ca_on_mem_free_async(CUdeviceptr dptr, CUstream stream, bool ptsz) {
+  /* A pooled block freed stream-ordered: under reuse_policy safe its
+   * batch's marker, made after this call, orders its reuse after the work
+   * queued on `stream` before the free, so it is taken back like
+   * cuMemFree. (Under immediate, as documented, it is not.) */
+  if (ca_intercept_enabled() && dptr != 0) {
+    if (ca_intercept_free_pooled(dptr, NULL))
+      return CUDA_SUCCESS;
+    if (ca_registry_holds_segment((uint64_t)dptr))
+      return CUDA_ERROR_INVALID_VALUE; /* as in ca_on_mem_free */
+  }
+  return CA__FREE_TRACKED(false, (uint64_t)dptr,
+                          ptsz ? CA_REAL(mem_free_async_ptsz, dptr, stream)
+                               : CA_REAL(mem_free_async, dptr, stream));
+}
+
+CUresult ca_on_mem_create(CUmemGenericAllocationHandle *handle, size_t size,
+                          const CUmemAllocationProp *prop,
+                          unsigned long long flags) {
+  if (!ca_intercept_enabled() || prop == NULL)
+    return CA_REAL(mem_create, handle, size, prop, flags);
+  int device = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE
+                   ? prop->location.id
+                   : -1;
+  CUresult r = CA__PASS_THROUGH(device, size,
+                                CA_REAL(mem_create, handle, size, prop, flags));
+  if (r == CUDA_SUCCESS)
+    ca__track(CA_TRACK_VMM, (uint64_t)*handle, size, device, NULL);
+  return r;
+}
+
+CUresult ca_on_mem_release(CUmemGenericAllocationHandle handle) {
+  return CA__FREE_TRACKED(true, (uint64_t)handle, CA_REAL(mem_release, handle));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Context deaths: passed through, then the pool forgets what died           */
+
+/* A call that may kill `dev`'s primary context (a reset always does; a
+ * release does when it was the last, which leaves the context inactive).
+ * Its handle is asked before the call: after it, the context is no longer
+ * active to be asked about. `call` is the real function, NULL when the
+ * driver lacks it. */
+static CUresult ca__primary_call(CUdevice dev, CUresult (*call)(CUdevice),
+                                 bool always_dies) {
+  if (call == NULL)
+    return ca_driver_missing();
+  if (!ca_intercept_enabled())
+    return call(dev);
+  CUcontext primary = ca_driver_primary_peek((int)dev);
+  ca_pool *pool = ca_registry_dying(primary);
+  CUresult r = call(dev);
+  bool died = r == CUDA_SUCCESS &&
+              (always_dies || ca_driver_primary_peek((int)dev) == NULL);
+  if (died)
+    ca_backend_cuda_forget_primary((int)dev);
+  if (died && primary != NULL)
+    ca_lifecycle_context_gone(primary, pool, (int)dev);
+  else
+    ca_registry_survived(pool);
+  return r;
+}
+
+/* cudaDeviceReset. */
+CUresult ca_on_device_primary_ctx_reset(CUdevice dev, bool v1) {
+  return ca__primary_call(dev,
+                          v1 ? ca_driver()->device_primary_ctx_reset_v1
+                             : ca_driver()->device_primary_ctx_reset,
+                          true);
+}
+
+/* The program's last release of a primary context destroys it, and its
+ * memory with it. */
+CUresult ca_on_device_primary_ctx_release(CUdevice dev, bool v1) {
+  return ca__primary_call(dev,
+                          v1 ? ca_driver()->device_primary_ctx_release_v1
+                             : ca_driver()->device_primary_ctx_release,
+                          false);
+}
+
+CUresult ca_on_ctx_destroy(CUcontext ctx) {
+  if (!ca_intercept_enabled())
+    return CA_REAL(ctx_destroy, ctx);
+  ca_pool *pool = ca_registry_dying(ctx);
+  CUresult r = CA_REAL(ctx_destroy, ctx);
+  if (r != CUDA_SUCCESS) {
+    ca_registry_survived(pool);
+    return r;
+  }
+  /* Its streams died with it (see the streams below), and its pool. */
+  ca_backend_cuda_context_destroyed(ctx);
+  ca_lifecycle_context_gone(ctx, pool, -1);
+  return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Stream capture: passed through, reported to the backend                   */
+
+/* Reported only when the pool is enabled: with enabled:0 there is no pool
+ * to synchronize, and every handler is a plain pass-through. */
+static CUresult ca__capture_begun(CUresult r, CUstream stream, bool ptsz) {
+  if (r == CUDA_SUCCESS && ca_intercept_enabled())
+    ca_capture_begun(stream, ptsz);
+  return r;
+}
+
+CUresult ca_on_stream_begin_capture_v1(CUstream stream, bool ptsz) {
+  CUresult r = ptsz ? CA_REAL(stream_begin_capture_v1_ptsz, stream)
+                    : CA_REAL(stream_begin_capture_v1, stream);
+  return ca__capture_begun(r, stream, ptsz);
+}
+
+CUresult ca_on_stream_begin_capture(CUstream stream, CUstreamCaptureMode mode,
+                                    bool ptsz) {
+  CUresult r = ptsz ? CA_REAL(stream_begin_capture_ptsz, stream, mode)
+                    : CA_REAL(stream_begin_capture, stream, mode);
+  return ca__capture_begun(r, stream, ptsz);
+}
+
+CUresult ca_on_stream_begin_capture_to_graph(CUstream stream, CUgraph graph,
+                                             const CUgraphNode *deps,
+                                             const CUgraphEdgeData *edges,
+                                             size_t ndeps,
+                                             CUstreamCaptureMode mode,
+                                             bool ptsz) {
+  CUresult r = ptsz ? CA_REAL(stream_begin_capture_to_graph_ptsz, stream,
+                               graph, deps, edges, ndeps, mode)
+                    : CA_REAL(stream_begin_capture_to_graph, stream, graph,
+                               deps, edges, ndeps, mode);
+  return ca__capture_begun(r, stream, ptsz);
+}
+
+/* The capture may end or not whatever the result (an invalidated capture
+ * ends with an error; a call from the wrong thread ends nothing), so the
+ * backend asks the driver afterwards. */
+CUresult ca_on_stream_end_capture(CUstream stream, CUgraph *graph, bool ptsz) {
+  CUresult r = ptsz ? CA_REAL(stream_end_capture_ptsz, stream, graph)
+                    : CA_REAL(stream_end_capture, stream, graph);
+  if (ca_intercept_enabled())
+    ca_capture_ended(stream, ptsz);
+  return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Streams: passed through, the non-blocking ones told to the backend        */
+
+/* A pooled free does not wait for the device, so a freed block is reused
+ * only once a marker made after the free has passed: an event on the legacy
+ * stream (ordered after every blocking stream) and one on each live
+ * non-blocking stream, which only these hooks can know of. */
+static CUresult ca__stream_created(CUresult r, const CUstream *stream,
+                                   unsigned int flags) {
+  if (r == CUDA_SUCCESS && ca_intercept_enabled())
+    ca_streams_created(*stream, flags);
+  return r;
+}
+
+CUresult ca_on_stream_create(CUstream *stream, unsigned int flags) {
+  return ca__stream_created(CA_REAL(stream_create, stream, flags), stream,
+                            flags);
+}
+
+CUresult ca_on_stream_create_with_priority(CUstream *stream,
+                                           unsigned int flags, int priority) {
+  return ca__stream_created(
+      CA_REAL(stream_create_with_priority, stream, flags, priority), stream,
+      flags);
+}
+
+/* The backend makes the real call, so that no marker records on the stream
+ * while it is being destroyed. */
+CUresult ca_on_stream_destroy(CUstream stream, bool v1) {
+  if (!ca_intercept_enabled())
+    return v1 ? CA_REAL(stream_destroy_v1, stream)
+              : CA_REAL(stream_destroy, stream);
+  return ca_streams_destroy(stream, v1);
+}

@@ -1,0 +1,36 @@
+/*
+ * The library's life in a process, beside the calls it intercepts: the
+ * leak report and the summary at exit, the summary on SIGUSR1, and what a
+ * context that dies with its memory does to the pools and the report.
+ *
+ * All of it is silent in a process that never touches device memory.
+ */
+#ifndef CA_LIFECYCLE_H
+#define CA_LIFECYCLE_H
+
+#include <stdbool.h>
+
+#include "pool/pool.h"
+#include "leaks/reach.h"
+#include "report/report.h"
+
+/* The process has started to use device memory (a pool was made, or an
+ * allocation passed through was recorded). Starts the SIGUSR1 watcher when
+ * stats_signal:1. Cheap after the first call. */
+void ca_lifecycle_device_used(void);
+
+/* Context `ctx` (a CUcontext) of `device` died and took its memory with it
+ * (a reset, destroy or final release the driver has carried out); `pool`
+ * is what ca_registry_dying returned for it (NULL if none). The blocks
+ * still live in it are reported as leaked at this point, then forgotten,
+ * and its pool's segments are never handed out again. */
+void ca_lifecycle_context_gone(void *ctx, ca_pool *pool, int device);
+
+/* Prints a report of every device now: the live blocks (`leaks`) and the
+ * memory summary (`stats`). With `roots` (reach.h: filled at the library's
+ * entry on this thread) the live blocks are classed lost or still
+ * reachable. */
+void ca_lifecycle_report(ca_report_event event, bool leaks, bool stats,
+                         const ca_reach_roots *roots);
+
+#endif /* CA_LIFECYCLE_H */

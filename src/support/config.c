@@ -97,120 +97,23 @@ static const char *const ca__reuse_policies[] = {"safe", "immediate",
 /* The most MiB whose byte count still fits in a uint64_t. */
 #define CA__MIB_MAX (UINT64_MAX >> CA__MIB_SHIFT)
 
-/* Every key. Adding one is one row here (and a field in ca_config). */
-static const ca__key ca__keys[] = {
-    {"garbage_collection_threshold", CA__FRACTION_AT(gc_threshold), 0, 0,
-     {.fraction = 0}, "0 (off)", "a fraction strictly between 0 and 1",
-     "Before a new segment would push reserved memory past threshold x budget "
-     "(memory_limit_mb, else the device's total memory), free cached segments "
-     "are given back, least recently used first."},
-    {"max_split_size_mb", CA__MIB_AT(max_split_size), 20, CA__MIB_MAX,
-     {.integer = UINT64_MAX}, "unlimited", "an integer number of MiB >= 20",
-     "Blocks this large or larger are never split."},
-    /* Below the smallest segment (CA_SMALL_SEGMENT) not one allocation
-     * could be served. */
-    {"memory_limit_mb", CA__MIB_AT(memory_limit), 2, CA__MIB_MAX,
-     {.integer = 0}, "0 (no limit)", "0 (no limit) or an integer number of "
-     "MiB >= 2",
-     "Hard cap on the device memory held on each device, by all of its "
-     "contexts together, cached memory included; 0 means no limit."},
-    {"expandable_segments", CA__BOOL_AT(expandable_segments), 0, 1,
-     {.integer = 0}, "0", CA__BOOL_ACCEPTED,
-     "1 serves requests above 1 MiB from address ranges mapped in 2 MiB "
-     "pages (the driver's virtual-memory API), as PyTorch's setting of the "
-     "name: free pages go back to the driver from anywhere inside them, so "
-     "reserved memory follows what the program holds; their blocks cannot "
-     "be exported with CUDA IPC. Falls back to plain segments, saying so, "
-     "where the driver refuses."},
-    {"enabled", CA__BOOL_AT(enabled), 0, 1, {.integer = 1}, "1",
-     CA__BOOL_ACCEPTED,
-     "0 makes the library a pure pass-through to the driver."},
-    {"verbose", CA__INT_AT(verbose), 0, 2, {.integer = 0}, "0", "0, 1 or 2",
-     "How much the library prints: 0 quiet, 1 events, 2 chatty."},
-    {"help", CA__BOOL_AT(help), 0, 1, {.integer = 0}, "0",
-     CA__BOOL_ACCEPTED,
-     "1 prints this table, every key with its default and meaning, at start."},
-    {"leak_report", CA__BOOL_AT(leak_report), 0, 1, {.integer = 1}, "1",
-     CA__BOOL_ACCEPTED,
-     "1 lists, at exit, every device allocation never freed, grouped by "
-     "where it came from; 0 prints nothing at exit."},
-    {"backtrace_depth", CA__INT_AT(backtrace_depth), 0, 64, {.integer = 0},
-     "0", "an integer from 0 to 64",
-     "Frames of the call stack kept at each allocation, for the leak report; "
-     "0 groups leaks by size only (fastest)."},
-    {"log_path", CA__TEXT_AT(log_path), {.text = {"", 0}}, "(stderr)",
-     "a file path without ',', stderr or stdout (%p: the process id)",
-     "Write everything the library prints to this file instead of stderr."},
-    {"leak_exitcode", CA__INT_AT(leak_exitcode), 0, 255, {.integer = 0},
-     "0 (off)", "an integer from 0 to 255",
-     "When leaks are found and the program would exit with 0, exit with this "
-     "code instead (for CI). The process then ends right after the report."},
-    {"suppressions", CA__TEXT_AT(suppressions), {.text = {"", 0}}, "(none)",
-     "a file path without ','",
-     "A file of leak:<pattern> lines; leaks whose stack has a function or "
-     "module matching a pattern are counted apart, not listed."},
-    {"report_format", CA__CHOICE_AT(report_format, ca__report_formats), 0, 1,
-     {.integer = CA_REPORT_TEXT}, "text", "text or json",
-     "text for people; json writes each report as one JSON document per "
-     "line, for tools."},
-    {"max_leaks", CA__INT_AT(max_leaks), 0, INT_MAX, {.integer = 0},
-     "0 (all)", "an integer >= 0",
-     "Print at most this many leak groups, largest first; the summary still "
-     "counts every leak."},
-    {"stats", CA__BOOL_AT(stats), 0, 1, {.integer = 0}, "0",
-     CA__BOOL_ACCEPTED, "1 prints each device's memory summary at exit."},
-    {"stats_signal", CA__BOOL_AT(stats_signal), 0, 1, {.integer = 0}, "0",
-     CA__BOOL_ACCEPTED,
-     "1 prints each device's memory summary when the process receives "
-     "SIGUSR1."},
-    {"reuse_policy", CA__CHOICE_AT(reuse_policy, ca__reuse_policies), 0, 2,
-     {.integer = CA_REUSE_SETTING_SAFE}, "safe",
-     "safe, immediate or device_sync",
-     "When a freed block is handed out again: safe, with all later device "
-     "work ordered after the work queued before the free, on every stream; "
-     "immediate, at once "
-     "(right only if all device work runs on one stream); device_sync, "
-     "after synchronizing the device at every free, as cudaFree does."},
-    {"growth_report", CA__BOOL_AT(growth_report), 0, 1, {.integer = 0}, "0",
-     CA__BOOL_ACCEPTED,
-     "1 snapshots live memory by allocation site as the program runs (every "
-     "64 allocations at first, less often as it goes, or at each "
-     "cudalloc_mark()) and reports, at exit and on SIGUSR1, the sites that "
-     "kept growing, even if freed at the end. Needs stacks: with "
-     "backtrace_depth 0 it keeps 16 frames."},
-    {"python_frames", CA__BOOL_AT(python_frames), 0, 1, {.integer = 1}, "1",
-     CA__BOOL_ACCEPTED,
-     "With stacks, in a CPython 3.9 to 3.13 process, merge the Python frames "
-     "(file:line in function) of the allocating thread into its stack; 0 "
-     "keeps native frames only."},
-    {"leak_scan", CA__BOOL_AT(leak_scan), 0, 1, {.integer = 1}, "1",
-     CA__BOOL_ACCEPTED,
-     "1 scans host memory (data, heap, stacks) before each leak report, as "
-     "LeakSanitizer does: an unfreed allocation whose address the program "
-     "still holds is still reachable, not leaked; pooled blocks then never "
-     "start at a segment's base (up to 2 MiB more per segment of one large "
-     "block). 0 lists every unfreed allocation as a leak."},
-    {"report_reachable", CA__BOOL_AT(report_reachable), 0, 1, {.integer = 0},
-     "0", CA__BOOL_ACCEPTED,
-     "1 lists the still reachable allocations too, grouped like the leaks; "
-     "0 sums them in one line."},
-    {"trace_path", CA__TEXT_AT(trace_path), {.text = {"", 0}}, "(none)",
-     "a file path without ',' (%p: the process id)",
-     "Write the allocation timeline there as a Chrome trace (Perfetto, "
-     "chrome://tracing; cudalloc view draws it): each device's requested, "
-     "allocated and reserved bytes every 100 ms and at each new peak, "
-     "out-of-memory retries, collections, context deaths, and each "
-     "allocation with its stack."},
-    {"trace_allocations", CA__BOOL_AT(trace_allocations), 0, 1,
-     {.integer = 1}, "1", CA__BOOL_ACCEPTED,
-     "With trace_path, 1 records every allocation and free (with stacks "
-     "under backtrace_depth); 0 the counters and events only."},
-    {"publish_stats", CA__BOOL_AT(publish_stats), 0, 1, {.integer = 1}, "1",
-     CA__BOOL_ACCEPTED,
-     "1 publishes each device's figures once a second, from a thread of the "
-     "library's, for cudalloc top: in /dev/shm/cudalloc.<uid>.<pid> (0600, "
-     "removed at exit); 0 publishes nothing and starts no thread for it."},
-};
+/* What a row's kind stands for in the table: the field's kind, offset and
+ * words, and the bounds of the number given (a text's: its room). */
+#define CA__AT_FRACTION(f, words, lo, hi) CA__FRACTION_AT(f), lo, hi
+#define CA__AT_MIB(f, words, lo, hi) CA__MIB_AT(f), lo, hi
+#define CA__AT_INT(f, words, lo, hi) CA__INT_AT(f), lo, hi
+#define CA__AT_BOOL(f, words, lo, hi) CA__BOOL_AT(f), lo, hi
+#define CA__AT_TEXT(f, words, lo, hi) CA__TEXT_AT(f)
+#define CA__AT_CHOICE(f, words, lo, hi) CA__CHOICE_AT(f, words), lo, hi
+/* A text key's default: unset. */
+#define CA__NO_TEXT {.text = {"", 0}}
+#define CA__KEY_ROW(field, key, kind, words, lo, hi, def, def_text, accepted, \
+                    doc)                                                       \
+  {#key, CA__AT_##kind(field, words, lo, hi), def, def_text, accepted, doc},
+
+/* Every key: the rows of config.h. */
+static const ca__key ca__keys[] = {CA_CONFIG_KEYS(CA__KEY_ROW)};
+
 
 #define CA__NKEYS (sizeof(ca__keys) / sizeof(ca__keys[0]))
 
@@ -616,6 +519,15 @@ static int ca__width(size_t len, int widest) {
   return (int)len > widest ? (int)len : widest;
 }
 
+/* A row's meaning as help:1 prints it: its Markdown without the marks. */
+static void ca__plain(const char *md, char *out, size_t size) {
+  size_t n = 0;
+  for (; *md && n + 1 < size; md++)
+    if (*md != '`' && *md != '*')
+      out[n++] = *md;
+  out[n] = '\0';
+}
+
 void ca_config_print_help(void) {
   int name_w = 0, def_w = 0, acc_w = 0;
   for (size_t i = 0; i < CA__NKEYS; i++) {
@@ -626,7 +538,19 @@ void ca_config_print_help(void) {
   ca_log(CA__ENV_NAME "=key:value,key:value,... (e.g. " CA__ENV_NAME
                       "=garbage_collection_threshold:0.8,max_split_size_mb:128)"
                       "; keys, with default, accepted values and meaning:");
-  for (size_t i = 0; i < CA__NKEYS; i++)
+  for (size_t i = 0; i < CA__NKEYS; i++) {
+    char doc[768];
+    ca__plain(ca__keys[i].doc, doc, sizeof(doc));
     ca_log("  %-*s  %-*s  %-*s  %s", name_w, ca__keys[i].name, def_w,
-           ca__keys[i].def_text, acc_w, ca__keys[i].accepted, ca__keys[i].doc);
+           ca__keys[i].def_text, acc_w, ca__keys[i].accepted, doc);
+  }
+}
+
+bool ca_config_doc_row(size_t i, char *buf, size_t size) {
+  if (i >= CA__NKEYS)
+    return false;
+  const ca__key *k = &ca__keys[i];
+  snprintf(buf, size, "| `%s` | %s | %s | %s |", k->name, k->def_text,
+           k->accepted, k->doc);
+  return true;
 }

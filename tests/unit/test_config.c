@@ -454,13 +454,9 @@ static void test_expandable_segments(void **state) {
 
 static void test_help(void **state) {
   (void)state;
-  static const char *const keys[] = {
-      "garbage_collection_threshold", "max_split_size_mb", "memory_limit_mb",
-      "expandable_segments", "enabled", "verbose", "help", "leak_report", "backtrace_depth",
-      "log_path", "leak_exitcode", "suppressions", "report_format",
-      "max_leaks", "stats", "stats_signal", "reuse_policy", "growth_report",
-      "python_frames", "leak_scan", "report_reachable", "trace_path",
-      "trace_allocations", "publish_stats"};
+#define KEY_NAME(field, key, ...) #key,
+  static const char *const keys[] = {CA_CONFIG_KEYS(KEY_NAME)};
+#undef KEY_NAME
   const size_t nkeys = sizeof(keys) / sizeof(keys[0]);
   take_log();
   ca_config_print_help();
@@ -482,6 +478,43 @@ static void test_help(void **state) {
       assert_int_equal(value - line, column);
     column = value - line;
   }
+  /* The meanings are Markdown in the rows, plain on the terminal. */
+  assert_null(strchr(printed, '`'));
+}
+
+/* README.md's table of settings is the rows of config.h, row for row, in
+ * their order: a key added to the rows and not to the README (or a meaning
+ * edited in one place only) fails here, printing the row to paste. */
+static void test_readme_table_is_the_rows(void **state) {
+  (void)state;
+  FILE *f = fopen(CA_README_PATH, "r");
+  assert_non_null(f);
+  static char line[4096];
+  char want[4096];
+  size_t i = 0, rows = 0;
+  bool inside = false;
+  while (fgets(line, sizeof(line), f)) {
+    line[strcspn(line, "\n")] = '\0';
+    if (strcmp(line, "| key | default | accepted | meaning |") == 0) {
+      inside = true;
+      continue;
+    }
+    if (inside && line[0] != '|')
+      break;
+    if (!inside || strncmp(line, "| ---", 5) == 0)
+      continue;
+    rows++;
+    if (!ca_config_doc_row(i, want, sizeof(want)))
+      fail_msg("README.md has a settings row past the last key: %s", line);
+    if (strcmp(line, want) != 0)
+      fail_msg("README.md's settings row %zu differs from config.h's row;\n"
+               "README: %s\nwanted: %s", i + 1, line, want);
+    i++;
+  }
+  fclose(f);
+  if (ca_config_doc_row(i, want, sizeof(want)))
+    fail_msg("README.md lacks the row of a key; add:\n%s", want);
+  assert_true(rows > 0);
 }
 
 /* ca_config_get reads the environment once; CUDALLOC_CONF_X is another
@@ -518,6 +551,7 @@ int main(void) {
       cmocka_unit_test(test_locale_independent),
       cmocka_unit_test(test_expandable_segments),
       cmocka_unit_test(test_help),
+      cmocka_unit_test(test_readme_table_is_the_rows),
       cmocka_unit_test(test_get_reads_environment_once),
   };
   return cmocka_run_group_tests(tests, capture_log, release_log);

@@ -1504,3 +1504,28 @@ int mockcuda_owns(uint64_t ptr, uint64_t size) {
   mock_unlock();
   return r;
 }
+
+/* The bytes behind [ptr, ptr+n) of one live allocation, or NULL. Under the
+ * lock. */
+static unsigned char *mock_kernel_bytes(uint64_t ptr, uint64_t n) {
+  mock_alloc *a = n ? mock_find(ptr, n, NULL) : NULL;
+  return a && a->host ? a->host + (ptr - a->addr) : NULL;
+}
+
+int mockcuda_kernel_write(uint64_t ptr, const void *src, uint64_t n) {
+  mock_lock();
+  unsigned char *p = mock_kernel_bytes(ptr, n);
+  if (p)
+    memcpy(p, src, n);
+  mock_unlock();
+  return p ? 0 : -1;
+}
+
+int mockcuda_kernel_read(uint64_t ptr, void *dst, uint64_t n) {
+  mock_lock();
+  const unsigned char *p = mock_kernel_bytes(ptr, n);
+  if (p)
+    memcpy(dst, p, n);
+  mock_unlock();
+  return p ? 0 : -1;
+}

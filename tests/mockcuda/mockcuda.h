@@ -121,8 +121,20 @@ void mockcuda_set_event_delay(int queries);
  * or on the legacy stream (CU_STREAM_LEGACY); 0 for any other handle. */
 uint64_t mockcuda_stream_records(const void *stream);
 
+/* A kernel's store or load of `n` bytes at device address `ptr`: no stream
+ * order, no range rule of the driver's, only the one live allocation that
+ * holds [ptr, ptr+n), as a kernel's access is bounded by the memory mapped
+ * there. A store past a pooled block's end but inside its segment lands,
+ * as on the GPU: the tests of a memory checker write into blocks with it.
+ * 0, or -1 when no live allocation holds the range (a kernel would fault:
+ * an illegal address) or it is empty. Thread-safe. */
+int mockcuda_kernel_write(uint64_t ptr, const void *src, uint64_t n);
+int mockcuda_kernel_read(uint64_t ptr, void *dst, uint64_t n);
+
 typedef void (*mockcuda_get_counters_fn)(mockcuda_counters *out);
 typedef int (*mockcuda_owns_fn)(uint64_t ptr, uint64_t size);
+typedef int (*mockcuda_kernel_write_fn)(uint64_t ptr, const void *src, uint64_t n);
+typedef int (*mockcuda_kernel_read_fn)(uint64_t ptr, void *dst, uint64_t n);
 typedef void (*mockcuda_set_event_delay_fn)(int queries);
 typedef uint64_t (*mockcuda_stream_records_fn)(const void *stream);
 

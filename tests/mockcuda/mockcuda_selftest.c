@@ -631,6 +631,24 @@ static void test_threads(CUcontext ctx) {
         "threads: %llu allocs", (unsigned long long)(c1.mem_alloc - c0.mem_alloc));
 }
 
+/* A kernel's stores and loads reach the allocation's bytes, which the
+ * driver's copies then see, and stop at the allocation's end. */
+static void test_kernel_access(void) {
+  CUdeviceptr a;
+  unsigned char out[8], in[4] = {1, 2, 3, 4};
+  RC(cuMemAlloc_v2(&a, 1000), CUDA_SUCCESS);
+  RC(cuMemsetD8_v2(a, 0xee, 1000), CUDA_SUCCESS);
+  CHECK(mockcuda_kernel_write(a + 996, in, 4) == 0, "a store of the last 4 bytes");
+  RC(cuMemcpyDtoH_v2(out, a + 992, 8), CUDA_SUCCESS);
+  CHECK(out[3] == 0xee && out[4] == 1 && out[7] == 4, "the store seen by a copy");
+  CHECK(mockcuda_kernel_read(a + 995, out, 2) == 0 && out[0] == 0xee && out[1] == 1,
+        "a load");
+  CHECK(mockcuda_kernel_write(a + 997, in, 4) == -1, "a store past the allocation's end");
+  CHECK(mockcuda_kernel_read(a, out, 0) == -1, "an empty load");
+  RC(cuMemFree_v2(a), CUDA_SUCCESS);
+  CHECK(mockcuda_kernel_write(a, in, 1) == -1, "a store into freed memory");
+}
+
 int main(void) {
   CUdeviceptr p;
   int v = 0, n = 0;
@@ -659,6 +677,7 @@ int main(void) {
   RC(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
   test_memory();
   test_copies();
+  test_kernel_access();
   test_contexts();
   test_capture();
   test_event_counters();

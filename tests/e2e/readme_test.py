@@ -85,6 +85,8 @@ import sys
 import tempfile
 import time
 
+from leak_report_test import CheckFailed, main as run_checks
+
 SRC = os.environ.get("CUDALLOC_SOURCE_DIR", "")
 BUILD = os.environ.get("README_BUILD_DIR", "")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -794,25 +796,22 @@ CHECKS = {"setup": check_setup, "commands": check_commands, "help": check_help,
           "inline": check_inline}
 
 
+def as_check(check):
+    """A check of this file (it prints its own lines and returns 1 on
+    failure) as leak_report_test's runner takes one."""
+    def run(tmp):
+        if check(tmp) != 0:
+            raise CheckFailed("its FAIL lines are above")
+        return "its lines are above"
+    return run
+
+
 def main(argv):
-    names = argv[1:] or list(CHECKS)
-    unknown = [n for n in names if n not in CHECKS]
-    if unknown or not SRC or not BUILD:
+    if not SRC or not BUILD:
         print(f"usage: readme_test.py [{'|'.join(CHECKS)}]... with CUDALLOC_SOURCE_DIR and "
               "README_BUILD_DIR set")
         return 2
-    failed = 0
-    for name in names:
-        tmp = tempfile.mkdtemp(prefix=f"readme_{name}.")
-        try:
-            failed += CHECKS[name](tmp) != 0
-        except Exception as e:  # a crash of the checker is a failure too
-            failed += 1
-            print(f"FAIL readme_{name}: checker error {type(e).__name__}: {e}")
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        sys.stdout.flush()
-    return 1 if failed else 0
+    return run_checks(argv, {name: as_check(c) for name, c in CHECKS.items()}, label="readme")
 
 
 if __name__ == "__main__":

@@ -34,12 +34,18 @@ echo "== wall time (1,000,000 operations each)"
 "$bench" pair 1000000
 "$bench" mixed 1000000
 
+per_op() { # operations, functions (a,b), command... -> instructions per operation
+  local ops=$1 fns toggles=() total
+  IFS=, read -ra fns <<<"$2"
+  shift 2
+  for fn in "${fns[@]}"; do toggles+=(--toggle-collect="$fn"); done
+  total=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "${toggles[@]}" "$@" 2>&1 |
+    sed -n 's/.*Collected : *//p')
+  awk -v t="$total" -v n="$ops" 'BEGIN { printf "%.0f", t / n }'
+}
+
 count() { # mode, operations, reuse[, expandable] -> instructions per operation
-  local total
-  total=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-    --toggle-collect=ca_pool_alloc --toggle-collect=ca_pool_free \
-    "$bench" "$1" "$2" "$3" ${4:+"$4"} 2>&1 | sed -n 's/.*Collected : *//p')
-  awk -v t="$total" -v n="$2" 'BEGIN { printf "%.0f", t / n }'
+  per_op "$2" ca_pool_alloc,ca_pool_free "$bench" "$1" "$2" "$3" ${4:+"$4"}
 }
 
 echo
@@ -56,19 +62,14 @@ done
 echo
 echo "== which live block holds an address (the look-up behind range checks; ca_pool_bounds)"
 "$bench" locate 2000000 safe
-total=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null --toggle-collect=ca_pool_bounds \
-  "$bench" locate 200000 safe 2>&1 | sed -n 's/.*Collected : *//p')
 printf 'locate %s instructions per look-up (the three spreads together)\n' \
-  "$(awk -v t="$total" 'BEGIN { printf "%.0f", t / 600000 }')"
+  "$(per_op 600000 ca_pool_bounds "$bench" locate 200000 safe)"
 
 echo
 echo "== live bytes by allocation site, with stacks on (callgrind, inside ca_sites_alloc and ca_sites_free)"
 for growth in off growth; do
-  total=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-    --toggle-collect=ca_sites_alloc --toggle-collect=ca_sites_free \
-    build/tests/bench/bench_sites 200000 "$growth" 2>&1 | sed -n 's/.*Collected : *//p')
   printf 'sites growth %-3s %s instructions per allocate+free pair\n' "${growth/growth/on}" \
-    "$(awk -v t="$total" 'BEGIN { printf "%.0f", t / 200000 }')"
+    "$(per_op 200000 ca_sites_alloc,ca_sites_free build/tests/bench/bench_sites 200000 "$growth")"
 done
 
 echo
@@ -95,11 +96,10 @@ echo "== what the library adds to a cached cuMemAlloc and cuMemFree (callgrind, 
 mock_dir="$(dirname "$(find build/tests/mockcuda -name 'libcuda.so.1' | head -1)")"
 for conf in reuse_policy:immediate enabled:0; do
   for fn in cuMemAlloc_v2 cuMemFree_v2; do
-    total=$(MOCKCUDA_SPAN_MB=8192 LD_LIBRARY_PATH="$mock_dir" LD_PRELOAD="$root/build/libcudalloc.so" \
-      CUDALLOC_CONF="$conf" valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-      --toggle-collect="$fn" build/tests/bench/bench_hooks 100000 2>&1 | sed -n 's/.*Collected : *//p')
-    printf '%-22s %-14s %s instructions per call\n' "$conf" "$fn" \
-      "$(awk -v t="$total" 'BEGIN { printf "%.0f", t / 100000 }')"
+    printf '%-22s %-14s %s instructions per call\n' "$conf" "$fn" "$(
+      export MOCKCUDA_SPAN_MB=8192 LD_LIBRARY_PATH="$mock_dir" CUDALLOC_CONF="$conf" \
+        LD_PRELOAD="$root/build/libcudalloc.so"
+      per_op 100000 "$fn" build/tests/bench/bench_hooks 100000)"
   done
 done
 

@@ -72,18 +72,6 @@ typedef struct ca__key {
   (offsetof(ca_config, field) +                                                \
    0 * sizeof(char[_Generic(((ca_config *)0)->field, T : 1, default : -1)]))
 
-/* The kind and storage of a row, written together so that they match. */
-#define CA__FRACTION_AT(field) CA__FRACTION, CA__OFFSET(field, double), NULL
-#define CA__MIB_AT(field) CA__MIB, CA__OFFSET(field, uint64_t), NULL
-#define CA__INT_AT(field) CA__INT, CA__OFFSET(field, int), NULL
-#define CA__BOOL_AT(field) CA__BOOL, CA__OFFSET(field, bool), NULL
-/* A text field is a char array; its size bounds the text (NUL included). */
-#define CA__TEXT_AT(field)                                                     \
-  CA__TEXT, CA__OFFSET(field, char *), NULL, 0,                                \
-      sizeof(((ca_config *)0)->field) - 1
-/* A choice is stored as the index of its word in `words`. */
-#define CA__CHOICE_AT(field, words) CA__CHOICE, CA__OFFSET(field, int), words
-
 static const char *const ca__report_formats[] = {"text", "json", NULL};
 /* What a boolean takes, in any case: each false word, then its true one. */
 static const char *const ca__bool_words[] = {"0",   "1",  "false", "true",
@@ -97,14 +85,19 @@ static const char *const ca__reuse_policies[] = {"safe", "immediate",
 /* The most MiB whose byte count still fits in a uint64_t. */
 #define CA__MIB_MAX (UINT64_MAX >> CA__MIB_SHIFT)
 
-/* What a row's kind stands for in the table: the field's kind, offset and
- * words, and the bounds of the number given (a text's: its room). */
-#define CA__AT_FRACTION(f, words, lo, hi) CA__FRACTION_AT(f), lo, hi
-#define CA__AT_MIB(f, words, lo, hi) CA__MIB_AT(f), lo, hi
-#define CA__AT_INT(f, words, lo, hi) CA__INT_AT(f), lo, hi
-#define CA__AT_BOOL(f, words, lo, hi) CA__BOOL_AT(f), lo, hi
-#define CA__AT_TEXT(f, words, lo, hi) CA__TEXT_AT(f)
-#define CA__AT_CHOICE(f, words, lo, hi) CA__CHOICE_AT(f, words), lo, hi
+/* A row's kind in the table: the kind, the field's offset, its words and
+ * the bounds of the number given, written together so that they match. A
+ * text field is a char array, whose size bounds the text (NUL included); a
+ * choice is stored as the index of its word in `words`. */
+#define CA__AT_FRACTION(f, words, lo, hi)                                      \
+  CA__FRACTION, CA__OFFSET(f, double), NULL, lo, hi
+#define CA__AT_MIB(f, words, lo, hi) CA__MIB, CA__OFFSET(f, uint64_t), NULL, lo, hi
+#define CA__AT_INT(f, words, lo, hi) CA__INT, CA__OFFSET(f, int), NULL, lo, hi
+#define CA__AT_BOOL(f, words, lo, hi) CA__BOOL, CA__OFFSET(f, bool), NULL, lo, hi
+#define CA__AT_TEXT(f, words, lo, hi)                                          \
+  CA__TEXT, CA__OFFSET(f, char *), NULL, 0, sizeof(((ca_config *)0)->f) - 1
+#define CA__AT_CHOICE(f, words, lo, hi)                                        \
+  CA__CHOICE, CA__OFFSET(f, int), words, lo, hi
 /* A text key's default: unset. */
 #define CA__NO_TEXT {.text = {"", 0}}
 #define CA__KEY_ROW(field, key, kind, words, lo, hi, def, def_text, accepted, \
@@ -113,7 +106,6 @@ static const char *const ca__reuse_policies[] = {"safe", "immediate",
 
 /* Every key: the rows of config.h. */
 static const ca__key ca__keys[] = {CA_CONFIG_KEYS(CA__KEY_ROW)};
-
 
 #define CA__NKEYS (sizeof(ca__keys) / sizeof(ca__keys[0]))
 

@@ -102,6 +102,17 @@ static __attribute__((noinline)) void scan_now(ca_reach_target *t, size_t n,
   ca_reach_scan(t, n, &roots, st);
 }
 
+/* Scans for the n targets, which must complete, and sets found[k] for the
+ * target of index k. */
+static ca_reach_stats scan_found(ca_reach_target *t, size_t n, bool *found) {
+  ca_reach_stats st;
+  scan_now(t, n, &st);
+  assert_true(st.complete);
+  for (size_t i = 0; i < n; i++)
+    found[t[i].index] = t[i].found;
+  return st;
+}
+
 static void scan_finds_held_addresses_only(void **state) {
   (void)state;
   const uint64_t base = 0x7e0000000000ull, mib = 1u << 20;
@@ -111,13 +122,8 @@ static void scan_finds_held_addresses_only(void **state) {
   volatile uint64_t on_stack = base + 0 * mib; /* block 0 */
   volatile uint64_t *heap = malloc(sizeof(*heap));
   *heap = base + 2 * mib + 4096;        /* the heap, inside block 2 */
-  ca_reach_stats st;
-  scan_now(t, 4, &st);
-  assert_true(st.complete);
-  assert_true(st.scanned_bytes > 0);
   bool found[4] = {false};
-  for (size_t i = 0; i < 4; i++)
-    found[t[i].index] = t[i].found;
+  assert_true(scan_found(t, 4, found).scanned_bytes > 0);
   assert_true(found[0]);
   assert_false(found[1]);
   assert_true(found[2]);
@@ -143,12 +149,8 @@ static void page_starts_inside_a_block_do_not_count(void **state) {
   heap[0] = base + page;                    /* block 0: a page's start */
   heap[1] = base + 8 * page + page + 64;    /* block 1: inside a page */
   heap[2] = base + 16 * page + 512;         /* block 2: its own start */
-  ca_reach_stats st;
-  scan_now(t, 3, &st);
-  assert_true(st.complete);
   bool found[3] = {false};
-  for (size_t i = 0; i < 3; i++)
-    found[t[i].index] = t[i].found;
+  scan_found(t, 3, found);
   assert_false(found[0]);
   assert_true(found[1]);
   assert_true(found[2]);
@@ -192,12 +194,8 @@ static void the_librarys_threads_hold_nothing(void **state) {
   assert_int_equal(ca_meta_thread(&threads[1], false, hold, &h[1], &stack), 0);
   for (size_t i = 0; i < 2; i++)
     sem_wait(&h[i].ready);
-  ca_reach_stats st;
-  scan_now(t, 2, &st);
-  assert_true(st.complete);
   bool found[2] = {false};
-  for (size_t i = 0; i < 2; i++)
-    found[t[i].index] = t[i].found;
+  scan_found(t, 2, found);
   assert_true(found[0]);  /* the program's thread */
   assert_false(found[1]); /* the library's */
   for (size_t i = 0; i < 2; i++) {

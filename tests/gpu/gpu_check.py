@@ -122,15 +122,16 @@ class Check:
             return most
         return max(1, min(most, int(self.deadline - time.time() - 10)))
 
-    def cannot_run(self, cmd, conf):
+    def cannot_run(self, cmd, conf, need=15):
         """Why `cmd` cannot run (None when it can): no library where it is to
-        be preloaded, a program not built, the deadline near."""
+        be preloaded, a program not built, the deadline nearer than `need`
+        seconds (what the run takes at least: one cut short proves nothing)."""
         if conf is not None and not os.path.exists(self.lib):
             return "library not built"
         exe = cmd[0]
         if os.sep in exe and not os.access(exe, os.X_OK):
             return "%s not built" % os.path.basename(exe)
-        if self.time_left() < 15:
+        if self.time_left() < need:
             return "time budget spent"
         return None
 

@@ -5,7 +5,6 @@
 
 #include <pthread.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "support/fork.h"
 #include "support/lock.h"
@@ -93,12 +92,6 @@ static void ca__give_entry(ca__entry *e) {
   ca__free_list = e;
 }
 
-static uint64_t ca__track_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 const char *ca_track_kind_call(ca_track_kind kind) {
   switch (kind) {
   case CA_TRACK_PITCH:
@@ -140,7 +133,6 @@ bool ca_track_add(ca_track_kind kind, uint64_t key, uint64_t size, int device,
                   void *ctx, uint32_t stack, ca_tracked *replaced) {
   ca_tracked t = {.key = key,
                   .size = size,
-                  .time_ns = ca__track_now_ns(),
                   .device = device,
                   .ctx = ctx,
                   .stack = stack,

@@ -28,7 +28,6 @@ typedef struct ca_tracked {
   uint64_t key;     /* the device address, or the handle for CA_TRACK_VMM */
   uint64_t size;    /* bytes the driver was asked for (pitch * height) */
   uint64_t seq;     /* allocation number among tracked ones, from 1 */
-  uint64_t time_ns; /* CLOCK_MONOTONIC when allocated */
   int device;       /* -1 when unknown */
   void *ctx;        /* the CUcontext current at allocation; NULL unknown */
   uint32_t stack;   /* the allocation's stack id (stacks.h); 0 for none */

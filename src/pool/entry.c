@@ -159,7 +159,6 @@ ca__give_out(ca__arena *p, ca__block *b, uint64_t size, uint32_t tag,
   b->requested = size;
   b->tag = tag;
   b->seq = ca__next_seq(p);
-  b->time_ns = ca__now_ns();
   ca__set_live(p, b, true);
   p->stats.allocs++;
   ca__stat_add(&p->stats.requested_bytes, size);
@@ -318,7 +317,6 @@ static void ca__describe(const ca__arena *p, const ca__block *b,
   out->requested = b->requested;
   out->size = b->size;
   out->seq = b->seq;
-  out->time_ns = b->time_ns;
   out->device = p->device;
   out->tag = b->tag;
   out->page = b->seg->expandable ? ca__page_size(p) : 0;

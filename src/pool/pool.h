@@ -102,7 +102,6 @@ typedef struct ca_live_block {
   uint64_t seq;       /* allocation number, unique in this pool, from 1:
                          in allocation order within an arena, and near it
                          across arenas (each draws numbers in runs of 64) */
-  uint64_t time_ns;   /* CLOCK_MONOTONIC when allocated */
   int device;
   uint32_t tag;       /* what the caller attached at allocation */
   /* It starts where the driver keeps a copy of the address: its segment's

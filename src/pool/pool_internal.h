@@ -89,7 +89,6 @@ typedef struct ca__block {
   uint64_t size;
   uint64_t requested;
   uint64_t seq;
-  uint64_t time_ns;
   uint64_t freed_at; /* the arena's free_tick when it last became FREE */
   struct ca__block *prev, *next;           /* neighbours in the segment */
   struct ca__block *link_prev, *link_next; /* bin, oversize, held or quick */

@@ -18,11 +18,6 @@ static uint64_t ca__clock_ns(clockid_t clock) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* When a block was allocated: to within a few milliseconds is enough. */
-static uint64_t ca__now_ns(void) {
-  return ca__clock_ns(CLOCK_MONOTONIC_COARSE);
-}
-
 static void ca__stat_add(cudalloc_stat *s, uint64_t v) {
   s->current += v;
   s->total += v;

@@ -42,30 +42,44 @@ typedef struct cudalloc_stat {
   uint64_t total;
 } cudalloc_stat;
 
+/* The statistics of a device, one row each: the struct below is made from
+ * this list, and so are the library's text and JSON summaries and
+ * cudalloc_get_stats_json (whose names are the fields'). A row is
+ *   STAT(field, row, bytes)  a cudalloc_stat; `row` names it in the text
+ *                            summary, `bytes` says whether it counts bytes;
+ *   COUNT(field)             a uint64_t the pools' figures add up to;
+ *   MOST(field)              a uint64_t, the largest of the pools' figures.
+ * reserved_bytes.current = allocated_bytes.current + free_cached_bytes
+ *                          + pending_free_bytes */
+#define CUDALLOC_DEVICE_STATS(STAT, COUNT, MOST)                               \
+  STAT(requested_bytes, "requested", 1) /* as the program asked for them */    \
+  STAT(allocated_bytes, "allocated", 1) /* as the pool rounded them */         \
+  STAT(reserved_bytes, "reserved", 1)   /* held from the driver */             \
+  STAT(blocks, "blocks", 0)             /* live blocks handed out */           \
+  STAT(segments, "segments", 0)         /* driver allocations held */          \
+  COUNT(allocs)               /* allocation requests served */                 \
+  COUNT(frees)                /* blocks given back by the program */           \
+  COUNT(cache_hits)           /* requests served without the driver */         \
+  COUNT(backend_allocs)       /* segments asked of the driver */               \
+  COUNT(backend_frees)        /* segments given back to the driver */          \
+  COUNT(oom_retries)          /* driver out-of-memory answers retried */       \
+  COUNT(gc_segments_released) /* segments given back by the threshold */       \
+  COUNT(failed_allocs)        /* requests that ended in out of memory */       \
+  COUNT(free_cached_bytes)    /* cached and reusable now */                    \
+  COUNT(pending_free_bytes)   /* freed, waiting for device work to end */      \
+  MOST(largest_free_block)    /* biggest single reusable cached block */
+
+#define CUDALLOC__STAT_FIELD(field, row, bytes) cudalloc_stat field;
+#define CUDALLOC__U64_FIELD(field) uint64_t field;
+
 /* Statistics of one device: the sum of its pools (one per CUDA context;
  * most programs have one). Byte counts are exact; a peak is the sum of the
  * pools' peaks. */
 typedef struct cudalloc_device_stats {
   int device;
-  cudalloc_stat requested_bytes; /* as the program asked for them */
-  cudalloc_stat allocated_bytes; /* as the pool rounded them */
-  cudalloc_stat reserved_bytes;  /* held from the driver, in use or cached */
-  cudalloc_stat blocks;          /* live blocks handed to the program */
-  cudalloc_stat segments;        /* driver allocations the pool holds */
-  uint64_t allocs;               /* allocation requests served */
-  uint64_t frees;                /* blocks given back by the program */
-  uint64_t cache_hits;           /* requests served without the driver */
-  uint64_t backend_allocs;       /* segments asked of the driver */
-  uint64_t backend_frees;        /* segments given back to the driver */
-  uint64_t oom_retries;          /* driver out-of-memory answers retried */
-  uint64_t gc_segments_released; /* segments given back by the threshold */
-  uint64_t failed_allocs;        /* requests that ended in out of memory */
-  uint64_t free_cached_bytes;    /* cached and reusable now */
-  uint64_t pending_free_bytes;   /* freed, waiting for device work to end */
-  uint64_t largest_free_block;   /* biggest single reusable cached block */
-  double fragmentation;          /* 1 - largest_free_block / free_cached_bytes */
-  /* reserved_bytes.current = allocated_bytes.current + free_cached_bytes
-   *                          + pending_free_bytes */
+  CUDALLOC_DEVICE_STATS(CUDALLOC__STAT_FIELD, CUDALLOC__U64_FIELD,
+                        CUDALLOC__U64_FIELD)
+  double fragmentation; /* 1 - largest_free_block / free_cached_bytes */
 } cudalloc_device_stats;
 
 /* The library's version as "MAJOR.MINOR.PATCH". */

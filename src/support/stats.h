@@ -1,12 +1,11 @@
 /*
- * The fields of cudalloc_device_stats (include/cudalloc.h), listed once:
- * adding up the pools of a device (pool/entry.c), the JSON object of the
- * summary and of cudalloc_get_stats_json (stats.c) and the rows of the text
- * summary (report/summary.c) are generated from these lists, and a compile-time check below fails when the struct gains a
- * field the lists lack.
+ * The fields of cudalloc_device_stats, as three lists drawn from the one
+ * list of include/cudalloc.h (CUDALLOC_DEVICE_STATS): adding up the pools
+ * of a device (pool/entry.c), the JSON object of the summary and of
+ * cudalloc_get_stats_json (stats.c) and the rows of the text summary
+ * (report/summary.c) are generated from these.
  *
- * CA_STATS_TRIPLES(X): cudalloc_stat fields, X(field, row, bytes): `row` is
- *   the text summary's row name; `bytes` whether it counts bytes.
+ * CA_STATS_TRIPLES(X): cudalloc_stat fields, X(field, row, bytes).
  * CA_STATS_COUNTERS(X): uint64_t fields the pools' figures add up to, X(field).
  * CA_STATS_LARGEST(X): uint64_t fields whose device figure is the pools'
  *   largest, X(field).
@@ -20,43 +19,14 @@
 
 #include "cudalloc.h"
 
+#define CA__STATS_NONE1(field)
+#define CA__STATS_NONE3(field, row, bytes)
 #define CA_STATS_TRIPLES(X)                                                    \
-  X(requested_bytes, "requested", 1)                                           \
-  X(allocated_bytes, "allocated", 1)                                           \
-  X(reserved_bytes, "reserved", 1)                                             \
-  X(blocks, "blocks", 0)                                                       \
-  X(segments, "segments", 0)
-
+  CUDALLOC_DEVICE_STATS(X, CA__STATS_NONE1, CA__STATS_NONE1)
 #define CA_STATS_COUNTERS(X)                                                   \
-  X(allocs)                                                                    \
-  X(frees)                                                                     \
-  X(cache_hits)                                                                \
-  X(backend_allocs)                                                            \
-  X(backend_frees)                                                             \
-  X(oom_retries)                                                               \
-  X(gc_segments_released)                                                      \
-  X(failed_allocs)                                                             \
-  X(free_cached_bytes)                                                         \
-  X(pending_free_bytes)
-
-#define CA_STATS_LARGEST(X) X(largest_free_block)
-
-/* The struct is exactly `device`, the lists in order, and fragmentation:
- * a field added to it and not to a list breaks the build here. */
-#define CA__STATS_SIZE_T(field, row, bytes) +sizeof(cudalloc_stat)
-#define CA__STATS_SIZE_U(field) +sizeof(uint64_t)
-_Static_assert(offsetof(cudalloc_device_stats, requested_bytes) ==
-                       sizeof(uint64_t) &&
-                   offsetof(cudalloc_device_stats, fragmentation) ==
-                       sizeof(uint64_t) CA_STATS_TRIPLES(CA__STATS_SIZE_T)
-                           CA_STATS_COUNTERS(CA__STATS_SIZE_U)
-                               CA_STATS_LARGEST(CA__STATS_SIZE_U) &&
-                   sizeof(cudalloc_device_stats) ==
-                       offsetof(cudalloc_device_stats, fragmentation) +
-                           sizeof(double),
-               "cudalloc_device_stats and the lists of stats.h disagree");
-#undef CA__STATS_SIZE_T
-#undef CA__STATS_SIZE_U
+  CUDALLOC_DEVICE_STATS(CA__STATS_NONE3, X, CA__STATS_NONE1)
+#define CA_STATS_LARGEST(X)                                                    \
+  CUDALLOC_DEVICE_STATS(CA__STATS_NONE3, CA__STATS_NONE1, X)
 
 /* Writes `s` as one JSON object, every field by its name in the struct, in
  * the struct's order (byte and block counts as {"current","peak","total"}),
@@ -65,5 +35,14 @@ _Static_assert(offsetof(cudalloc_device_stats, requested_bytes) ==
  * An object never takes more than CA_STATS_JSON_MAX bytes. */
 #define CA_STATS_JSON_MAX 2048
 size_t ca_stats_json(const cudalloc_device_stats *s, char *buf, size_t len);
+
+/* What an out-of-memory line says of the memory held, formatted: in use,
+ * cached (free and pending), the largest free block, and `limit` ("none"
+ * when 0). */
+typedef struct ca_held_text {
+  char used[32], cached[32], largest[32], limit[32];
+} ca_held_text;
+void ca_stats_held_text(const cudalloc_device_stats *s, uint64_t limit,
+                        ca_held_text *t);
 
 #endif /* CA_STATS_H */

@@ -34,7 +34,7 @@ import sys
 
 # Rank by layer: an include must go to a strictly lower rank, or stay in
 # its folder.
-LAYERS = {"hooks": 50, "policy": 40, "registry": 30, "pool": 20, "backend": 10, "driver": 0}
+LAYERS = {"hooks": 50, "policy": 40, "concerns": 35, "registry": 30, "pool": 20, "backend": 10, "driver": 0}
 SIDE = {"support", "leaks", "timeline", "unwind", "symbolize", "pyframes", "report", "top"}
 # Headers from outside src/: the public header and uthash.
 OUTSIDE = {"cudalloc.h", "uthash.h"}

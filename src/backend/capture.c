@@ -23,7 +23,7 @@ typedef struct ca__capture {
 
 static ca__capture ca__captures[CA__MAX_CAPTURES];
 static int ca__ncaptures;
-static atomic_int ca__captures_live; /* ca__ncaptures + ca__captures_lost */
+atomic_int ca_captures_live; /* ca__ncaptures + ca__captures_lost */
 static int ca__captures_lost;
 static pthread_mutex_t ca__captures_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -37,7 +37,7 @@ static void ca__captures_parent(void) {
 static void ca__captures_child(void) {
   ca__ncaptures = 0;
   ca__captures_lost = 0;
-  atomic_store(&ca__captures_live, 0);
+  atomic_store(&ca_captures_live, 0);
   pthread_mutex_unlock(&ca__captures_lock);
 }
 static const ca_fork_handlers ca__captures_fork = {
@@ -75,7 +75,7 @@ void ca_capture_begun(CUstream stream, bool per_thread) {
       ca__captures[ca__ncaptures++] = key;
     else
       ca__captures_lost++;
-    atomic_fetch_add(&ca__captures_live, 1);
+    atomic_fetch_add(&ca_captures_live, 1);
   }
   pthread_mutex_unlock(&ca__captures_lock);
 }
@@ -101,12 +101,10 @@ void ca_capture_ended(CUstream stream, bool per_thread) {
   int i = ca__capture_find(&key);
   if (i >= 0) {
     ca__captures[i] = ca__captures[--ca__ncaptures];
-    atomic_fetch_sub(&ca__captures_live, 1);
+    atomic_fetch_sub(&ca_captures_live, 1);
   }
   pthread_mutex_unlock(&ca__captures_lock);
 }
-
-bool ca_capture_seen(void) { return atomic_load(&ca__captures_live) > 0; }
 
 /* Whether a stream capture is active that a context-wide synchronization
  * would invalidate. The check must come before the call: cuCtxSynchronize

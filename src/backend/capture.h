@@ -12,6 +12,9 @@
 
 #include <stdbool.h>
 
+#include <stdatomic.h>
+#include <stdbool.h>
+
 #include <cuda.h>
 
 /* A capture began on `stream`, the handle the program passed; `per_thread`:
@@ -23,8 +26,13 @@ void ca_capture_begun(CUstream stream, bool per_thread);
  * the stream no longer captures. */
 void ca_capture_ended(CUstream stream, bool per_thread);
 
+/* How many captures the policy saw begin may still run. */
+extern atomic_int ca_captures_live;
+
 /* Whether a capture the policy saw begin may still run: no driver call. */
-bool ca_capture_seen(void);
+static inline bool ca_capture_seen(void) {
+  return atomic_load_explicit(&ca_captures_live, memory_order_acquire) > 0;
+}
 
 /* Whether any capture is active that a context-wide synchronization, or an
  * event on the legacy stream, would break: ca_capture_seen, then the

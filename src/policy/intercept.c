@@ -2,15 +2,21 @@
  * The policy behind each handled driver call (see intercept.h).
  *
  * The real functions are reached through the backend's table (ca_driver());
- * this file decides only whether to call them, and what to record.
+ * this file decides only whether to call them, and what to record. Pooled
+ * requests and frees go down a chain of concerns (concerns/), composed
+ * here once around the pool.
  */
 #include "policy/intercept.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "backend/backend_cuda.h"
 #include "backend/capture.h"
+#include "concerns/concern.h"
+#include "concerns/site_bytes.h"
 #include "support/config.h"
 #include "driver/driver.h"
 #include "cudalloc.h"
@@ -18,14 +24,11 @@
 #include "support/log.h"
 #include "policy/pointer.h"
 #include "pool/pool.h"
-#include "pyframes/pyframes.h"
 #include "registry/registry.h"
 #include "leaks/sites.h"
-#include "leaks/stacks.h"
 #include "backend/streams.h"
 #include "timeline/trace.h"
 #include "leaks/track.h"
-#include "unwind/unwind.h"
 
 bool ca_intercept_enabled(void) { return ca_config_get()->enabled; }
 
@@ -37,28 +40,6 @@ static int ca__where(CUcontext *ctx) {
   if (ca_driver_current(&device, ctx) != CUDA_SUCCESS)
     return -1;
   return device;
-}
-
-/* The stack id of the allocation being served, when backtrace_depth asks
- * for stacks: the frames from the program's call inwards to the first one
- * outside this library, with the Python frames of a Python thread merged
- * in (as many again as backtrace_depth). */
-static int ca__stack_depth(const ca_config *cfg) {
-  return cfg->backtrace_depth > 0 ? cfg->backtrace_depth
-         : cfg->growth_report     ? CA_SITES_DEPTH
-                                  : 0;
-}
-
-static uint32_t ca__stack_here(void) {
-  const ca_config *cfg = ca_config_get();
-  int depth = ca__stack_depth(cfg);
-  if (depth == 0)
-    return 0;
-  uintptr_t pcs[CA_STACK_MAX_FRAMES];
-  size_t n = ca_unwind_outside_self(pcs, (size_t)depth);
-  if (cfg->python_frames)
-    n = ca_pyframes_merge(pcs, n, CA_STACK_MAX_FRAMES, (size_t)depth);
-  return ca_stacks_intern(pcs, n);
 }
 
 /* Every pool of `device` (one per context) gives back what it caches,
@@ -95,7 +76,7 @@ static void ca__track(ca_track_kind kind, uint64_t key, uint64_t size,
   ca_tracked gone;
   if (kind != CA_TRACK_VMM)
     ca_registry_lost(key);
-  uint32_t stack = ca__stack_here();
+  uint32_t stack = ca_site_stack(ca_config_get());
   if (ca_track_add(kind, key, size, device, ctx, stack, &gone))
     ca_registry_unbook(gone.device, gone.size);
   ca_budget *b = ca_registry_budget(device);
@@ -126,62 +107,98 @@ static void ca__track(ca_track_kind kind, uint64_t key, uint64_t size,
     r_;                                                                        \
   })
 
-/* With verbose, the one line that says why an allocation failed. */
-static void ca__say_out_of_memory(ca_pool *pool, uint64_t size) {
-  if (ca_config_get()->verbose < 1)
-    return;
-  cudalloc_device_stats s;
-  ca_pool_get_stats(pool, &s);
-  char req[32];
-  ca_held_text t;
-  ca_format_bytes(req, sizeof(req), size);
-  ca_intercept_held_text(&s, &t);
-  ca_log("out of memory on device %d: requested %s; in use %s, cached %s, "
-         "largest free block %s, limit %s, fragmentation %.1f%%",
-         s.device, req, t.used, t.cached, t.largest, t.limit,
-         100.0 * s.fragmentation);
-}
-
-void ca_intercept_held_text(const cudalloc_device_stats *s, ca_held_text *t) {
-  uint64_t limit = ca_config_get()->memory_limit;
-  ca_format_bytes(t->used, sizeof(t->used), s->allocated_bytes.current);
-  ca_format_bytes(t->cached, sizeof(t->cached),
-                  s->free_cached_bytes + s->pending_free_bytes);
-  ca_format_bytes(t->largest, sizeof(t->largest), s->largest_free_block);
-  if (limit)
-    ca_format_bytes(t->limit, sizeof(t->limit), limit);
-  else
-    snprintf(t->limit, sizeof(t->limit), "none");
-}
-
 /* ------------------------------------------------------------------------ */
 /* Pooled                                                                    */
 
-/* One request of the pool, on *stream when `stream` is not NULL. */
-static int ca__ask_pool(ca_pool *pool, uint64_t size, uint32_t stack,
-                        const uint64_t *stream, uint64_t *addr) {
-  return stream ? ca_pool_alloc_on(pool, size, stack, *stream, addr)
-                : ca_pool_alloc(pool, size, stack, addr);
+/* The chains' bottom: the pool itself. A block given back leaves the
+ * pointer queries' records too (pointer.c). */
+static int ca__pool_alloc(const ca_layer *self, ca_ask *a) {
+  (void)self;
+  return a->stream
+             ? ca_pool_alloc_on(a->pool, a->size, a->stack, *a->stream, &a->addr)
+             : ca_pool_alloc(a->pool, a->size, a->stack, &a->addr);
 }
 
-/* Serves `size` bytes from `pool`, on *stream when `stream` is not NULL
- * (stream-ordered reuse: the frameworks' allocator slots). */
+static int ca__pool_free(const ca_layer *self, ca_give *g) {
+  (void)self;
+  if (!ca_registry_free(g->addr, g->stream, g->describe ? &g->block : NULL))
+    return CA_GIVE_NOT_POOLED;
+  ca_pointer_freed(g->addr);
+  return 0;
+}
+
+/* Whether the driver allows cuMemAlloc and cuMemFree now: during a stream
+ * capture it refuses them (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) from a
+ * thread whose capture mode forbids them, and invalidates the capture
+ * (driver_facts.txt). It judges that before anything else, whatever the
+ * pointer, cuMemFree(0) included: asked with cuMemFree(0), it gives the
+ * exact answer a pooled call must give, and has the same effect on the
+ * capture. The capture rule (concerns/capture_rule.c) asks only while a
+ * capture the policy saw begin may run. */
+static int ca__capture_allows(void) {
+  CUresult r = CA_REAL(mem_free, 0);
+  return r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED ||
+                 r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||
+                 r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT ||
+                 r == CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD
+             ? r
+             : CUDA_SUCCESS;
+}
+
+/* The two chains of concerns around the pool (concerns/compose.c), made
+ * once the configuration is read, at the first pooled request. */
+static ca_layer_env ca__env;
+static ca_chain ca__chains[2];
+static const ca_layer *_Atomic ca__tops[2];
+static pthread_once_t ca__chains_once = PTHREAD_ONCE_INIT;
+
+static void ca__compose_chains(void) {
+  static const ca_layer bottom = {
+      .name = "pool", .alloc = ca__pool_alloc, .free = ca__pool_free};
+  ca__env = (ca_layer_env){.cfg = ca_config_get(),
+                           .oom = CUDA_ERROR_OUT_OF_MEMORY,
+                           .make_room = ca_intercept_make_room,
+                           .allowed = ca__capture_allows,
+                           .capturing = &ca_captures_live};
+  const ca_layer *tops[2];
+  for (int p = CA_PATH_SYNC; p <= CA_PATH_ORDERED; p++)
+    tops[p] = ca_compose(&ca__chains[p], &ca__env, (ca_path)p, &bottom);
+  if (ca__env.cfg->verbose >= 2) {
+    char sync[128], ordered[128];
+    ca_chain_describe(&ca__chains[CA_PATH_SYNC], sync, sizeof(sync));
+    ca_chain_describe(&ca__chains[CA_PATH_ORDERED], ordered, sizeof(ordered));
+    ca_log("layers around the pool: cuMemAlloc and cuMemFree %s; "
+           "stream-ordered %s", sync, ordered);
+  }
+  for (int p = CA_PATH_SYNC; p <= CA_PATH_ORDERED; p++)
+    atomic_store_explicit(&ca__tops[p], tops[p], memory_order_release);
+}
+
+static inline const ca_layer *ca__chain(ca_path path) {
+  const ca_layer *top =
+      atomic_load_explicit(&ca__tops[path], memory_order_acquire);
+  if (__builtin_expect(top == NULL, 0)) {
+    pthread_once(&ca__chains_once, ca__compose_chains);
+    top = atomic_load_explicit(&ca__tops[path], memory_order_acquire);
+  }
+  return top;
+}
+
+/* Serves `size` bytes from `pool` through `path`'s chain, on *stream when
+ * `stream` is not NULL. */
+static CUresult ca__pooled(ca_path path, ca_pool *pool, size_t size,
+                           const uint64_t *stream, CUdeviceptr *dptr) {
+  ca_ask ask = {.pool = pool, .size = (uint64_t)size, .stream = stream};
+  int r = ca_layer_alloc(ca__chain(path), &ask);
+  if (r == 0)
+    *dptr = (CUdeviceptr)ask.addr;
+  return (CUresult)r;
+}
+
+/* Stream-ordered: the frameworks' allocator slots. */
 CUresult ca_intercept_pooled(ca_pool *pool, size_t size,
                              const uint64_t *stream, CUdeviceptr *dptr) {
-  uint64_t addr = 0;
-  uint32_t stack = ca__stack_here();
-  int status = ca__ask_pool(pool, (uint64_t)size, stack, stream, &addr);
-  /* The pool gave back its own cache before failing; under a limit, the
-   * device's other pools may hold the room. */
-  if (status == CUDA_ERROR_OUT_OF_MEMORY && ca_config_get()->memory_limit &&
-      ca_intercept_make_room(ca_pool_device(pool)))
-    status = ca__ask_pool(pool, (uint64_t)size, stack, stream, &addr);
-  if (status == 0) {
-    *dptr = (CUdeviceptr)addr;
-    ca_sites_alloc(stack, (uint64_t)size);
-    ca_trace_alloc(ca_pool_device(pool), addr, (uint64_t)size, stack);
-  }
-  return (CUresult)status;
+  return ca__pooled(CA_PATH_ORDERED, pool, size, stream, dptr);
 }
 
 /* The current context's pool, made on its first use (which tells the
@@ -194,61 +211,28 @@ static ca_pool *ca__current_pool(void) {
   return pool;
 }
 
-/* Whether the driver allows cuMemAlloc and cuMemFree now: during a stream
- * capture it refuses them (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) from a
- * thread whose capture mode forbids them, and invalidates the capture
- * (driver_facts.txt). It judges that before anything else, whatever the
- * pointer, cuMemFree(0) included: asked with cuMemFree(0), it gives the
- * exact answer a pooled call must give, and has the same effect on the
- * capture. Outside a capture the policy saw begin, nothing is asked. */
-static CUresult ca__capture_allows(void) {
-  if (!ca_capture_seen())
-    return CUDA_SUCCESS;
-  CUresult r = CA_REAL(mem_free, 0);
-  return r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED ||
-                 r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||
-                 r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT ||
-                 r == CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD
-             ? r
-             : CUDA_SUCCESS;
-}
-
+/* A missing pointer or a zero-byte request gets the driver's own answer
+ * (an error, the capture's refusal first), as does a thread without a
+ * current context (no pool). */
 CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
-  if (!ca_intercept_enabled())
+  if (!ca_intercept_enabled() || dptr == NULL || size == 0)
     return CA_REAL(mem_alloc, dptr, size);
-  CUresult allowed = ca__capture_allows();
-  if (allowed != CUDA_SUCCESS)
-    return allowed;
-  if (dptr == NULL)
-    return CUDA_ERROR_INVALID_VALUE;
-  /* The driver's own answer to a zero-byte request (an error) is the one
-   * the program would have seen without us. */
-  if (size == 0)
-    return CA_REAL(mem_alloc, dptr, size);
-  /* Without a pool (no current context, say) the driver knows the right
-   * error; let it say so. */
   ca_pool *pool = ca__current_pool();
   if (pool == NULL)
     return CA_REAL(mem_alloc, dptr, size);
-  CUresult r = ca_intercept_pooled(pool, size, NULL, dptr);
-  if (r == CUDA_ERROR_OUT_OF_MEMORY)
-    ca__say_out_of_memory(pool, size);
-  return r;
+  return ca__pooled(CA_PATH_SYNC, pool, size, NULL, dptr);
 }
 
-/* Gives a pooled block back (on *stream, when named): whether one was live
- * at `dptr`. Only with stacks or a trace does the pool describe the block,
- * for its site's count and the trace's levels. */
+/* Gives a pooled block back through `path`'s chain (on *stream, when
+ * named): 0, CA_GIVE_NOT_POOLED, or a capture's refusal. */
+static int ca__free_pooled(ca_path path, CUdeviceptr dptr,
+                           const uint64_t *stream) {
+  ca_give give = {.addr = (uint64_t)dptr, .stream = stream};
+  return ca_layer_free(ca__chain(path), &give);
+}
+
 bool ca_intercept_free_pooled(CUdeviceptr dptr, const uint64_t *stream) {
-  ca_live_block b = {.tag = 0};
-  bool describe = ca__stack_depth(ca_config_get()) > 0 ||
-                  __atomic_load_n(&ca_trace_recording, __ATOMIC_ACQUIRE);
-  if (!ca_registry_free((uint64_t)dptr, stream, describe ? &b : NULL))
-    return false;
-  ca_sites_free(b.tag, b.requested);
-  ca_trace_free(b.device, (uint64_t)dptr, b.requested);
-  ca_pointer_freed((uint64_t)dptr);
-  return true;
+  return ca__free_pooled(CA_PATH_ORDERED, dptr, stream) == 0;
 }
 
 /* A free no pool answered for: the driver's. */
@@ -266,12 +250,9 @@ CUresult ca_on_mem_free(CUdeviceptr dptr) {
   /* cuMemFree(0) gets the driver's own answer, whatever it is. */
   if (!ca_intercept_enabled() || dptr == 0)
     return CA_REAL(mem_free, dptr);
-  CUresult allowed = ca__capture_allows();
-  if (allowed != CUDA_SUCCESS)
-    return allowed;
-  if (ca_intercept_free_pooled(dptr, NULL))
-    return CUDA_SUCCESS;
-  return ca_intercept_free_unpooled(dptr);
+  int r = ca__free_pooled(CA_PATH_SYNC, dptr, NULL);
+  return r == CA_GIVE_NOT_POOLED ? ca_intercept_free_unpooled(dptr)
+                                 : (CUresult)r;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -24,23 +24,17 @@ CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size);
 CUresult ca_on_mem_free(CUdeviceptr dptr);
 /* What the allocator slot's policy (slot.c) shares with this one. */
 bool ca_intercept_enabled(void);
-/* Serves `size` bytes from `pool` (on *stream when `stream` is not NULL:
- * stream-ordered reuse), counting the block for its site and the trace. */
+/* Serves `size` bytes from `pool` through the stream-ordered chain of
+ * concerns (on *stream when `stream` is not NULL: stream-ordered reuse). */
 CUresult ca_intercept_pooled(ca_pool *pool, size_t size,
                              const uint64_t *stream, CUdeviceptr *dptr);
-/* Gives a pooled block back (on *stream when named): whether one was live
- * at `dptr`. */
+/* Gives a pooled block back through the same chain (on *stream when
+ * named): whether one was live at `dptr`. */
 bool ca_intercept_free_pooled(CUdeviceptr dptr, const uint64_t *stream);
 /* A free no pool answered for: the driver's, in the current context. */
 CUresult ca_intercept_free_unpooled(CUdeviceptr dptr);
 /* Every pool of `device` gives back what it caches: whether anything was. */
 bool ca_intercept_make_room(int device);
-/* What an out-of-memory line says of the memory held, formatted: in use,
- * cached (free and pending), the largest free block, the limit ("none"). */
-typedef struct ca_held_text {
-  char used[32], cached[32], largest[32], limit[32];
-} ca_held_text;
-void ca_intercept_held_text(const cudalloc_device_stats *s, ca_held_text *t);
 CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes);
 CUresult ca_on_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width,
                                size_t height, unsigned int element_size);

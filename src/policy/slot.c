@@ -19,6 +19,7 @@
 #include "policy/intercept.h"
 #include "policy/lifecycle.h"
 #include "support/log.h"
+#include "support/stats.h"
 #include "policy/recorded.h"
 #include "registry/registry.h"
 
@@ -86,7 +87,7 @@ static void ca__say_refused(CUresult r, size_t size, int device,
   cudalloc_device_stats s;
   ca_held_text t;
   ca_registry_device_stats(device, &s);
-  ca_intercept_held_text(&s, &t);
+  ca_stats_held_text(&s, ca_config_get()->memory_limit, &t);
   ca_log("allocator slot: out of memory: %s asked on device %d after giving "
          "back the cache; held: in use %s, cached %s (largest free block %s), "
          "limit %s; %s%s%s",

@@ -103,7 +103,7 @@ static ca_pool_options ca__pool_options(int device) {
 }
 
 /* The slot of `ctx` among the first n, or NULL. */
-static ca__slot *ca__slot_find(void *ctx, int n) {
+static inline ca__slot *ca__slot_find(void *ctx, int n) {
   for (int i = 0; i < n; i++)
     if (atomic_load_explicit(&ca__slots[i].ctx, memory_order_acquire) == ctx)
       return &ca__slots[i];
@@ -139,7 +139,7 @@ static ca__slot *ca__claim(int device, void *ctx) {
 }
 
 /* The pool already serving `ctx`, or NULL: no lock, no device number. */
-static ca_pool *ca__pool_of(void *ctx) {
+static inline ca_pool *ca__pool_of(void *ctx) {
   int n = atomic_load_explicit(&ca__nslots, memory_order_acquire);
   ca__slot *s = ca__slot_find(ctx, n);
   return s ? atomic_load_explicit(&s->pool, memory_order_acquire) : NULL;
@@ -158,18 +158,25 @@ static ca_pool *ca__pool_in(int device, void *ctx) {
   return s != NULL ? atomic_load(&s->pool) : NULL;
 }
 
+/* The current context's pool, made if need be: out of line, so that the
+ * common case (found) saves no registers. */
+static __attribute__((noinline)) ca_pool *ca__current_pool_made(void *ctx,
+                                                                bool *made) {
+  int device = -1;
+  if (ca_driver_context_device(&device) != CUDA_SUCCESS)
+    return NULL;
+  ca_pool *pool = ca__pool_in(device, ctx);
+  *made = pool != NULL;
+  return pool;
+}
+
 ca_pool *ca_registry_current_pool(bool *made) {
   CUcontext ctx = NULL;
-  int device = -1;
   *made = false;
   if (ca_driver_current_context(&ctx) != CUDA_SUCCESS)
     return NULL;
   ca_pool *pool = ca__pool_of(ctx);
-  if (pool != NULL || ca_driver_context_device(&device) != CUDA_SUCCESS)
-    return pool;
-  pool = ca__pool_in(device, ctx);
-  *made = pool != NULL;
-  return pool;
+  return pool != NULL ? pool : ca__current_pool_made(ctx, made);
 }
 
 ca_pool *ca_registry_primary_pool(int device, bool *made, CUresult *why) {

@@ -80,8 +80,8 @@ typedef enum ca_reuse_setting {
   X(verbose, verbose, INT, NULL, 0, 2, {.integer = 0}, "0", \
     "0, 1 or 2", \
     "How much the library prints: 0 quiet, 1 events (why an allocation " \
-    "failed), 2 chatty (how each driver function was reached, the leak " \
-    "scan's time).") \
+    "failed), 2 chatty (how each driver function was reached, the layers " \
+    "composed around the pool, the leak scan's time).") \
   X(help, help, BOOL, NULL, 0, 1, {.integer = 0}, "0", \
     CA__BOOL_ACCEPTED, \
     "1 prints this table, every key with its default and meaning, as the " \

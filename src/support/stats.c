@@ -1,13 +1,15 @@
 /*
  * A device's statistics as one JSON object (stats.h), generated from the
  * lists of stats.h: the report's JSON summary and cudalloc_get_stats_json
- * write the same object.
+ * write the same object; and the figures an out-of-memory line gives.
  */
 #include "support/stats.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+
+#include "support/log.h"
 
 /* Appends to buf as snprintf would at offset *at, counting what did not
  * fit too, so the caller learns the whole length. */
@@ -42,4 +44,16 @@ size_t ca_stats_json(const cudalloc_device_stats *s, char *buf, size_t len) {
 #undef CA__COUNT
   ca__json_append(buf, len, &at, "\"fragmentation\":%.6f}", s->fragmentation);
   return at;
+}
+
+void ca_stats_held_text(const cudalloc_device_stats *s, uint64_t limit,
+                        ca_held_text *t) {
+  ca_format_bytes(t->used, sizeof(t->used), s->allocated_bytes.current);
+  ca_format_bytes(t->cached, sizeof(t->cached),
+                  s->free_cached_bytes + s->pending_free_bytes);
+  ca_format_bytes(t->largest, sizeof(t->largest), s->largest_free_block);
+  if (limit)
+    ca_format_bytes(t->limit, sizeof(t->limit), limit);
+  else
+    snprintf(t->limit, sizeof(t->limit), "none");
 }

@@ -429,6 +429,26 @@ def check_off(tmp):
     return "nothing printed"
 
 
+def check_layers(tmp):
+    """verbose:2 names the layers composed around the pool: each setting's
+    concern (verbose's own out-of-memory line among them), and nothing for
+    what is off."""
+    want = {
+        "verbose:2,leak_report:0":
+            "cuMemAlloc and cuMemFree capture_rule+oom_line+pool; stream-ordered pool",
+        "verbose:2,leak_report:0,backtrace_depth:8,memory_limit_mb:512":
+            "cuMemAlloc and cuMemFree capture_rule+oom_line+site_bytes+limit_room+pool; "
+            "stream-ordered site_bytes+limit_room+pool",
+    }
+    for conf, layers in want.items():
+        r = run("leaks", conf)
+        said = [line[len(PREFIX):] for line in r.err.splitlines()
+                if line.startswith(PREFIX + "layers around the pool: ")]
+        expect(said == ["layers around the pool: " + layers],
+               f"with {conf}, the library said {said}, want the layers '{layers}'", r)
+    return "each setting's layer named, in order, once"
+
+
 def check_no_stacks(tmp):
     """Default settings: groups by size, sample allocations, the hint."""
     r = run("leaks", "")
@@ -603,6 +623,7 @@ CHECKS = {
     "exitcode": check_exitcode,
     "log_path": check_log_path,
     "off": check_off,
+    "layers": check_layers,
     "no_stacks": check_no_stacks,
     "max_leaks": check_max_leaks,
     "stats": check_stats,

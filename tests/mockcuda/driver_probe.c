@@ -210,6 +210,7 @@ int main(int argc, char **argv) {
 
   /* Memory. */
   Q("cuMemAlloc(0)", cuMemAlloc_v2(&p, 0));
+  Q("cuMemAlloc(NULL pointer)", cuMemAlloc_v2(NULL, 1000));
   Q("cuMemAlloc(1000)", cuMemAlloc_v2(&p, 1000));
   Q("cuMemAlloc(1000) again", cuMemAlloc_v2(&q, 1000));
   printf("1000 B blocks 512-aligned: %d, at least 1024 apart: %d\n", p % 512 == 0 && q % 512 == 0,

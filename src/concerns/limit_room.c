@@ -1,0 +1,30 @@
+/*
+ * Room under a memory limit (a layer around the pool, concern.h): the pool gives back its own
+ * cache before it refuses a request for memory, but under memory_limit_mb
+ * the device's other pools (one per context) may hold the room. They give
+ * back theirs, and the request is asked once more, with the same stack.
+ */
+#include "concerns/concern.h"
+
+static bool ca__limit_room_wanted(const ca_config *cfg, ca_path path) {
+  (void)path;
+  return cfg->memory_limit > 0;
+}
+
+static int ca__limit_room_alloc(const ca_layer *self, ca_ask *ask) {
+  int r = ca_layer_alloc(self->next, ask);
+  if (r == self->env->oom && self->env->make_room(ca_pool_device(ask->pool)))
+    r = ca_layer_alloc(self->next, ask);
+  return r;
+}
+
+static int ca__limit_room_free(const ca_layer *self, ca_give *give) {
+  return ca_layer_free(self->next, give);
+}
+
+const ca_concern ca_concern_limit_room = {
+    .name = "limit_room",
+    .wanted = ca__limit_room_wanted,
+    .alloc = ca__limit_room_alloc,
+    .free = ca__limit_room_free,
+};

@@ -28,15 +28,21 @@ static const ca_concern *const ca__concerns[] = {CA_CONCERNS(CA__ENTRY)};
 #define CA__NCONCERNS (sizeof(ca__concerns) / sizeof(ca__concerns[0]))
 _Static_assert(CA__NCONCERNS < CA_CHAIN_MAX, "a chain holds every concern");
 
+static int ca__pass_free(const ca_layer *self, ca_give *give) {
+  return ca_layer_free(self->next, give);
+}
+
 const ca_layer *ca_compose(ca_chain *chain, const ca_layer_env *env,
                            ca_path path, const ca_layer *bottom) {
   size_t n = 0;
-  for (size_t i = 0; i < CA__NCONCERNS; i++)
-    if (ca__concerns[i]->wanted(env->cfg, path))
-      chain->layers[n++] = (ca_layer){.name = ca__concerns[i]->name,
-                                      .alloc = ca__concerns[i]->alloc,
-                                      .free = ca__concerns[i]->free,
+  for (size_t i = 0; i < CA__NCONCERNS; i++) {
+    const ca_concern *c = ca__concerns[i];
+    if (c->wanted(env->cfg, path))
+      chain->layers[n++] = (ca_layer){.name = c->name,
+                                      .alloc = c->alloc,
+                                      .free = c->free ? c->free : ca__pass_free,
                                       .env = env};
+  }
   chain->layers[n] = *bottom;
   chain->n = n + 1;
   for (size_t i = 0; i < n; i++)

@@ -88,7 +88,8 @@ static inline int ca_layer_free(const ca_layer *l, ca_give *give) {
 typedef enum ca_path { CA_PATH_SYNC, CA_PATH_ORDERED } ca_path;
 
 /* A concern: whether a configuration wants it on a path, and its layer's
- * two functions, which call self->next to go on. */
+ * two functions, which call self->next to go on (`free` NULL: nothing to
+ * do at a free, which goes on untouched). */
 typedef struct ca_concern {
   const char *name;
   bool (*wanted)(const ca_config *cfg, ca_path path);

@@ -18,13 +18,8 @@ static int ca__limit_room_alloc(const ca_layer *self, ca_ask *ask) {
   return r;
 }
 
-static int ca__limit_room_free(const ca_layer *self, ca_give *give) {
-  return ca_layer_free(self->next, give);
-}
-
 const ca_concern ca_concern_limit_room = {
     .name = "limit_room",
     .wanted = ca__limit_room_wanted,
     .alloc = ca__limit_room_alloc,
-    .free = ca__limit_room_free,
 };

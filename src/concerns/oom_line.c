@@ -32,13 +32,8 @@ static int ca__oom_line_alloc(const ca_layer *self, ca_ask *ask) {
   return r;
 }
 
-static int ca__oom_line_free(const ca_layer *self, ca_give *give) {
-  return ca_layer_free(self->next, give);
-}
-
 const ca_concern ca_concern_oom_line = {
     .name = "oom_line",
     .wanted = ca__oom_line_wanted,
     .alloc = ca__oom_line_alloc,
-    .free = ca__oom_line_free,
 };

@@ -13,6 +13,7 @@
 #include "driver/driver.h"
 #include "backend/marks.h"
 #include "backend/streams.h"
+#include "support/nvtx.h"
 
 /* ------------------------------------------------------------------------ */
 /* Context deaths                                                            */
@@ -270,6 +271,7 @@ static int ca__cuda_reserve(void *ctx, int device, uint64_t size,
 static int ca__cuda_release(void *ctx, int device, uint64_t addr,
                             uint64_t size) {
   (void)size;
+  ca_nvtx_heap_remove(addr);
   ca__call c = {.kind = CA__RELEASE, .addr = addr};
   return (int)ca__run(ctx, device, &c);
 }
@@ -367,6 +369,7 @@ static int ca__cuda_va_reserve(void *ctx, int device, uint64_t size,
 
 static int ca__cuda_va_release(void *ctx, int device, uint64_t addr,
                                uint64_t size) {
+  ca_nvtx_heap_remove(addr);
   ca__call c = {.kind = CA__VA_RELEASE, .addr = addr, .size = size};
   return (int)ca__run(ctx, device, &c);
 }

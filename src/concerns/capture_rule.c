@@ -8,8 +8,8 @@
  */
 #include "concerns/concern.h"
 
-static bool ca__capture_rule_wanted(const ca_config *cfg, ca_path path) {
-  (void)cfg;
+static bool ca__capture_rule_wanted(const ca_layer_env *env, ca_path path) {
+  (void)env;
   return path == CA_PATH_SYNC;
 }
 

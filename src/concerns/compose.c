@@ -9,13 +9,15 @@
  * a free too. A capture's refusal comes before anything is done; the
  * out-of-memory line after every other layer has tried; the stack is taken
  * once, before the timeline records it and before a retry for room asks
- * the pool again with it. Each is `ca_concern_NAME`, defined in NAME.c. */
+ * the pool again with it; an NVTX tool hears of a block last, once served,
+ * and of its free first, before the pool may hand it out again. Each is `ca_concern_NAME`, defined in NAME.c. */
 #define CA_CONCERNS(X)                                                         \
   X(capture_rule)                                                              \
   X(oom_line)                                                                  \
   X(site_bytes)                                                                \
   X(trace_events)                                                              \
-  X(limit_room)
+  X(limit_room)                                                                \
+  X(nvtx_regions)
 
 #define CA__DECLARE(name) extern const ca_concern ca_concern_##name;
 CA_CONCERNS(CA__DECLARE)
@@ -37,7 +39,7 @@ const ca_layer *ca_compose(ca_chain *chain, const ca_layer_env *env,
   size_t n = 0;
   for (size_t i = 0; i < CA__NCONCERNS; i++) {
     const ca_concern *c = ca__concerns[i];
-    if (c->wanted(env->cfg, path))
+    if (c->wanted(env, path))
       chain->layers[n++] = (ca_layer){.name = c->name,
                                       .alloc = c->alloc,
                                       .free = c->free ? c->free : ca__pass_free,

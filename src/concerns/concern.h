@@ -61,7 +61,18 @@ typedef struct ca_layer_env {
    * *capturing is not 0 (captures in progress). */
   int (*allowed)(void);
   const atomic_int *capturing;
+  /* What an attached NVTX tool is told of each block (nvtx_regions.c);
+   * NULL when no tool is attached. */
+  const struct ca_region_ops *regions;
 } ca_layer_env;
+
+/* An NVTX tool told of blocks: `add` once a block is handed out (the ask
+ * as served), `remove` before a free goes down (an address that is no
+ * block it was told of is left alone). */
+typedef struct ca_region_ops {
+  void (*add)(const ca_ask *ask);
+  void (*remove)(uint64_t addr);
+} ca_region_ops;
 
 typedef struct ca_layer ca_layer;
 struct ca_layer {
@@ -87,12 +98,13 @@ static inline int ca_layer_free(const ca_layer *l, ca_give *give) {
  * cuMemFreeAsync), which a capture allows. */
 typedef enum ca_path { CA_PATH_SYNC, CA_PATH_ORDERED } ca_path;
 
-/* A concern: whether a configuration wants it on a path, and its layer's
+/* A concern: whether a chain's environment (its configuration, a tool
+ * attached) wants it on a path, and its layer's
  * two functions, which call self->next to go on (`free` NULL: nothing to
  * do at a free, which goes on untouched). */
 typedef struct ca_concern {
   const char *name;
-  bool (*wanted)(const ca_config *cfg, ca_path path);
+  bool (*wanted)(const ca_layer_env *env, ca_path path);
   int (*alloc)(const ca_layer *self, ca_ask *ask);
   int (*free)(const ca_layer *self, ca_give *give);
 } ca_concern;

@@ -6,9 +6,9 @@
  */
 #include "concerns/concern.h"
 
-static bool ca__limit_room_wanted(const ca_config *cfg, ca_path path) {
+static bool ca__limit_room_wanted(const ca_layer_env *env, ca_path path) {
   (void)path;
-  return cfg->memory_limit > 0;
+  return env->cfg->memory_limit > 0;
 }
 
 static int ca__limit_room_alloc(const ca_layer *self, ca_ask *ask) {

@@ -8,8 +8,8 @@
 #include "support/log.h"
 #include "support/stats.h"
 
-static bool ca__oom_line_wanted(const ca_config *cfg, ca_path path) {
-  return cfg->verbose >= 1 && path == CA_PATH_SYNC;
+static bool ca__oom_line_wanted(const ca_layer_env *env, ca_path path) {
+  return env->cfg->verbose >= 1 && path == CA_PATH_SYNC;
 }
 
 static void ca__oom_line_say(const ca_layer *self, const ca_ask *ask) {

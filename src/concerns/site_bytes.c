@@ -29,9 +29,9 @@ uint32_t ca_site_stack(const ca_config *cfg) {
   return ca_stacks_intern(pcs, n);
 }
 
-static bool ca__site_bytes_wanted(const ca_config *cfg, ca_path path) {
+static bool ca__site_bytes_wanted(const ca_layer_env *env, ca_path path) {
   (void)path;
-  return ca__site_depth(cfg) > 0;
+  return ca__site_depth(env->cfg) > 0;
 }
 
 static int ca__site_bytes_alloc(const ca_layer *self, ca_ask *ask) {

@@ -7,9 +7,9 @@
 
 #include "timeline/trace.h"
 
-static bool ca__trace_events_wanted(const ca_config *cfg, ca_path path) {
+static bool ca__trace_events_wanted(const ca_layer_env *env, ca_path path) {
   (void)path;
-  return cfg->trace_path[0] != '\0';
+  return env->cfg->trace_path[0] != '\0';
 }
 
 static int ca__trace_events_alloc(const ca_layer *self, ca_ask *ask) {

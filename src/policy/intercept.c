@@ -23,6 +23,7 @@
 #include "policy/lifecycle.h"
 #include "support/log.h"
 #include "policy/pointer.h"
+#include "policy/regions.h"
 #include "pool/pool.h"
 #include "registry/registry.h"
 #include "leaks/sites.h"
@@ -159,7 +160,8 @@ static void ca__compose_chains(void) {
                            .oom = CUDA_ERROR_OUT_OF_MEMORY,
                            .make_room = ca_intercept_make_room,
                            .allowed = ca__capture_allows,
-                           .capturing = &ca_captures_live};
+                           .capturing = &ca_captures_live,
+                           .regions = ca_regions_for_tool()};
   const ca_layer *tops[2];
   for (int p = CA_PATH_SYNC; p <= CA_PATH_ORDERED; p++)
     tops[p] = ca_compose(&ca__chains[p], &ca__env, (ca_path)p, &bottom);

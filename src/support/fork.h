@@ -29,6 +29,7 @@ typedef enum ca_fork_slot {
   CA_FORK_SITES,     /* live bytes by site, growth snapshots, the peak */
   CA_FORK_PYFRAMES,  /* the Python frame store's insert lock */
   CA_FORK_STACKS,    /* the stack depot's insert lock */
+  CA_FORK_NVTX,      /* the heaps and regions told to an NVTX tool */
   CA_FORK_LOG,       /* the log lock */
   CA_FORK_META,      /* the library's own memory (taken under any other) */
   CA_FORK_SLOTS

@@ -83,7 +83,7 @@ PRELOAD = env_path("E2E_PRELOAD")
 
 
 def run(mode, conf, *args, expect_rc=0, preloaded=True, stderr=subprocess.PIPE, timeout=60,
-        prog=None, preload=None):
+        prog=None, preload=None, env_add=None):
     """Runs e2e_leaks MODE ARGS (or `prog`) with cudalloc preloaded and
     CUDALLOC_CONF=conf; its stderr is read unless `stderr` says where it goes
     instead."""
@@ -95,6 +95,7 @@ def run(mode, conf, *args, expect_rc=0, preloaded=True, stderr=subprocess.PIPE, 
     env["LD_PRELOAD"] = preload or PRELOAD
     env["CUDALLOC_CONF"] = conf
     env["MOCKCUDA_DEVICES"] = "2"
+    env.update(env_add or {})
     env["ASAN_OPTIONS"] = "detect_leaks=0" + (":" + env["ASAN_OPTIONS"] if env.get("ASAN_OPTIONS") else "")
     proc = subprocess.Popen([prog or PROG, mode, *args], env=env, stdout=subprocess.PIPE,
                             stderr=stderr, text=True)
@@ -440,13 +441,27 @@ def check_layers(tmp):
             "cuMemAlloc and cuMemFree capture_rule+oom_line+site_bytes+limit_room+pool; "
             "stream-ordered site_bytes+limit_room+pool",
     }
+    def layers_said(r):
+        return [line[len(PREFIX):] for line in r.err.splitlines()
+                if line.startswith(PREFIX + "layers around the pool: ")]
+
     for conf, layers in want.items():
         r = run("leaks", conf)
-        said = [line[len(PREFIX):] for line in r.err.splitlines()
-                if line.startswith(PREFIX + "layers around the pool: ")]
+        said = layers_said(r)
         expect(said == ["layers around the pool: " + layers],
                f"with {conf}, the library said {said}, want the layers '{layers}'", r)
-    return "each setting's layer named, in order, once"
+    # An NVTX tool named (here one NVTX cannot load, so its calls do
+    # nothing): the regions layer joins both chains, and the leak report
+    # is still the same.
+    r = run("leaks", "verbose:2", env_add={"NVTX_INJECTION64_PATH": "/nonexistent/libtool.so"})
+    layers = ("cuMemAlloc and cuMemFree capture_rule+oom_line+nvtx_regions+pool; "
+              "stream-ordered nvtx_regions+pool")
+    said = layers_said(r)
+    expect(said == ["layers around the pool: " + layers],
+           f"with an NVTX tool named, the library said {said}, want '{layers}'", r)
+    expect_summary(r, one_report(r, lines_of(r, r.err), r.pid)[0],
+                   f"SUMMARY: {LEAKED_BYTES} bytes leaked in {LEAKED_COUNT} allocations")
+    return "each setting's layer named, in order, once; an NVTX tool's too"
 
 
 def check_no_stacks(tmp):

@@ -169,6 +169,61 @@ def sanitizer(check):
               "alloc_fill", [prog, "any", "300", "22"])
 
 
+# compute-sanitizer with NVTX's memory API on: a pooled block is then a
+# region of exactly its size (src/concerns/nvtx_regions.c).
+NVTX_SANITIZER = ("compute-sanitizer", "--tool", "memcheck", "--nvtx", "yes",
+                  "--leak-check", "full")
+# What the tool must find in memerr's 1000-byte block, plainly and pooled.
+NVTX_FINDS = (
+    ("overflow", r"is 1 bytes after the nearest allocation at 0x[0-9a-f]+ of size 1,000 bytes"),
+    ("freed", r"Invalid __global__ write of size 1 bytes"),
+    ("leak", r"Leaked 1,000 bytes at 0x[0-9a-f]+"),
+    ("clean", r"ERROR SUMMARY: 0 errors"),
+)
+
+
+def nvtx_run_problems(run, name, mode, want):
+    why = [] if run.grep(want) else ["%s: no line matching '%s'" % (name, want)]
+    if not run.grep(r"^memerr: %s " % mode):
+        why.append("%s: memerr did not finish (exit %s)" % (name, run.rc))
+    return why
+
+
+def nvtx(check):
+    """compute-sanitizer --nvtx yes finds in a pooled block what it finds in
+    the driver's own: a write one byte past its end, a write after its free,
+    a leak, and nothing in a clean run. Judged by the tool's own lines, the
+    same pattern in both runs; the pooled run, started as the documents say
+    (compute-sanitizer ... cudalloc run -- PROGRAM), must have served the
+    block (its statistics) through the nvtx_regions layer (verbose:2 names
+    it)."""
+    prog = check.program("memerr")
+    tool = subprocess.run(["sh", "-c", "command -v compute-sanitizer"], capture_output=True)
+    for mode, want in NVTX_FINDS:
+        row = "nvtx_" + mode
+        skip = "compute-sanitizer not found" if tool.returncode else check.cannot_run([prog], "")
+        if skip:
+            check.record(row, "static", "no vs yes", "-", "-", "FAIL", "not run: " + skip)
+            continue
+        plain = check.run(row + "_plain", [prog, mode], prefix=NVTX_SANITIZER)
+        pooled = check.run(row + "_pool",
+                           [check.path("scripts/cudalloc"), "run", "--conf",
+                            "verbose:2,backtrace_depth:8", "--", prog, mode],
+                           env={"CUDALLOC_LIBRARY": check.lib}, prefix=NVTX_SANITIZER)
+        why = nvtx_run_problems(plain, "plain", mode, want)
+        why += nvtx_run_problems(pooled, "pooled", mode, want)
+        if not pooled.grep(r"^cudalloc: layers around the pool: .*nvtx_regions\+pool;"):
+            why.append("pooled: no nvtx_regions layer named")
+        allocs = pooled_numbers(pooled)[1]
+        if not allocs:
+            why.append("pooled: the library served nothing")
+        found = "; ".join("%s: %s" % (name, (r.grep(want) or ["-"])[0].lstrip("= ").strip())
+                          for name, r in (("plain", plain), ("pooled", pooled)))
+        check.record(row, "static", "no vs yes", "-", "%s/-" % (allocs or "-"),
+                     "FAIL" if why else "PASS",
+                     "; ".join(why) if why else "%ds + %ds; %s" % (plain.secs, pooled.secs, found))
+
+
 def needs(path, prefix):
     """Whether the ELF file at `path` lists a DT_NEEDED library named prefix*."""
     out = subprocess.run(["readelf", "-d", path], capture_output=True, text=True).stdout
@@ -180,7 +235,7 @@ def programs_linkage(check):
     and the driver-API ones must link what they are meant to."""
     want = [(check.program(p), "libcudart.so", False) for p in
             ("alloc_fill_static", "hazard", "graph_replay", "oom_limit", "reset_leak",
-             "ipc_check")]
+             "ipc_check", "memerr")]
     want += [(check.program("alloc_fill_shared"), "libcudart.so", True),
              (check.program("driver_api"), "libcuda.so.1", True),
              (check.program("driver_probe_driver"), "libcuda.so.1", True),
@@ -207,5 +262,6 @@ CHECKS = {
     "cupy": (cupy, True),
     "jax": (jax, True),
     "sanitizer": (sanitizer, True),
+    "nvtx": (nvtx, True),
     "programs_linkage": (programs_linkage, False),
 }

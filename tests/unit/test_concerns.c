@@ -34,6 +34,18 @@ static struct {
   uint64_t next_addr;
 } up;
 
+/* What reached the fake upstream and the fake NVTX tool, in order. */
+static char events[512];
+
+static void event(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void event(const char *fmt, ...) {
+  size_t at = strlen(events);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(events + at, sizeof(events) - at, fmt, ap);
+  va_end(ap);
+}
+
 static int up_alloc(const ca_layer *self, ca_ask *ask) {
   (void)self;
   int r = up.answered < up.nanswers ? up.answers[up.answered++] : 0;
@@ -41,6 +53,7 @@ static int up_alloc(const ca_layer *self, ca_ask *ask) {
   if (r == 0)
     ask->addr = up.next_addr += 4096;
   up.last_ask = *ask;
+  event("alloc %llu;", (unsigned long long)ask->size);
   return r;
 }
 
@@ -50,6 +63,7 @@ static int up_free(const ca_layer *self, ca_give *give) {
   (void)self;
   up.given++;
   up.described = give->describe;
+  event("free %llx;", (unsigned long long)give->addr);
   if (give->addr != up.last_ask.addr)
     return CA_GIVE_NOT_POOLED;
   if (give->describe)
@@ -87,6 +101,18 @@ static int fake_allowed(void) {
   return allowed_answer;
 }
 
+static void tool_add(const ca_ask *ask) {
+  event("add %llx %llu;", (unsigned long long)ask->addr,
+        (unsigned long long)ask->size);
+  assert_int_equal(ask->stack, up.last_ask.stack);
+}
+
+static void tool_remove(uint64_t addr) {
+  event("remove %llx;", (unsigned long long)addr);
+}
+
+static const ca_region_ops tool = {.add = tool_add, .remove = tool_remove};
+
 typedef struct world {
   ca_config cfg;
   ca_layer_env env;
@@ -97,7 +123,8 @@ typedef struct world {
 
 /* A chain on `path` composed from the settings `conf`, over the fake
  * upstream, with everything the fakes remember forgotten. */
-static world *world_new(const char *conf, ca_path path) {
+static world *world_new_tool(const char *conf, ca_path path,
+                             const ca_region_ops *regions) {
   world *w = calloc(1, sizeof(*w));
   assert_non_null(w);
   ca_config_defaults(&w->cfg);
@@ -106,7 +133,8 @@ static world *world_new(const char *conf, ca_path path) {
                           .oom = OOM,
                           .make_room = fake_make_room,
                           .allowed = fake_allowed,
-                          .capturing = &capturing};
+                          .capturing = &capturing,
+                          .regions = regions};
   w->top = ca_compose(&w->chain, &w->env, path, &upstream);
   w->fx = fixture_new(64 * MiB, default_options(), false);
   memset(&up, 0, sizeof(up));
@@ -115,7 +143,12 @@ static world *world_new(const char *conf, ca_path path) {
   room_found = false;
   allowed_answer = allowed_asked = 0;
   atomic_store(&capturing, 0);
+  events[0] = '\0';
   return w;
+}
+
+static world *world_new(const char *conf, ca_path path) {
+  return world_new_tool(conf, path, NULL);
 }
 
 static void world_free(world *w) {
@@ -342,6 +375,35 @@ static void test_trace_events_record_each_block(void **state) {
   world_free(w);
 }
 
+/* ---- nvtx_regions ------------------------------------------------------------- */
+
+/* With a tool attached (and only then), the tool hears of a block once the
+ * pool served it, with its stack, and of its free before the pool takes it
+ * back; of a refused request, nothing. */
+static void test_nvtx_regions_tell_the_tool_around_the_pool(void **state) {
+  (void)state;
+  world *w = world_new_tool("backtrace_depth:4", CA_PATH_ORDERED, &tool);
+  assert_string_equal(names(w), "site_bytes+nvtx_regions+fake");
+  ca_ask a;
+  assert_int_equal(ask(w, 1000, &a), 0);
+  assert_int_equal(give(w, a.addr), 0);
+  char want[128];
+  snprintf(want, sizeof(want), "alloc 1000;add %llx 1000;remove %llx;free %llx;",
+           (unsigned long long)a.addr, (unsigned long long)a.addr,
+           (unsigned long long)a.addr);
+  assert_string_equal(events, want);
+
+  events[0] = '\0';
+  script(OOM, 0);
+  assert_int_equal(ask(w, 1000, &a), OOM);
+  assert_string_equal(events, "alloc 1000;");
+  world_free(w);
+
+  w = world_new_tool("", CA_PATH_SYNC, &tool);
+  assert_string_equal(names(w), "capture_rule+nvtx_regions+fake");
+  world_free(w);
+}
+
 /* ---- oom_line ------------------------------------------------------------------ */
 
 /* A request refused for memory says so in one line, with the figures;
@@ -373,6 +435,7 @@ int main(void) {
       cmocka_unit_test(test_site_bytes_counts_a_block_until_its_free),
       cmocka_unit_test(test_no_layer_no_description),
       cmocka_unit_test(test_trace_events_record_each_block),
+      cmocka_unit_test(test_nvtx_regions_tell_the_tool_around_the_pool),
       cmocka_unit_test(test_oom_line_says_why_once),
   };
   return cmocka_run_group_tests(tests, capture_log, release_log);

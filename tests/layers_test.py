@@ -24,7 +24,10 @@ file of SRC_DIR and checks:
   5. no file-static function name is defined in two files (a reader
      meeting ca__find should know which one is meant);
   6. only support/meta.c calls pthread_create: every thread of the library
-     runs on a stack of meta memory, which the leak scan leaves out (meta.h).
+     runs on a stack of meta memory, which the leak scan leaves out (meta.h);
+  7. only support/meta_hash.h includes uthash.h: every table holds device
+     addresses in the library's own memory and survives a host out of
+     memory (uthash's default is exit(-1) in the program's process).
 
 Prints one PASS line, or a FAIL line per problem; exit status 1 on failure.
 """
@@ -41,6 +44,7 @@ OUTSIDE = {"cudalloc.h", "uthash.h"}
 LOOSE_MAX = 3
 DLSYM_ALLOWED = {"support/dl.c", "hooks/hooks.c"}
 THREADS_ALLOWED = {"support/meta.c"}
+UTHASH_ALLOWED = {"support/meta_hash.h"}
 
 
 def sources(src):
@@ -170,6 +174,8 @@ def main(argv):
             problems.append(f"{rel}: calls dlsym (use ca_dl_sym, support/dl.h)")
         if rel not in THREADS_ALLOWED and re.search(r"\bpthread_create\s*\(", code):
             problems.append(f"{rel}: calls pthread_create (use ca_meta_thread, support/meta.h)")
+        if rel not in UTHASH_ALLOWED and re.search(r'^#include [<"]uthash\.h[>"]', text, re.M):
+            problems.append(f"{rel}: includes uthash.h (include support/meta_hash.h)")
         if rel.endswith(".c"):
             for name in set(static_definitions(code)):
                 statics.setdefault(name, []).append(rel)
@@ -187,7 +193,7 @@ def main(argv):
           f"and in the diagram; every include goes down the layers, within its folder or to "
           f"a side folder; no include cycle among {len(set(edges) | {m for s in edges.values() for m in s})} "
           f"modules; dlsym only in support/dl.c and hooks/hooks.c; threads only from "
-          f"support/meta.c; {len(statics)} static names, each in one file")
+          f"support/meta.c; uthash only through support/meta_hash.h; {len(statics)} static names, each in one file")
     return 0
 
 

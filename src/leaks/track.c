@@ -11,11 +11,7 @@
 #include "support/meta.h"
 #include "leaks/sites.h"
 
-/* The table holds device addresses: it lives in the library's own memory. */
-#define HASH_NONFATAL_OOM 1
-#define uthash_malloc(sz) ca_meta_alloc(sz)
-#define uthash_free(ptr, sz) ca_meta_free(ptr, sz)
-#include "uthash.h"
+#include "support/meta_hash.h"
 
 typedef struct ca__entry {
   ca_tracked t;
@@ -123,6 +119,10 @@ static bool ca__track_put(const ca_tracked *t, ca_tracked *replaced) {
   } else if ((e = ca__take_entry()) != NULL) {
     e->t = *t;
     HASH_ADD(hh, *head, t.key, sizeof(e->t.key), e);
+    if (!CA_HASH_ADDED(e)) {
+      ca__give_entry(e);
+      e = NULL;
+    }
   }
   if (e != NULL)
     ca_sites_alloc(t->stack, t->size);

@@ -30,12 +30,7 @@ static inline unsigned ca__hash_addr(uint64_t addr) {
   ((hashv) = ca__hash_addr(*(const uint64_t *)(keyptr)))
 #define HASH_KEYCMP(a, b, len)                                                 \
   (*(const uint64_t *)(a) != *(const uint64_t *)(b))
-/* A failed bucket expansion only makes chains longer; never abort. Tables
- * hold device addresses, so they live in the library's own memory. */
-#define HASH_NONFATAL_OOM 1
-#define uthash_malloc(sz) ca_meta_alloc(sz)
-#define uthash_free(ptr, sz) ca_meta_free(ptr, sz)
-#include <uthash.h>
+#include "support/meta_hash.h"
 
 /* Size classes: CA__SL_COUNT per power of two of granules. */
 #define CA__SL_BITS 4

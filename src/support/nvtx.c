@@ -24,9 +24,7 @@
 #include "support/fork.h"
 #include "support/meta.h"
 
-#define uthash_malloc(sz) ca_meta_alloc(sz)
-#define uthash_free(ptr, sz) ca_meta_free(ptr, sz)
-#include "uthash.h"
+#include "support/meta_hash.h"
 
 typedef struct ca__nvtx_heap {
   uint64_t base;
@@ -89,15 +87,23 @@ static ca__nvtx_heap *ca__heap_of(uint64_t base, uint64_t size) {
                             .type = NVTX_MEM_TYPE_VIRTUAL_ADDRESS,
                             .typeSpecificDescSize = sizeof(range),
                             .typeSpecificDesc = &range};
-  nvtxMemHeapHandle_t handle = nvtxMemHeapRegister(ca__dom(), &desc);
+  /* Recorded before the tool hears of it: a heap the table could not
+   * hold is never registered, nor then registered twice. */
   h = ca_meta_alloc(sizeof(*h));
-  if (handle == NULL || h == NULL) {
+  if (h == NULL)
+    return NULL;
+  h->base = base;
+  HASH_ADD(hh, ca__heaps, base, sizeof(h->base), h);
+  if (!CA_HASH_ADDED(h)) {
     ca_meta_free(h, sizeof(*h));
     return NULL;
   }
-  h->base = base;
-  h->handle = handle;
-  HASH_ADD(hh, ca__heaps, base, sizeof(h->base), h);
+  h->handle = nvtxMemHeapRegister(ca__dom(), &desc);
+  if (h->handle == NULL) {
+    HASH_DEL(ca__heaps, h);
+    ca_meta_free(h, sizeof(*h));
+    return NULL;
+  }
   return h;
 }
 
@@ -133,6 +139,16 @@ void ca_nvtx_region_add(uint64_t base, uint64_t segment_size, uint64_t addr,
   ca__nvtx_heap *h = ca__heap_of(base, segment_size);
   ca__nvtx_region *r = h != NULL ? ca_meta_alloc(sizeof(*r)) : NULL;
   if (r != NULL) {
+    /* Recorded first: a region the table could not hold is never told to
+     * the tool, which would otherwise report it leaked. */
+    r->addr = addr;
+    HASH_ADD(hh, ca__regions, addr, sizeof(r->addr), r);
+    if (!CA_HASH_ADDED(r)) {
+      ca_meta_free(r, sizeof(*r));
+      r = NULL;
+    }
+  }
+  if (r != NULL) {
     nvtxMemVirtualRangeDesc_t range = {.size = (size_t)size,
                                        .ptr = (void *)(uintptr_t)addr};
     nvtxMemRegionHandle_t handle = {0};
@@ -146,8 +162,6 @@ void ca_nvtx_region_add(uint64_t base, uint64_t segment_size, uint64_t addr,
         .regionDescElements = &range,
         .regionHandleElementsOut = &handle};
     nvtxMemRegionsRegister(ca__dom(), &batch);
-    r->addr = addr;
-    HASH_ADD(hh, ca__regions, addr, sizeof(r->addr), r);
     if (name != NULL)
       ca__name(addr, name);
   }

@@ -58,11 +58,15 @@ typedef struct ca__call {
   uint64_t stream;     /* mark_on: the stream */
   const ca_mark *mark; /* poll, wait: the marker */
   bool passed;         /* poll: the answer */
+  const uint64_t *on;  /* fill, fetch: their stream, or NULL */
+  unsigned char byte;  /* fill: the value */
+  void *host;          /* fetch: where to; host_alloc: what it got */
+  uint64_t rows, pitch; /* fetch: `rows` rows of `size` bytes, pitch apart */
 } ca__call;
 
 enum { CA__RESERVE, CA__RELEASE, CA__MEM_INFO, CA__SYNC, CA__MARK, CA__POLL,
        CA__WAIT, CA__FENCE, CA__VA_RESERVE, CA__VA_RELEASE, CA__MAP,
-       CA__UNMAP, CA__MARK_ON };
+       CA__UNMAP, CA__MARK_ON, CA__FILL, CA__FETCH, CA__HOST_ALLOC };
 
 static CUresult ca__do(const ca_driver_api *d, ca__call *c);
 
@@ -205,6 +209,52 @@ static CUresult ca__map(const ca_driver_api *d, ca__call *c) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* The bytes of blocks (memcheck)                                            */
+
+/* A copy of rows of a block's bytes to the host, on the call's stream (the
+ * legacy one for none): one row plainly, more as one 2D copy. */
+static CUresult ca__fetch(const ca_driver_api *d, ca__call *c) {
+  CUstream s = c->on ? (CUstream)(uintptr_t)*c->on : CU_STREAM_LEGACY;
+  if (c->rows == 1)
+    return d->memcpy_dtoh_async(c->host, (CUdeviceptr)c->addr,
+                                (size_t)c->size, s);
+  CUDA_MEMCPY2D m = {.srcMemoryType = CU_MEMORYTYPE_DEVICE,
+                     .srcDevice = (CUdeviceptr)c->addr,
+                     .srcPitch = (size_t)c->pitch,
+                     .dstMemoryType = CU_MEMORYTYPE_HOST,
+                     .dstHost = c->host,
+                     .dstPitch = (size_t)c->size,
+                     .WidthInBytes = (size_t)c->size,
+                     .Height = (size_t)c->rows};
+  return d->memcpy_2d_async(&m, s);
+}
+
+/* A fill of a block's bytes on the call's stream; with none, on the legacy
+ * stream between two fences: after the work queued so far on every stream,
+ * and before any queued later. Whole words are set a word at a time, which
+ * the device does faster than bytes. */
+static CUresult ca__fill(const ca_driver_api *d, ca__call *c) {
+  bool all = c->on == NULL;
+  CUstream s = all ? CU_STREAM_LEGACY : (CUstream)(uintptr_t)*c->on;
+  CUresult r = all ? ca_streams_fence(&c->where) : CUDA_SUCCESS;
+  if (r == CUDA_SUCCESS && (c->addr | c->size) % 4 == 0 && d->memset_d32_async)
+    r = d->memset_d32_async((CUdeviceptr)c->addr, c->byte * 0x01010101u,
+                            (size_t)c->size / 4, s);
+  else if (r == CUDA_SUCCESS)
+    r = d->memset_d8_async((CUdeviceptr)c->addr, c->byte, (size_t)c->size, s);
+  return r == CUDA_SUCCESS && all ? ca_streams_fence(&c->where) : r;
+}
+
+/* Pinned, and usable from every context (portable): a copy into it runs
+ * while the host goes on. */
+static CUresult ca__host_alloc(const ca_driver_api *d, ca__call *c) {
+  if (d->mem_host_alloc == NULL)
+    return CUDA_ERROR_NOT_SUPPORTED;
+  return d->mem_host_alloc(&c->host, (size_t)c->size,
+                           CU_MEMHOSTALLOC_PORTABLE);
+}
+
+/* ------------------------------------------------------------------------ */
 /* The backend                                                               */
 
 static CUresult ca__do(const ca_driver_api *d, ca__call *c) {
@@ -253,6 +303,14 @@ static CUresult ca__do(const ca_driver_api *d, ca__call *c) {
   case CA__UNMAP:
     return d->mem_unmap ? ca__unmap_pages(d, c->addr, c->size)
                         : CUDA_ERROR_NOT_SUPPORTED;
+  case CA__FILL:
+    return d->memset_d8_async ? ca__fill(d, c) : CUDA_ERROR_NOT_SUPPORTED;
+  case CA__FETCH:
+    return d->memcpy_dtoh_async && d->memcpy_2d_async
+               ? ca__fetch(d, c)
+               : CUDA_ERROR_NOT_SUPPORTED;
+  case CA__HOST_ALLOC:
+    return ca__host_alloc(d, c);
   }
   return CUDA_ERROR_INVALID_VALUE;
 }
@@ -389,6 +447,32 @@ static int ca__cuda_unmap(void *ctx, int device, uint64_t addr,
   return (int)ca__run(ctx, device, &c);
 }
 
+/* A capture may not take the bytes' work into its graph: refused during
+ * one, as markers are. */
+static int ca__cuda_fill(void *ctx, int device, uint64_t addr, uint64_t size,
+                         unsigned char byte, const uint64_t *stream) {
+  if (ca_capture_seen())
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  ca__call c = {
+      .kind = CA__FILL, .addr = addr, .size = size, .byte = byte, .on = stream};
+  return (int)ca__run(ctx, device, &c);
+}
+
+static int ca__cuda_fetch(void *ctx, int device, uint64_t addr,
+                          uint64_t width, uint64_t rows, uint64_t pitch,
+                          void *host, const uint64_t *stream) {
+  if (ca_capture_seen())
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  ca__call c = {.kind = CA__FETCH, .addr = addr, .size = width, .rows = rows,
+                .pitch = pitch, .host = host, .on = stream};
+  return (int)ca__run(ctx, device, &c);
+}
+
+static void *ca__cuda_host_alloc(void *ctx, int device, uint64_t size) {
+  ca__call c = {.kind = CA__HOST_ALLOC, .size = size};
+  return ca__run(ctx, device, &c) == CUDA_SUCCESS ? c.host : NULL;
+}
+
 static const ca_backend ca__backend = {
     .ctx = NULL,
     .oom_code = CUDA_ERROR_OUT_OF_MEMORY,
@@ -407,6 +491,9 @@ static const ca_backend ca__backend = {
     .va_release = ca__cuda_va_release,
     .map = ca__cuda_map,
     .unmap = ca__cuda_unmap,
+    .fill = ca__cuda_fill,
+    .fetch = ca__cuda_fetch,
+    .host_alloc = ca__cuda_host_alloc,
 };
 
 const ca_backend *ca_backend_cuda(void) { return &ca__backend; }

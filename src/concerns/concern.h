@@ -64,6 +64,9 @@ typedef struct ca_layer_env {
   /* What an attached NVTX tool is told of each block (nvtx_regions.c);
    * NULL when no tool is attached. */
   const struct ca_region_ops *regions;
+  /* The live pooled block that starts at `addr`, and its pool (memcheck
+   * reads the block a free names); NULL where none is asked. */
+  bool (*block)(uint64_t addr, ca_pool **pool, ca_live_block *out);
 } ca_layer_env;
 
 /* An NVTX tool told of blocks: `add` once a block is handed out (the ask

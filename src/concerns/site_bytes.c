@@ -1,6 +1,7 @@
 /*
  * The allocation's stack and its site's bytes (a layer around the pool, concern.h): with
- * backtrace_depth (or growth_report, which keeps CA_SITES_DEPTH frames),
+ * backtrace_depth (or growth_report or memcheck, which keep CA_SITES_DEPTH
+ * frames),
  * each request's stack is taken once, kept with the block (the pool's
  * tag), and the block's bytes counted to it until the free.
  */
@@ -13,9 +14,9 @@
 #include "unwind/unwind.h"
 
 static int ca__site_depth(const ca_config *cfg) {
-  return cfg->backtrace_depth > 0 ? cfg->backtrace_depth
-         : cfg->growth_report     ? CA_SITES_DEPTH
-                                  : 0;
+  return cfg->backtrace_depth > 0                  ? cfg->backtrace_depth
+         : cfg->growth_report || cfg->memcheck ? CA_SITES_DEPTH
+                                                : 0;
 }
 
 uint32_t ca_site_stack(const ca_config *cfg) {

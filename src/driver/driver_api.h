@@ -461,6 +461,8 @@
      CUmemGenericAllocationHandle handle, unsigned long long flags))           \
   X(cuMemUnmap, mem_unmap, (CUdeviceptr ptr, size_t size))                     \
   X(cuMemSetAccess, mem_set_access,                                            \
-    (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count))
+    (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)) \
+  X(cuMemHostAlloc, mem_host_alloc,                                            \
+    (void **pp, size_t size, unsigned int flags))
 
 #endif /* CA_DRIVER_API_H */

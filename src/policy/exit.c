@@ -9,12 +9,14 @@
  */
 #include "policy/lifecycle_parts.h"
 
+#include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "concerns/memcheck.h"
 #include "support/config.h"
 #include "support/lock.h"
 #include "support/log.h"
@@ -29,6 +31,30 @@ uint64_t ca_lifecycle_start_ns;
 /* The process that printed the exit report: once per process, and a forked
  * child (another pid) prints its own. */
 static atomic_int ca__exit_reported_by;
+
+/* memcheck at exit: the quarantine emptied and checked, then the red zone
+ * of every block still live, then one line of what was found, once.
+ * Returns the findings, which count as leaks do for leak_exitcode. */
+static atomic_int ca__memcheck_done_by;
+
+static uint64_t ca__memcheck_exit(void) {
+  if (!ca_config_get()->memcheck)
+    return 0;
+  if (atomic_exchange(&ca__memcheck_done_by, (int)getpid()) == (int)getpid()) {
+    ca_memcheck_totals t = ca_memcheck_totals_now();
+    return t.overflows + t.after_free;
+  }
+  ca_memcheck_drain();
+  ca_pool *pools[CA_REGISTRY_MAX_POOLS];
+  size_t n = ca_registry_pools(-1, pools, CA_REGISTRY_MAX_POOLS);
+  for (size_t i = 0; i < n; i++)
+    ca_memcheck_check_pool(pools[i]);
+  ca_memcheck_totals t = ca_memcheck_totals_now();
+  ca_log("memcheck: %" PRIu64 " block%s checked: %" PRIu64 " written past "
+         "the end, %" PRIu64 " written after the free",
+         t.checked, t.checked == 1 ? "" : "s", t.overflows, t.after_free);
+  return t.overflows + t.after_free;
+}
 
 static void ca__at_exit(int status, void *arg) {
   ca_reach_roots roots;
@@ -58,12 +84,14 @@ static void ca__at_exit(int status, void *arg) {
   if (atomic_exchange(&ca__exit_reported_by, pid) == pid)
     return;
   const ca_config *cfg = ca_config_get();
-  if (!cfg->leak_report && !cfg->stats && !cfg->growth_report)
-    return;
-  ca_leak_totals t = ca_lifecycle_report_all(CA_EVENT_EXIT, cfg->leak_report,
-                                    cfg->stats, &roots);
-  if (cfg->leak_report && cfg->leak_exitcode != 0 && status == 0 &&
-      t.count > 0) {
+  uint64_t found = ca__memcheck_exit();
+  if (cfg->leak_report || cfg->stats || cfg->growth_report) {
+    ca_leak_totals t = ca_lifecycle_report_all(
+        CA_EVENT_EXIT, cfg->leak_report, cfg->stats, &roots);
+    if (cfg->leak_report)
+      found += t.count;
+  }
+  if (cfg->leak_exitcode != 0 && status == 0 && found > 0) {
     /* Like LeakSanitizer's exitcode, the process ends here: only _exit can
      * change a status once exit has begun. The program's buffered output
      * is written first, since exit would have written it. */
@@ -71,6 +99,17 @@ static void ca__at_exit(int status, void *arg) {
     _exit(cfg->leak_exitcode);
   }
 }
+
+/* The checks need the driver, which the runtime and the driver take down
+ * from handlers registered at their start (the static runtime releases
+ * its context, the driver deinitializes): this one, registered at the
+ * process's first use of device memory, after theirs, runs before them. */
+static void ca__memcheck_at_exit(void) {
+  if (ca_locks_held == 0)
+    ca__memcheck_exit();
+}
+
+void ca_lifecycle_memcheck_at_exit(void) { atexit(ca__memcheck_at_exit); }
 
 __attribute__((constructor)) static void ca__register_exit(void) {
   struct timespec ts;

@@ -16,6 +16,7 @@
 #include "backend/backend_cuda.h"
 #include "backend/capture.h"
 #include "concerns/concern.h"
+#include "concerns/memcheck.h"
 #include "concerns/site_bytes.h"
 #include "support/config.h"
 #include "driver/driver.h"
@@ -128,6 +129,17 @@ static int ca__pool_free(const ca_layer *self, ca_give *g) {
   return 0;
 }
 
+/* The live pooled block that starts at `addr`, and its pool. */
+static bool ca__live_block(uint64_t addr, ca_pool **pool, ca_live_block *out) {
+  ca_registry_span where;
+  if (!ca_registry_find(addr, &where) || !where.span.live ||
+      where.span.block.addr != addr)
+    return false;
+  *pool = where.pool;
+  *out = where.span.block;
+  return true;
+}
+
 /* Whether the driver allows cuMemAlloc and cuMemFree now: during a stream
  * capture it refuses them (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) from a
  * thread whose capture mode forbids them, and invalidates the capture
@@ -161,7 +173,8 @@ static void ca__compose_chains(void) {
                            .make_room = ca_intercept_make_room,
                            .allowed = ca__capture_allows,
                            .capturing = &ca_captures_live,
-                           .regions = ca_regions_for_tool()};
+                           .regions = ca_regions_for_tool(),
+                           .block = ca__live_block};
   const ca_layer *tops[2];
   for (int p = CA_PATH_SYNC; p <= CA_PATH_ORDERED; p++)
     tops[p] = ca_compose(&ca__chains[p], &ca__env, (ca_path)p, &bottom);
@@ -448,6 +461,20 @@ CUresult ca_on_mem_release(CUmemGenericAllocationHandle handle) {
 /* ------------------------------------------------------------------------ */
 /* Context deaths: passed through, then the pool forgets what died           */
 
+/* memcheck, before a call that may kill a context and its memory: the
+ * quarantine checked and given back while the pools still take frees
+ * (`first`), then the dying pool's live blocks checked while their memory
+ * is there (the static runtime releases its context at exit, before the
+ * exit report). */
+static void ca__memcheck_before_death(bool first, ca_pool *pool) {
+  if (!ca_config_get()->memcheck)
+    return;
+  if (first)
+    ca_memcheck_drain();
+  else if (pool != NULL)
+    ca_memcheck_check_pool(pool);
+}
+
 /* A call that may kill `dev`'s primary context (a reset always does; a
  * release does when it was the last, which leaves the context inactive).
  * Its handle is asked before the call: after it, the context is no longer
@@ -460,7 +487,9 @@ static CUresult ca__primary_call(CUdevice dev, CUresult (*call)(CUdevice),
   if (!ca_intercept_enabled())
     return call(dev);
   CUcontext primary = ca_driver_primary_peek((int)dev);
+  ca__memcheck_before_death(true, NULL);
   ca_pool *pool = ca_registry_dying(primary);
+  ca__memcheck_before_death(false, pool);
   CUresult r = call(dev);
   bool died = r == CUDA_SUCCESS &&
               (always_dies || ca_driver_primary_peek((int)dev) == NULL);
@@ -493,7 +522,9 @@ CUresult ca_on_device_primary_ctx_release(CUdevice dev, bool v1) {
 CUresult ca_on_ctx_destroy(CUcontext ctx) {
   if (!ca_intercept_enabled())
     return CA_REAL(ctx_destroy, ctx);
+  ca__memcheck_before_death(true, NULL);
   ca_pool *pool = ca_registry_dying(ctx);
+  ca__memcheck_before_death(false, pool);
   CUresult r = CA_REAL(ctx_destroy, ctx);
   if (r != CUDA_SUCCESS) {
     ca_registry_survived(pool);

@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "concerns/memcheck.h"
 #include "support/budget.h"
 #include "support/config.h"
 #include "support/lock.h"
@@ -74,6 +75,20 @@ static void ca__gather_tracked(const ca_tracked *t, void *arg) {
                                          .stack = t->stack,
                                          .call = ca_track_kind_call(t->kind),
                                          .reach = CA_REACH_UNCLASSED});
+}
+
+/* The pooled blocks memcheck holds in its quarantine, live to their pool,
+ * were freed by the program: they leave the list. Asked outside the
+ * pools' locks, which memcheck takes under its own. */
+static void ca__gather_unheld(ca__gather *g) {
+  if (!ca_config_get()->memcheck)
+    return;
+  size_t kept = 0;
+  for (size_t i = 0; i < g->n; i++)
+    if (strcmp(g->blocks[i].call, CA_REPORT_POOLED_CALL) != 0 ||
+        !ca_memcheck_holds(g->blocks[i].addr))
+      g->blocks[kept++] = g->blocks[i];
+  g->n = kept;
 }
 
 static void ca__gather_free(ca__gather *g) {
@@ -199,6 +214,7 @@ ca_leak_totals ca_lifecycle_report_all(ca_report_event event, bool leaks,
     ca_track_foreach(ca__gather_tracked, &g);
   }
   ca__report_lock_give();
+  ca__gather_unheld(&g);
   if (leaks)
     ca__classify(&g, roots);
   ca_report_input in = {.event = event,
@@ -236,6 +252,9 @@ void ca_lifecycle_context_gone(void *ctx, ca_pool *pool, int device) {
     ca_pool_foreach_live(pool, ca__gather_pooled, &g);
   ca_track_foreach_in(ctx, ca__gather_tracked, &g);
   ca__report_lock_give();
+  ca__gather_unheld(&g);
+  if (pool)
+    ca_memcheck_forget_pool(pool);
   ca__classify(&g, NULL); /* their memory is gone: nothing to class */
   /* The pool's blocks die here; the passed-through ones leave the live
    * bytes by site when the registry drops them. */

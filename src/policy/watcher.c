@@ -137,4 +137,6 @@ void ca_lifecycle_device_used(void) {
     ca_publish_open();
   if (cfg->stats_signal || cfg->growth_report || cfg->publish_stats || trace)
     ca__start_watcher(cfg->stats_signal || cfg->growth_report);
+  if (cfg->memcheck)
+    ca_lifecycle_memcheck_at_exit();
 }

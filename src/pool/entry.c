@@ -220,7 +220,8 @@ ca__alloc(ca_pool *pool, uint64_t size, uint32_t tag, const uint64_t *stream,
           uint64_t *addr) {
   if (size > CA__MAX_REQUEST)
     return pool->backend->oom_code;
-  uint64_t rounded = ca__round_up(size ? size : 1, CA_GRANULE);
+  uint64_t rounded =
+      ca__round_up((size ? size : 1) + pool->opt.red_zone, CA_GRANULE);
   ca__arena *p = ca__enter(pool);
   if (!ca__live_room(&p->live)) {
     p->stats.failed_allocs++;

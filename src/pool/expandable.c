@@ -150,6 +150,8 @@ static int ca__expandable_new(ca__arena *p, ca__heap *h, uint64_t size) {
   }
   if (rc == 0 && (rc = be->map(be->ctx, p->device, addr, page)) != 0)
     be->va_release(be->ctx, p->device, addr, va);
+  if (rc == 0)
+    ca__fresh(p, addr, page);
   if (rc != 0) {
     ca__unbook_segment(p, page);
     return rc;
@@ -366,6 +368,8 @@ static int ca__map_at(ca__arena *p, ca__block *u, uint64_t bytes,
   int rc = ca__book_segment(p, bytes) ? 0 : be->oom_code;
   if (rc == 0 && (rc = be->map(be->ctx, p->device, u->addr, bytes)) != 0)
     ca__unbook_segment(p, bytes);
+  if (rc == 0)
+    ca__fresh(p, u->addr, bytes);
   if (rc != 0) {
     if (rest)
       ca__slab_put(&p->block_slab, rest);

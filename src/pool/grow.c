@@ -140,6 +140,14 @@ static void ca__unbook_segment(ca__arena *p, uint64_t seg) {
   ca_budget_unbook(p->pool->budget, seg);
 }
 
+/* New memory from the backend set to options.fresh_byte, where it is
+ * asked and the backend can: a fill that fails only leaves it as it came. */
+static void ca__fresh(ca__arena *p, uint64_t addr, uint64_t size) {
+  const ca_backend *be = p->backend;
+  if (p->opt.fill_fresh && be->fill)
+    be->fill(be->ctx, p->device, addr, size, p->opt.fresh_byte, NULL);
+}
+
 /* A refused booking reads as the backend running out: the caller's
  * recovery is the same. */
 static int ca__reserve(ca__arena *p, ca__heap *h, uint64_t seg,
@@ -152,6 +160,7 @@ static int ca__reserve(ca__arena *p, ca__heap *h, uint64_t seg,
     ca__unbook_segment(p, seg);
     return rc;
   }
+  ca__fresh(p, addr, seg);
   *out = ca__segment_new(p, h, addr, seg, head);
   if (!*out) {
     p->backend->release(p->backend->ctx, p->device, addr, seg);

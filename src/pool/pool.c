@@ -21,3 +21,4 @@
 #include "pool/arenas.c"
 #include "pool/entry.c"
 #include "pool/check.c"
+#include "pool/bytes.c"

@@ -83,6 +83,15 @@ typedef struct ca_pool_options {
    * to it). Needs the backend's ranges (backend.h); without them, plain
    * segments, and options.warn says so once. */
   bool expandable;
+  /* Bytes every block holds past its request (memcheck's red zone): a
+   * block spans the request and these, rounded; its requested bytes, what
+   * queries and statistics say, stay the request. */
+  uint64_t red_zone;
+  /* With fill_fresh, every segment and page is set to fresh_byte as the
+   * backend gives it (memcheck's fill, so that memory never written reads
+   * it); else it is left as it comes. */
+  bool fill_fresh;
+  unsigned char fresh_byte;
   /* The device's memory budget (memory_limit_mb), which the pool books
    * every segment against before asking the backend for it, shared with
    * the device's other pools and the allocations passed through to the
@@ -152,6 +161,24 @@ int ca_pool_alloc_on(ca_pool *pool, uint64_t size, uint32_t tag,
                      uint64_t stream, uint64_t *addr);
 bool ca_pool_free_on(ca_pool *pool, uint64_t addr, uint64_t stream,
                      ca_live_block *freed);
+
+/* The bytes of blocks, for memcheck, through the pool's backend
+ * (backend.h): whether it can touch them at all; a fill of [addr, addr +
+ * size) with `byte` on *stream (NULL: after the work on every stream,
+ * before any queued later); a copy of `rows` rows of `width` bytes,
+ * `pitch` apart, to `host` (from ca_pool_host_alloc) on *stream (NULL:
+ * the legacy stream); a marker after the work queued so far on *stream
+ * (NULL: on every stream); whether it has passed (0; 1 not yet), waiting
+ * for it with `wait`, the marker forgotten once passed or waited for. */
+bool ca_pool_touches_bytes(const ca_pool *pool);
+int ca_pool_fill(ca_pool *pool, uint64_t addr, uint64_t size,
+                 unsigned char byte, const uint64_t *stream);
+int ca_pool_fetch(ca_pool *pool, uint64_t addr, uint64_t width, uint64_t rows,
+                  uint64_t pitch, void *host, const uint64_t *stream);
+int ca_pool_mark_after(ca_pool *pool, const uint64_t *stream,
+                       uint64_t *marker);
+int ca_pool_fetched(ca_pool *pool, uint64_t marker, bool wait);
+void *ca_pool_host_alloc(ca_pool *pool, uint64_t size);
 
 /* The device the pool serves. */
 int ca_pool_device(const ca_pool *pool);

@@ -97,6 +97,9 @@ static ca_pool_options ca__pool_options(int device) {
       .reuse = ca__reuse(c->reuse_policy),
       .segment_head = c->leak_scan ? CA_GRANULE : 0,
       .expandable = c->expandable_segments,
+      .red_zone = c->memcheck ? CA_MEMCHECK_RED_ZONE : 0,
+      .fill_fresh = c->memcheck,
+      .fresh_byte = CA_MEMCHECK_FILL,
       .budget = ca_registry_budget(device),
       .warn = ca__pool_warn,
   };

@@ -27,6 +27,12 @@ typedef enum ca_report_format {
   CA_REPORT_JSON,
 } ca_report_format;
 
+/* memcheck: the bytes of each block's red zone, after its requested end,
+ * and the byte free memory, red zones included, holds (NaN in every float
+ * format, -1 in every signed integer). */
+#define CA_MEMCHECK_RED_ZONE 512
+#define CA_MEMCHECK_FILL 0xFF
+
 /* reuse_policy's values. */
 typedef enum ca_reuse_setting {
   CA_REUSE_SETTING_SAFE,
@@ -170,7 +176,15 @@ typedef enum ca_reuse_setting {
     CA__BOOL_ACCEPTED, \
     "Once a second, from a thread of the library's, each device's figures " \
     "go to `/dev/shm/cudalloc.<uid>.<pid>` (0600, removed at exit) for " \
-    "`cudalloc top`; 0 publishes nothing and starts no thread for it.")
+    "`cudalloc top`; 0 publishes nothing and starts no thread for it.") \
+  X(memcheck, memcheck, BOOL, NULL, 0, 1, {.integer = 0}, "0", \
+    CA__BOOL_ACCEPTED, \
+    "1 checks pooled blocks for overflows and writes after free without a " \
+    "sanitizer (docs/LEAKS.md, \"memcheck\"): blocks handed out filled with " \
+    "0xFF bytes and a 512-byte red zone of them after each, freed ones " \
+    "filled again and held in a quarantine, checked as they leave it and at " \
+    "exit; findings reported like leaks, with both stacks (16 frames " \
+    "unless `backtrace_depth` says).")
 
 #define CA__CONFIG_FIELD_FRACTION(f) double f;
 #define CA__CONFIG_FIELD_MIB(f) uint64_t f;

@@ -224,6 +224,91 @@ def nvtx(check):
                      "; ".join(why) if why else "%ds + %ds; %s" % (plain.secs, pooled.secs, found))
 
 
+# memcheck:1 (src/concerns/memcheck.c): what it must say of each of
+# memerr's runs, and whose frames: (mode, the finding's pattern or None for
+# none, stacks naming main: allocated and freed, allocated only, none).
+MEMCHECK_CONF = "memcheck:1,leak_report:0"
+MEMCHECK_FINDS = (
+    ("overflow", r"^cudalloc: memcheck: 1 byte written past the end of a block of 1000 bytes", 2),
+    ("over511", r"^cudalloc: memcheck: 511 bytes written past the end of a block of 1000 bytes", 2),
+    ("freed", r"^cudalloc: memcheck: write after free at offset 0 of a block of 1000 bytes", 2),
+    ("leak", None, 0),
+    ("unwritten", None, 0),
+    ("clean", None, 0),
+)
+MEMCHECK_TOTALS = r"^cudalloc: memcheck: (\d+) blocks? checked: (\d+) written past the end, (\d+) written after the free$"
+MEMCHECK_FINDING = r"^cudalloc: memcheck: (\d+ bytes? written past|write after free)"
+
+
+def memcheck_problems(run, mode, want, mains):
+    why = [] if run.grep(r"^memerr: %s cudaSuccess" % mode) else \
+        ["memerr did not finish cleanly (exit %s)" % run.rc]
+    found = run.grep(MEMCHECK_FINDING)
+    if want is None and found:
+        why.append("a finding in a run without the error: %s" % found[0])
+    if want is not None and (len(found) != 1 or not run.grep(want)):
+        why.append("findings %s, want one matching '%s'" % (found or "none", want))
+    if len(run.grep(r"^cudalloc:       #\d+ in main ")) < mains:
+        why.append("the finding's stacks do not name main %d times" % mains)
+    if not run.grep(MEMCHECK_TOTALS):
+        why.append("no memcheck totals line at exit")
+    if mode == "unwritten" and not run.grep(r"^memerr: read 0xffffffff$"):
+        why.append("a block never written did not read 0xFF bytes: %s"
+                   % (run.grep(r"^memerr: read") or ["no read"])[0])
+    return why
+
+
+def memcheck(check):
+    """memcheck:1 finds in memerr's 1000-byte pooled block a write one byte
+    past its end and one of 511 bytes (its red zone less one byte), a write
+    after its free, each once, with main in the stacks of the allocation and
+    the free; a block never written reads 0xFF bytes; nothing is found in the
+    runs without an error. Then 20 steps of GPT-2 small training through
+    PyTorch's allocator slot under memcheck:1: no finding, finite losses."""
+    prog = check.program("memerr")
+    for mode, want, mains in MEMCHECK_FINDS:
+        row = "memcheck_" + mode
+        skip = check.cannot_run([prog], MEMCHECK_CONF)
+        if skip:
+            check.record(row, "static", "yes", "-", "-", "FAIL", "not run: " + skip)
+            continue
+        run = check.run(row, [prog, mode], conf=MEMCHECK_CONF + ",backtrace_depth:16")
+        why = memcheck_problems(run, mode, want, mains)
+        totals = (run.grep(MEMCHECK_TOTALS) or ["-"])[0][len("cudalloc: memcheck: "):]
+        check.record(row, "static", "yes", "-", "-", "FAIL" if why else "PASS",
+                     "; ".join(why) if why else
+                     "%s; %s" % ((run.grep(MEMCHECK_FINDING) or ["no finding"])[0]
+                                 [len("cudalloc: "):], totals))
+    memcheck_gpt2(check)
+
+
+def memcheck_gpt2(check):
+    row = "memcheck_gpt2"
+    cmd = [sys.executable, check.path("tests/bench/gpt2_step.py"), "--slot", "--steps", "20",
+           "--warmup", "0", "--batch", "2", "--seq", "128"]
+    skip = check.cannot_run(cmd, None, need=60)
+    if skip:
+        check.record(row, "python", "slot", "-", "-", "FAIL", "not run: " + skip)
+        return
+    run = check.run(row, cmd, env={"CUDALLOC_CONF": MEMCHECK_CONF,
+                                   "CUDALLOC_LIBRARY": check.lib})
+    losses = run.grep(r"^gpt2_step: losses ")
+    totals = run.grep(MEMCHECK_TOTALS)
+    why = [p for p in [exit_problem(run)] if p]
+    if not losses or "nan" in losses[0] or "inf" in losses[0]:
+        why.append("losses %s" % (losses or "not printed"))
+    m = re.match(MEMCHECK_TOTALS, totals[0]) if totals else None
+    if m is None or int(m.group(1)) == 0:
+        why.append("no block checked: %s" % (totals or "no totals line"))
+    elif int(m.group(2)) or int(m.group(3)) or run.grep(MEMCHECK_FINDING):
+        why.append("findings in a correct training: %s" % totals[0])
+    step = (run.grep(r"^gpt2_step: [\d.]+ ms") or ["-"])[0]
+    check.record(row, "python", "slot", "-", "-", "FAIL" if why else "PASS",
+                 "; ".join(why) if why else "%s; %s; %s" % (
+                     totals[0][len("cudalloc: memcheck: "):], losses[0][len("gpt2_step: "):],
+                     step[len("gpt2_step: "):]))
+
+
 def needs(path, prefix):
     """Whether the ELF file at `path` lists a DT_NEEDED library named prefix*."""
     out = subprocess.run(["readelf", "-d", path], capture_output=True, text=True).stdout
@@ -263,5 +348,6 @@ CHECKS = {
     "jax": (jax, True),
     "sanitizer": (sanitizer, True),
     "nvtx": (nvtx, True),
+    "memcheck": (memcheck, True),
     "programs_linkage": (programs_linkage, False),
 }

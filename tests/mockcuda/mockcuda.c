@@ -1158,6 +1158,21 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flag
   return rc;
 }
 
+/* Pinned host memory is plain host memory to the mock, whose copies are
+ * done when they return; the driver wants a current context and knows
+ * four flags. */
+CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags) {
+  mock_lock();
+  CUcontext c = NULL;
+  CUresult rc = mock_need_ctx(&c);
+  mock_unlock();
+  if (rc == CUDA_SUCCESS && (pp == NULL || bytesize == 0 || (flags & ~0xFu)))
+    rc = CUDA_ERROR_INVALID_VALUE;
+  if (rc == CUDA_SUCCESS && (*pp = calloc(1, bytesize)) == NULL)
+    rc = CUDA_ERROR_OUT_OF_MEMORY;
+  return rc;
+}
+
 /* Stream-ordered calls act at once: the mock's streams have no pending work.
  * They are legal during a capture (the driver records graph nodes). */
 static CUresult mock_alloc_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,

@@ -207,6 +207,28 @@ static void test_settings_compose_their_layers_in_order(void **state) {
   world_free(w);
 }
 
+static bool fake_block(uint64_t addr, ca_pool **pool, ca_live_block *out) {
+  (void)addr;
+  (void)pool;
+  (void)out;
+  return false;
+}
+
+/* memcheck sits innermost, below an NVTX tool's regions, and takes stacks
+ * (site_bytes) for its findings; it needs the policy's look-up of a block. */
+static void test_memcheck_composes_innermost(void **state) {
+  (void)state;
+  world *w = world_new_tool("memcheck:1", CA_PATH_ORDERED, &tool);
+  assert_string_equal(names(w), "site_bytes+nvtx_regions+fake");
+  w->env.block = fake_block;
+  w->top = ca_compose(&w->chain, &w->env, CA_PATH_ORDERED, &upstream);
+  assert_string_equal(names(w), "site_bytes+nvtx_regions+memcheck+fake");
+  w->top = ca_compose(&w->chain, &w->env, CA_PATH_SYNC, &upstream);
+  assert_string_equal(names(w),
+                      "capture_rule+site_bytes+nvtx_regions+memcheck+fake");
+  world_free(w);
+}
+
 /* A name cut short by a small buffer is still a string. */
 static void test_describe_cuts_as_snprintf(void **state) {
   (void)state;
@@ -428,6 +450,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults_compose_nothing_but_the_capture_rule),
       cmocka_unit_test(test_settings_compose_their_layers_in_order),
+      cmocka_unit_test(test_memcheck_composes_innermost),
       cmocka_unit_test(test_describe_cuts_as_snprintf),
       cmocka_unit_test(test_capture_rule_refuses_before_anything),
       cmocka_unit_test(test_limit_room_asks_again_once_room_was_made),

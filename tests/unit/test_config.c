@@ -289,7 +289,7 @@ static void test_message_wording(void **state) {
       "backtrace_depth, log_path, leak_exitcode, suppressions, report_format, "
       "max_leaks, stats, stats_signal, reuse_policy, growth_report, "
       "python_frames, leak_scan, report_reachable, trace_path, trace_allocations, "
-      "publish_stats; help:1 lists them)\n");
+      "publish_stats, memcheck; help:1 lists them)\n");
 }
 
 /* The report's keys: every kind of value they take, and their defaults. */
@@ -530,7 +530,7 @@ static void test_get_reads_environment_once(void **state) {
   expect_config("environment", c, &want);
   const char *printed = take_log();
   assert_non_null(strstr(printed, "max_split_size_mb"));
-  assert_int_equal(count_lines(printed), 25);
+  assert_int_equal(count_lines(printed), 26);
 
   assert_int_equal(setenv("CUDALLOC_CONF", "verbose:0", 1), 0);
   assert_ptr_equal(ca_config_get(), c);

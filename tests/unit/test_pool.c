@@ -122,6 +122,32 @@ static void lists_live_blocks(void **state) {
   fixture_free(fx);
 }
 
+/* memcheck's red zone: a block spans its request and the red zone, while
+ * its requested bytes, which queries and statistics report, stay the
+ * request. */
+static void keeps_a_red_zone_past_each_block(void **state) {
+  (void)state;
+  ca_pool_options opt = default_options();
+  opt.red_zone = 512;
+  fixture *fx = fixture_new(1024 * MiB, opt, false);
+  uint64_t a = 0, b = 0, lo = 0, hi = 0;
+  assert_int_equal(ca_pool_alloc(fx->pool, 1000, 1, &a), 0);
+  assert_int_equal(ca_pool_alloc(fx->pool, 1536, 2, &b), 0);
+  ca_live_block info;
+  assert_true(ca_pool_lookup(fx->pool, a, &info));
+  assert_int_equal(info.requested, 1000);
+  assert_int_equal(info.size, 1536);
+  assert_true(ca_pool_lookup(fx->pool, b, &info));
+  assert_int_equal(info.size, 2048);
+  assert_true(b >= a + 1536);
+  assert_int_equal(ca_pool_bounds(a + 999, &lo, &hi), CA_POOL_FOUND);
+  assert_int_equal(hi, a + 1000);
+  cudalloc_device_stats st;
+  ca_pool_get_stats(fx->pool, &st);
+  assert_int_equal(st.requested_bytes.current, 2536);
+  fixture_free(fx);
+}
+
 /* Two devices, two pools on one backend: nothing crosses over. */
 static void keeps_devices_apart(void **state) {
   (void)state;
@@ -223,6 +249,7 @@ int main(void) {
       cmocka_unit_test(statistics_add_every_field),
       cmocka_unit_test(refuses_pointers_it_does_not_own),
       cmocka_unit_test(lists_live_blocks),
+      cmocka_unit_test(keeps_a_red_zone_past_each_block),
       cmocka_unit_test(keeps_devices_apart),
       cmocka_unit_test(drop_all_forgets_without_releasing),
       cmocka_unit_test(knows_its_segment_bases),

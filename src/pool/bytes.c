@@ -1,0 +1,46 @@
+/*
+ * The bytes of blocks, through the pool's backend (backend.h: fill, fetch,
+ * host_alloc): what memcheck writes into blocks and reads back. The pool
+ * only hands the calls on; it never looks at the bytes itself.
+ */
+
+bool ca_pool_touches_bytes(const ca_pool *pool) {
+  const ca_backend *be = pool->backend;
+  return be->fill && be->fetch && be->host_alloc && be->mark && be->poll &&
+         be->wait && be->forget;
+}
+
+int ca_pool_fill(ca_pool *pool, uint64_t addr, uint64_t size,
+                 unsigned char byte, const uint64_t *stream) {
+  const ca_backend *be = pool->backend;
+  return be->fill(be->ctx, pool->device, addr, size, byte, stream);
+}
+
+int ca_pool_fetch(ca_pool *pool, uint64_t addr, uint64_t width, uint64_t rows,
+                  uint64_t pitch, void *host, const uint64_t *stream) {
+  const ca_backend *be = pool->backend;
+  return be->fetch(be->ctx, pool->device, addr, width, rows, pitch, host,
+                   stream);
+}
+
+int ca_pool_mark_after(ca_pool *pool, const uint64_t *stream,
+                       uint64_t *marker) {
+  const ca_backend *be = pool->backend;
+  if (stream && be->mark_on)
+    return be->mark_on(be->ctx, pool->device, *stream, marker);
+  return be->mark(be->ctx, pool->device, marker);
+}
+
+int ca_pool_fetched(ca_pool *pool, uint64_t marker, bool wait) {
+  const ca_backend *be = pool->backend;
+  int r = wait ? be->wait(be->ctx, pool->device, marker)
+               : be->poll(be->ctx, pool->device, marker);
+  if (r == 0 || wait)
+    be->forget(be->ctx, pool->device, marker);
+  return r;
+}
+
+void *ca_pool_host_alloc(ca_pool *pool, uint64_t size) {
+  const ca_backend *be = pool->backend;
+  return be->host_alloc(be->ctx, pool->device, size);
+}

@@ -1,0 +1,230 @@
+/*
+ * e2e_memcheck: a driver-API program, linked to the mock driver, whose
+ * memory errors memcheck_test.py expects memcheck:1 to find (docs/LEAKS.md,
+ * "memcheck"). Its "kernels" are the mock's test hooks, which write and
+ * read device memory as a kernel would, with no driver call the library
+ * could see. Built with -g -O0 so that the frames name these lines.
+ *
+ *   e2e_memcheck over N     a 1000-byte block written N bytes past its end,
+ *                           then freed
+ *   e2e_memcheck slot N     the same through the allocator slot
+ *                           (cudalloc_stream_malloc/free on a stream)
+ *   e2e_memcheck live       written 1 byte past its end, never freed
+ *   e2e_memcheck uaf OFF    a 1000-byte block written at offset OFF after
+ *                           its free
+ *   e2e_memcheck bigfree OFF  the same for a 1 MiB block
+ *   e2e_memcheck fills      what a block reads when handed out, past its
+ *                           end, once freed, and whether the next block of
+ *                           its size takes its place (first_byte=,
+ *                           all_fill=, zone_byte=, freed_byte=, reused=)
+ *   e2e_memcheck churn      4 MiB blocks allocated and freed 100 times: the
+ *                           first allocation that got a place seen before
+ *                           (first_again=, 0: none) and the places seen
+ *                           (distinct=)
+ *   e2e_memcheck double     a block freed twice (second_free=CODE)
+ *   e2e_memcheck clean      blocks used within their bounds, all freed
+ *   e2e_memcheck reset      two blocks written 1 byte past their end, one
+ *                           freed, one live, then the primary context reset
+ *                           (as the static runtime releases it at exit)
+ *
+ * stdout: key=value lines: preloaded=0|1, alloc_line=, free_line= (the
+ * lines of the cuMemAlloc and cuMemFree calls), addr=0x..., done=MODE.
+ */
+#include <cuda.h>
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mockcuda.h"
+
+#define NOINLINE __attribute__((noinline))
+#define BLOCK 1000
+
+static void fail(const char *what, int rc) {
+  fprintf(stderr, "FAIL e2e_memcheck: %s returned %d\n", what, rc);
+  fflush(stdout);
+  _exit(1);
+}
+
+#define CHECK(call)                                                            \
+  do {                                                                         \
+    CUresult rc_ = (call);                                                     \
+    if (rc_ != CUDA_SUCCESS)                                                   \
+      fail(#call, (int)rc_);                                                   \
+  } while (0)
+
+static void setup(void) {
+  CUdevice dev;
+  CUcontext ctx = NULL;
+  CHECK(cuInit(0));
+  CHECK(cuDeviceGet(&dev, 0));
+  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CHECK(cuCtxSetCurrent(ctx));
+}
+
+/* A kernel's store of n bytes of `v` at p. */
+static void kernel_store(CUdeviceptr p, unsigned char v, size_t n) {
+  unsigned char buf[4096];
+  memset(buf, v, n);
+  if (mockcuda_kernel_write((uint64_t)p, buf, n) != 0)
+    fail("mockcuda_kernel_write", -1);
+}
+
+NOINLINE static CUdeviceptr make_block(size_t size) {
+  CUdeviceptr p = 0;
+  CUresult rc = cuMemAlloc(&p, size); printf("alloc_line=%d\n", __LINE__);
+  if (rc != CUDA_SUCCESS)
+    fail("cuMemAlloc", (int)rc);
+  printf("addr=0x%llx\n", (unsigned long long)p);
+  return p;
+}
+
+NOINLINE static void drop_block(CUdeviceptr p) {
+  CUresult rc = cuMemFree(p); printf("free_line=%d\n", __LINE__);
+  if (rc != CUDA_SUCCESS)
+    fail("cuMemFree", (int)rc);
+}
+
+static int mode_over(size_t n) {
+  CUdeviceptr p = make_block(BLOCK);
+  kernel_store(p + BLOCK, 0x11, n);
+  drop_block(p);
+  return 0;
+}
+
+/* The allocator slot, as PyTorch calls it, on a stream of the program's. */
+static int mode_slot(size_t n) {
+  void *(*slot_malloc)(size_t, int, CUstream) =
+      (void *(*)(size_t, int, CUstream))dlsym(RTLD_DEFAULT, "cudalloc_stream_malloc");
+  void (*slot_free)(void *, size_t, int, CUstream) =
+      (void (*)(void *, size_t, int, CUstream))dlsym(RTLD_DEFAULT, "cudalloc_stream_free");
+  if (!slot_malloc || !slot_free)
+    fail("dlsym(cudalloc_stream_malloc)", -1);
+  CUstream s = NULL;
+  CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  void *p = slot_malloc(BLOCK, 0, s); printf("alloc_line=%d\n", __LINE__);
+  kernel_store((CUdeviceptr)(uintptr_t)p + BLOCK, 0x11, n);
+  slot_free(p, BLOCK, 0, s); printf("free_line=%d\n", __LINE__);
+  CHECK(cuStreamSynchronize(s));
+  return 0;
+}
+
+static int mode_live(void) {
+  CUdeviceptr p = make_block(BLOCK);
+  kernel_store(p + BLOCK, 0x11, 1);
+  return 0;
+}
+
+static int mode_after_free(size_t size, size_t off) {
+  CUdeviceptr p = make_block(size);
+  drop_block(p);
+  kernel_store(p + off, 0x22, 4);
+  return 0;
+}
+
+static unsigned char read_byte(CUdeviceptr p) {
+  unsigned char b = 0;
+  if (mockcuda_kernel_read((uint64_t)p, &b, 1) != 0)
+    fail("mockcuda_kernel_read", -1);
+  return b;
+}
+
+static int mode_fills(void) {
+  unsigned char buf[BLOCK];
+  CUdeviceptr p = make_block(BLOCK);
+  if (mockcuda_kernel_read((uint64_t)p, buf, BLOCK) != 0)
+    fail("mockcuda_kernel_read", -1);
+  int all = 1;
+  for (int i = 0; i < BLOCK; i++)
+    all &= buf[i] == buf[0];
+  printf("first_byte=%d\nall_fill=%d\nzone_byte=%d\n", buf[0], all,
+         read_byte(p + BLOCK));
+  kernel_store(p, 0x33, 16);
+  drop_block(p);
+  printf("freed_byte=%d\n", read_byte(p));
+  CUdeviceptr q = make_block(BLOCK);
+  printf("reused=%d\n", q == p);
+  drop_block(q);
+  return 0;
+}
+
+static int mode_churn(void) {
+  CUdeviceptr seen[100];
+  int distinct = 0, first_again = 0;
+  for (int i = 0; i < 100; i++) {
+    CUdeviceptr p = 0;
+    CHECK(cuMemAlloc(&p, 4u << 20));
+    int known = 0;
+    for (int j = 0; j < distinct; j++)
+      known |= seen[j] == p;
+    if (!known)
+      seen[distinct++] = p;
+    else if (first_again == 0)
+      first_again = i;
+    CHECK(cuMemFree(p));
+  }
+  printf("first_again=%d\ndistinct=%d\n", first_again, distinct);
+  return 0;
+}
+
+static int mode_double(void) {
+  CUdeviceptr p = make_block(BLOCK);
+  drop_block(p);
+  printf("second_free=%d\n", (int)cuMemFree(p));
+  return 0;
+}
+
+static int mode_clean(void) {
+  for (int i = 0; i < 20; i++) {
+    CUdeviceptr p = make_block(BLOCK + 24 * (size_t)i);
+    kernel_store(p, 0x44, BLOCK);
+    drop_block(p);
+  }
+  return 0;
+}
+
+static int mode_reset(void) {
+  CUdeviceptr freed = make_block(BLOCK), live = make_block(BLOCK);
+  kernel_store(freed + BLOCK, 0x11, 1);
+  kernel_store(live + BLOCK, 0x11, 1);
+  drop_block(freed);
+  CHECK(cuDevicePrimaryCtxReset(0));
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "";
+  size_t arg = argc > 2 ? strtoul(argv[2], NULL, 0) : 0;
+  printf("preloaded=%d\n", dlsym(RTLD_DEFAULT, "cudalloc_version") != NULL);
+  setup();
+  int rc = 2;
+  if (!strcmp(mode, "over"))
+    rc = mode_over(arg);
+  else if (!strcmp(mode, "slot"))
+    rc = mode_slot(arg);
+  else if (!strcmp(mode, "live"))
+    rc = mode_live();
+  else if (!strcmp(mode, "uaf"))
+    rc = mode_after_free(BLOCK, arg);
+  else if (!strcmp(mode, "bigfree"))
+    rc = mode_after_free(1u << 20, arg);
+  else if (!strcmp(mode, "fills"))
+    rc = mode_fills();
+  else if (!strcmp(mode, "churn"))
+    rc = mode_churn();
+  else if (!strcmp(mode, "double"))
+    rc = mode_double();
+  else if (!strcmp(mode, "clean"))
+    rc = mode_clean();
+  else if (!strcmp(mode, "reset"))
+    rc = mode_reset();
+  else
+    fprintf(stderr, "usage: e2e_memcheck over N|slot N|live|uaf OFF|"
+                    "bigfree OFF|fills|churn|double|clean|reset\n");
+  if (rc == 0)
+    printf("done=%s\n", mode);
+  return rc;
+}

@@ -233,7 +233,7 @@ static CUresult ca__fetch(const ca_driver_api *d, ca__call *c) {
  * stream between two fences: after the work queued so far on every stream,
  * and before any queued later. Whole words are set a word at a time, which
  * the device does faster than bytes. */
-static CUresult ca__fill(const ca_driver_api *d, ca__call *c) {
+static CUresult ca__fill_bytes(const ca_driver_api *d, ca__call *c) {
   bool all = c->on == NULL;
   CUstream s = all ? CU_STREAM_LEGACY : (CUstream)(uintptr_t)*c->on;
   CUresult r = all ? ca_streams_fence(&c->where) : CUDA_SUCCESS;
@@ -304,7 +304,7 @@ static CUresult ca__do(const ca_driver_api *d, ca__call *c) {
     return d->mem_unmap ? ca__unmap_pages(d, c->addr, c->size)
                         : CUDA_ERROR_NOT_SUPPORTED;
   case CA__FILL:
-    return d->memset_d8_async ? ca__fill(d, c) : CUDA_ERROR_NOT_SUPPORTED;
+    return d->memset_d8_async ? ca__fill_bytes(d, c) : CUDA_ERROR_NOT_SUPPORTED;
   case CA__FETCH:
     return d->memcpy_dtoh_async && d->memcpy_2d_async
                ? ca__fetch(d, c)

@@ -62,33 +62,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#define E2E_PROG "e2e_leaks"
+#include "e2e_direct.h"
+
 #define NOINLINE __attribute__((noinline))
 
 static int allocations; /* device allocations this program made */
 
-static void fail(const char *what, int rc) {
-  fprintf(stderr, "FAIL e2e_leaks: %s returned %d\n", what, rc);
-  fflush(stdout);
-  _exit(1);
-}
-
-#define CHECK(call)                         \
-  do {                                      \
-    CUresult rc_ = (call);                  \
-    if (rc_ != CUDA_SUCCESS)                \
-      fail(#call, (int)rc_);                \
-  } while (0)
-
-/* cuInit, device 0, its primary context made current: what the runtime does
- * on a program's first call. */
-static void setup(void) {
-  CUdevice dev;
-  CUcontext ctx = NULL;
-  CHECK(cuInit(0));
-  CHECK(cuDeviceGet(&dev, 0));
-  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CHECK(cuCtxSetCurrent(ctx));
-}
 
 static void print_leak(CUdeviceptr p) { printf("leak=0x%llx\n", (unsigned long long)p); }
 

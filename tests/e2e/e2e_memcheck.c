@@ -40,30 +40,12 @@
 
 #include "mockcuda.h"
 
+#define E2E_PROG "e2e_memcheck"
+#include "e2e_direct.h"
+
 #define NOINLINE __attribute__((noinline))
 #define BLOCK 1000
 
-static void fail(const char *what, int rc) {
-  fprintf(stderr, "FAIL e2e_memcheck: %s returned %d\n", what, rc);
-  fflush(stdout);
-  _exit(1);
-}
-
-#define CHECK(call)                                                            \
-  do {                                                                         \
-    CUresult rc_ = (call);                                                     \
-    if (rc_ != CUDA_SUCCESS)                                                   \
-      fail(#call, (int)rc_);                                                   \
-  } while (0)
-
-static void setup(void) {
-  CUdevice dev;
-  CUcontext ctx = NULL;
-  CHECK(cuInit(0));
-  CHECK(cuDeviceGet(&dev, 0));
-  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CHECK(cuCtxSetCurrent(ctx));
-}
 
 /* A kernel's store of n bytes of `v` at p. */
 static void kernel_store(CUdeviceptr p, unsigned char v, size_t n) {

@@ -293,8 +293,8 @@ static void ca__release(ca__held *h, bool written) {
     ca_pool_fill(h->pool, h->addr,
                  (h->requested + CA_MEMCHECK_RED_ZONE + 3) & ~(uint64_t)3,
                  CA_MEMCHECK_FILL, g.stream);
-  ca__drop(h);
   ca_layer_free(h->layer->next, &g);
+  ca__drop(h);
 }
 
 /* Under the lock: the oldest batch in flight, judged once its marker has
@@ -325,8 +325,8 @@ static int ca__fetch_rows(ca__held *h) {
                        h->requested - CA_MEMCHECK_SAMPLE, copy, ca__stream_of(h));
 }
 
-/* Under the lock: whether h may join a batch begun by `first`: the same
- * pool and stream, so that one marker covers both copies. */
+/* Under the lock: whether h may join a batch of `first`'s (a copy of its
+ * record): the same pool and stream, so that one marker covers both. */
 static bool ca__same_batch(const ca__held *h, const ca__held *first) {
   return h->pool == first->pool && h->ordered == first->ordered &&
          h->stream == first->stream;
@@ -336,17 +336,22 @@ static bool ca__same_batch(const ca__held *h, const ca__held *first) {
  * share the oldest's pool and stream (up to a batch): their copies, then
  * one marker. A block the device will not copy now goes back unchecked. */
 static void ca__start_batch(void) {
-  ca__held *first = ca__waiting, *last = NULL;
-  if (!ca__slots_ready(first->pool)) {
+  const ca__held first = *ca__waiting; /* the record may leave before the end */
+  ca__held *last = NULL;
+  if (!ca__slots_ready(first.pool)) {
     ca__release(ca__list_pop(&ca__waiting, &ca__waiting_tail), false);
     return;
   }
   ca__held *batch[CA__BATCH];
   size_t n = 0;
-  while (ca__waiting && n < CA__BATCH && ca__same_batch(ca__waiting, first)) {
-    while (ca__nfree_slots == 0)
+  while (ca__waiting && n < CA__BATCH && ca__same_batch(ca__waiting, &first)) {
+    while (ca__nfree_slots == 0 && ca__copying)
       ca__finish_batch(true);
     ca__held *h = ca__list_pop(&ca__waiting, &ca__waiting_tail);
+    if (ca__nfree_slots == 0) { /* every slot lost to copies without a marker */
+      ca__release(h, false);
+      continue;
+    }
     h->slot = ca__free_slots[--ca__nfree_slots];
     if (ca__fetch_rows(h) != 0) {
       ca__free_slots[ca__nfree_slots++] = h->slot;
@@ -357,7 +362,8 @@ static void ca__start_batch(void) {
   }
   if (n == 0)
     return;
-  if (ca_pool_mark_after(first->pool, ca__stream_of(first), &last->marker) != 0) {
+  if (ca_pool_mark_after(first.pool, ca__stream_of(&first), &last->marker) !=
+      0) {
     /* No marker (a capture began): the copies may land any time, so their
      * slots stay taken for good, and the blocks go back unchecked. */
     for (size_t i = 0; i < n; i++)

@@ -23,6 +23,9 @@
  *                           (distinct=)
  *   e2e_memcheck double     a block freed twice (second_free=CODE)
  *   e2e_memcheck clean      blocks used within their bounds, all freed
+ *   e2e_memcheck shutdown   a block written 1 byte past its end and freed; the
+ *                           driver takes itself down at exit, from a handler
+ *                           registered before the first device call
  *   e2e_memcheck reset      two blocks written 1 byte past their end, one
  *                           freed, one live, then the primary context reset
  *                           (as the static runtime releases it at exit)
@@ -181,10 +184,12 @@ int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   size_t arg = argc > 2 ? strtoul(argv[2], NULL, 0) : 0;
   printf("preloaded=%d\n", dlsym(RTLD_DEFAULT, "cudalloc_version") != NULL);
+  if (!strcmp(mode, "shutdown"))
+    atexit(mockcuda_shutdown);
   setup();
   int rc = 2;
-  if (!strcmp(mode, "over"))
-    rc = mode_over(arg);
+  if (!strcmp(mode, "over") || !strcmp(mode, "shutdown"))
+    rc = mode_over(arg ? arg : 1);
   else if (!strcmp(mode, "slot"))
     rc = mode_slot(arg);
   else if (!strcmp(mode, "live"))
@@ -205,7 +210,7 @@ int main(int argc, char **argv) {
     rc = mode_reset();
   else
     fprintf(stderr, "usage: e2e_memcheck over N|slot N|live|uaf OFF|"
-                    "bigfree OFF|fills|churn|double|clean|reset\n");
+                    "bigfree OFF|fills|churn|double|clean|reset|shutdown\n");
   if (rc == 0)
     printf("done=%s\n", mode);
   return rc;

@@ -197,6 +197,16 @@ def check_reset(tmp):
     return f"both found before the reset; totals {totals}"
 
 
+def check_shutdown(tmp):
+    """The driver gone before the library's exit report (the static runtime
+    and the driver take themselves down from handlers registered at their
+    start): the checks at exit ran before, and found the overflow."""
+    r = run("shutdown")
+    m, _, totals = one(r, "over")
+    expect(totals == (1, 1, 0), f"totals {totals}, want the block checked", r)
+    return "found before the driver went: " + m.group(0)[len("memcheck: "):60] + "..."
+
+
 def check_exitcode(tmp):
     """leak_exitcode:23: a finding ends the process with 23, a clean run 0."""
     run("over", "1", conf=CONF + ",leak_exitcode:23", expect_rc=23)
@@ -223,6 +233,7 @@ CHECKS = {
     "double": check_double,
     "clean": check_clean,
     "reset": check_reset,
+    "shutdown": check_shutdown,
     "exitcode": check_exitcode,
     "off": check_off,
 }

@@ -275,10 +275,10 @@ def memcheck(check):
         run = check.run(row, [prog, mode], conf=MEMCHECK_CONF + ",backtrace_depth:16")
         why = memcheck_problems(run, mode, want, mains)
         totals = (run.grep(MEMCHECK_TOTALS) or ["-"])[0][len("cudalloc: memcheck: "):]
+        found = [line[len("cudalloc: "):] for line in run.grep(MEMCHECK_FINDING)]
         check.record(row, "static", "yes", "-", "-", "FAIL" if why else "PASS",
                      "; ".join(why) if why else
-                     "%s; %s" % ((run.grep(MEMCHECK_FINDING) or ["no finding"])[0]
-                                 [len("cudalloc: "):], totals))
+                     "%s; %s" % ((found or ["no finding"])[0], totals))
     memcheck_gpt2(check)
 
 

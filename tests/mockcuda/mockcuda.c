@@ -60,6 +60,7 @@ struct CUgraph_st {
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_verbose;
 static int g_inited;
+static int g_shut; /* mockcuda_shutdown: every later call fails */
 MOCK_HIDDEN int g_ndev;
 MOCK_HIDDEN uint64_t g_capacity;
 MOCK_HIDDEN mock_device g_dev[MOCK_MAX_DEVICES];
@@ -162,12 +163,14 @@ static void mock_obj_unlink(mock_obj *o) {
 /* ---- preconditions ---------------------------------------------------- */
 
 CUresult mock_need_init(void) {
-  return g_inited ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+  return g_shut ? CUDA_ERROR_DEINITIALIZED
+         : g_inited ? CUDA_SUCCESS
+                    : CUDA_ERROR_NOT_INITIALIZED;
 }
 
 static CUresult mock_need_dev(CUdevice dev) {
-  if (!g_inited)
-    return CUDA_ERROR_NOT_INITIALIZED;
+  if (g_shut || !g_inited)
+    return mock_need_init();
   return dev >= 0 && dev < g_ndev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
@@ -181,8 +184,8 @@ static int mock_ctx_known(CUcontext c) {
 /* The calling thread's current context, usable for work. Like the driver,
  * memory calls without one fail with CUDA_ERROR_INVALID_CONTEXT. */
 CUresult mock_need_ctx(CUcontext *out) {
-  if (!g_inited)
-    return CUDA_ERROR_NOT_INITIALIZED;
+  if (g_shut || !g_inited)
+    return mock_need_init();
   CUcontext c = t_depth ? t_stack[t_depth - 1] : NULL;
   if (!c || !mock_ctx_known(c))
     return CUDA_ERROR_INVALID_CONTEXT;
@@ -1525,6 +1528,12 @@ int mockcuda_owns(uint64_t ptr, uint64_t size) {
 static unsigned char *mock_kernel_bytes(uint64_t ptr, uint64_t n) {
   mock_alloc *a = n ? mock_find(ptr, n, NULL) : NULL;
   return a && a->host ? a->host + (ptr - a->addr) : NULL;
+}
+
+void mockcuda_shutdown(void) {
+  mock_lock();
+  g_shut = 1;
+  mock_unlock();
 }
 
 int mockcuda_kernel_write(uint64_t ptr, const void *src, uint64_t n) {

@@ -131,6 +131,12 @@ uint64_t mockcuda_stream_records(const void *stream);
 int mockcuda_kernel_write(uint64_t ptr, const void *src, uint64_t n);
 int mockcuda_kernel_read(uint64_t ptr, void *dst, uint64_t n);
 
+/* The driver taking itself down, as the real one does from a handler
+ * registered at cuInit, before a handler registered earlier (the library's
+ * on_exit) runs: every later call fails with CUDA_ERROR_DEINITIALIZED
+ * (docs: work at exit may find no driver). For a program's atexit. */
+void mockcuda_shutdown(void);
+
 typedef void (*mockcuda_get_counters_fn)(mockcuda_counters *out);
 typedef int (*mockcuda_owns_fn)(uint64_t ptr, uint64_t size);
 typedef int (*mockcuda_kernel_write_fn)(uint64_t ptr, const void *src, uint64_t n);

@@ -192,6 +192,46 @@ static void ca__fake_forget(void *ctx, int device, uint64_t marker) {
   pthread_mutex_unlock(&f->lock);
 }
 
+static int ca__fake_fill(void *ctx, int device, uint64_t addr, uint64_t size,
+                         unsigned char byte, const uint64_t *stream) {
+  ca_fake_backend *f = ctx;
+  (void)device;
+  (void)stream;
+  memset((void *)(uintptr_t)addr, byte, (size_t)size);
+  pthread_mutex_lock(&f->lock);
+  f->fills++;
+  pthread_mutex_unlock(&f->lock);
+  return 0;
+}
+
+static int ca__fake_fetch(void *ctx, int device, uint64_t addr, uint64_t width,
+                          uint64_t rows, uint64_t pitch, void *host,
+                          const uint64_t *stream) {
+  ca_fake_backend *f = ctx;
+  (void)device;
+  (void)stream;
+  for (uint64_t r = 0; r < rows; r++)
+    memcpy((char *)host + r * width, (const void *)(uintptr_t)(addr + r * pitch),
+           (size_t)width);
+  pthread_mutex_lock(&f->lock);
+  f->fetches++;
+  pthread_mutex_unlock(&f->lock);
+  return 0;
+}
+
+/* Kept for the process's life, as the contract says. */
+static void *ca__fake_host_alloc(void *ctx, int device, uint64_t size) {
+  (void)ctx;
+  (void)device;
+  return calloc(1, (size_t)size);
+}
+
+void ca_fake_enable_bytes(ca_fake_backend *f) {
+  f->backend.fill = ca__fake_fill;
+  f->backend.fetch = ca__fake_fetch;
+  f->backend.host_alloc = ca__fake_host_alloc;
+}
+
 void ca_fake_init(ca_fake_backend *f, uint64_t capacity, bool with_sync,
                   bool host_backed) {
   memset(f, 0, sizeof(*f));

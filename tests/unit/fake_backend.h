@@ -82,6 +82,7 @@ typedef struct ca_fake_backend {
    * busy_maps, maps and va_reserves answer CA_BACKEND_BUSY (a capture). */
   int fail_maps;
   bool busy_maps;
+  int fills, fetches; /* byte calls, once ca_fake_enable_bytes is called */
   /* The order in which segments were released, for LRU tests. */
   uint64_t released_addrs[CA_FAKE_MAX_SEGMENTS];
 } ca_fake_backend;
@@ -102,6 +103,11 @@ int ca_fake_fence(void *ctx, int device);
  * address space whose pages are readable and writable only while mapped
  * (an unmapped page's bytes are gone). */
 void ca_fake_enable_ranges(ca_fake_backend *f);
+
+/* Gives a host-backed fake the backend's byte calls (fill, fetch,
+ * host_alloc: memcheck's), done at once on the host memory behind the
+ * addresses; streams play no part. Counted in fills and fetches. */
+void ca_fake_enable_bytes(ca_fake_backend *f);
 
 /* Frees host memory still held by a host-backed fake. */
 void ca_fake_fini(ca_fake_backend *f);

@@ -17,13 +17,13 @@
  * (CLOCK_MONOTONIC): reports and the timeline count time from it. */
 extern uint64_t ca_lifecycle_start_ns;
 
-/* Every device's statistics into out; returns how many devices have pools;
- * adds up the allocations served into *allocs. */
 /* With memcheck, the checks at exit are run by a handler registered now
  * (the process's first use of device memory), before the runtime and the
  * driver take themselves down (exit.c). */
 void ca_lifecycle_memcheck_at_exit(void);
 
+/* Every device's statistics into out; returns how many devices have pools;
+ * adds up the allocations served into *allocs. */
 size_t ca_lifecycle_gather_stats(cudalloc_device_stats *out, uint64_t *allocs);
 
 /* A report of every device now (ca_lifecycle_report); returns what it

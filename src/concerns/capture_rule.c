@@ -28,18 +28,14 @@ ca__capture_rule_free_asked(const ca_layer *self, ca_give *give) {
   return refused ? refused : ca_layer_free(self->next, give);
 }
 
-static inline bool ca__capturing(const ca_layer_env *env) {
-  return atomic_load_explicit(env->capturing, memory_order_acquire) > 0;
-}
-
 static int ca__capture_rule_alloc(const ca_layer *self, ca_ask *ask) {
-  if (__builtin_expect(ca__capturing(self->env), 0))
+  if (__builtin_expect(ca_layer_capturing(self->env), 0))
     return ca__capture_rule_alloc_asked(self, ask);
   return ca_layer_alloc(self->next, ask);
 }
 
 static int ca__capture_rule_free(const ca_layer *self, ca_give *give) {
-  if (__builtin_expect(ca__capturing(self->env), 0))
+  if (__builtin_expect(ca_layer_capturing(self->env), 0))
     return ca__capture_rule_free_asked(self, give);
   return ca_layer_free(self->next, give);
 }

@@ -88,6 +88,11 @@ struct ca_layer {
   const ca_layer_env *env;
 };
 
+/* Whether a stream capture the policy saw begin may be running: one load. */
+static inline bool ca_layer_capturing(const ca_layer_env *env) {
+  return atomic_load_explicit(env->capturing, memory_order_acquire) > 0;
+}
+
 static inline int ca_layer_alloc(const ca_layer *l, ca_ask *ask) {
   return l->alloc(l, ask);
 }

@@ -34,6 +34,7 @@
 #include "concerns/site_bytes.h"
 #include "report/report.h"
 #include "support/fork.h"
+#include "support/grow.h"
 #include "support/log.h"
 #include "support/meta.h"
 #include "support/meta_hash.h"
@@ -410,10 +411,6 @@ static bool ca__memcheck_wanted(const ca_layer_env *env, ca_path path) {
   return env->cfg->memcheck && env->block != NULL;
 }
 
-static bool ca__mc_capturing(const ca_layer_env *env) {
-  return atomic_load_explicit(env->capturing, memory_order_acquire) != 0;
-}
-
 /* A block is handed out as the pool has it: holding the fill. */
 static int ca__memcheck_alloc(const ca_layer *self, ca_ask *ask) {
   int r = ca_layer_alloc(self->next, ask);
@@ -493,7 +490,7 @@ static int ca__memcheck_free(const ca_layer *self, ca_give *give) {
     return CA_GIVE_NOT_POOLED;
   ca_pool *pool = NULL;
   ca_live_block b;
-  if (ca__mc_capturing(self->env) ||
+  if (ca_layer_capturing(self->env) ||
       !self->env->block(give->addr, &pool, &b) ||
       !ca_pool_touches_bytes(pool))
     return ca_layer_free(self->next, give);
@@ -555,12 +552,10 @@ typedef struct ca__live_list {
 static void ca__live_push(const ca_live_block *b, void *arg) {
   ca__live_list *l = arg;
   if (l->n == l->cap) {
-    size_t cap = l->cap ? 2 * l->cap : 256;
-    void *v = ca_meta_grow(l->v, l->cap * sizeof(*l->v), cap * sizeof(*l->v));
+    ca_live_block *v = ca_grow(l->v, &l->cap, sizeof(*v));
     if (v == NULL)
       return; /* out of memory: this block goes unchecked */
     l->v = v;
-    l->cap = cap;
   }
   l->v[l->n++] = *b;
 }

@@ -301,6 +301,7 @@ void mock_remove(mock_device *dv, mock_alloc *a) {
     g_cnt.live_imports--;
   } else {
     dv->used -= a->span;
+    mock_device_changed((int)(dv - g_dev));
     g_cnt.used_bytes -= a->span;
     g_cnt.live_allocs--;
     g_cnt.live_bytes -= a->size;
@@ -356,7 +357,8 @@ static CUresult mock_alloc_locked(int dev, CUcontext ctx, uint64_t size, int kin
   uint64_t span = mock_round_up(size, align);
   unsigned char *host = NULL;
   mock_alloc *a = NULL;
-  if (size > g_capacity || dv->used + span > g_capacity || !(host = malloc(size)) ||
+  if (size > g_capacity || mock_device_used(dev) + span > g_capacity ||
+      !(host = malloc(size)) ||
       !(a = mock_place(dev, span, align))) {
     free(host);
     g_cnt.oom++;
@@ -368,6 +370,7 @@ static CUresult mock_alloc_locked(int dev, CUcontext ctx, uint64_t size, int kin
   a->kind = kind;
   a->id = ++g_next_id;
   dv->used += span;
+  mock_device_changed(dev);
   g_cnt.used_bytes += span;
   if (g_cnt.used_bytes > g_cnt.peak_used_bytes)
     g_cnt.peak_used_bytes = g_cnt.used_bytes;
@@ -496,6 +499,18 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
 
 CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
   MOCK_QUERY(mock_need_dev(dev), !bytes, *bytes = (size_t)g_capacity);
+}
+
+/* A device's UUID, the same in every process that loads the mock (two
+ * processes name one device alike, as on a real machine), never all zero. */
+static void mock_uuid(CUuuid *uuid, CUdevice dev) {
+  memset(uuid->bytes, 0, sizeof(uuid->bytes));
+  memcpy(uuid->bytes, "mockcuda-gpu", 12);
+  uuid->bytes[15] = (char)(dev + 1);
+}
+
+CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) {
+  MOCK_QUERY(mock_need_dev(dev), !uuid, mock_uuid(uuid, dev));
 }
 
 /* An H100/H200-like device for the few attributes a caller may branch on;
@@ -1117,7 +1132,7 @@ CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
   if (rc == CUDA_SUCCESS && total_bytes)
     *total_bytes = (size_t)g_capacity;
   if (rc == CUDA_SUCCESS && free_bytes)
-    *free_bytes = (size_t)(g_capacity - g_dev[c->device].used);
+    *free_bytes = (size_t)(g_capacity - mock_device_used(c->device));
   mock_unlock();
   return rc;
 }
@@ -1315,6 +1330,7 @@ static const struct mock_sym {
     S("cuDeviceGetName", cuDeviceGetName, 2000),
     S("cuDeviceTotalMem", cuDeviceTotalMem_v2, 3020),
     S("cuDeviceGetAttribute", cuDeviceGetAttribute, 2000),
+    S("cuDeviceGetUuid", cuDeviceGetUuid_v2, 11040),
     S("cuDeviceGetDefaultMemPool", cuDeviceGetDefaultMemPool, 11020),
     S("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain, 7000),
     S("cuDevicePrimaryCtxGetState", cuDevicePrimaryCtxGetState, 7000),

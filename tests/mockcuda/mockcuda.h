@@ -24,7 +24,9 @@
  * MOCKCUDA_VMM=0 (cuMemAddressReserve refuses: a driver without the
  * virtual-memory API), MOCKCUDA_SPAN_MB (the addresses reserved per device
  * to place allocations in; default 16 times the capacity, at least 64 GiB:
- * valgrind maps less, so the callgrind counts run with less).
+ * valgrind maps less, so the callgrind counts run with less),
+ * MOCKCUDA_SHARED_MEM=FILE (every process naming FILE shares the devices'
+ * memory, as the processes of one machine share its GPUs: mockcuda_gpu.c).
  */
 #ifndef MOCKCUDA_H
 #define MOCKCUDA_H

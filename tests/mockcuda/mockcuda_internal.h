@@ -4,7 +4,8 @@
  * contexts, streams, events, allocations, cuGetProcAddress);
  * mockcuda_copy.c the memsets and copies; mockcuda_pointer.c the pointer
  * queries (attributes, address ranges); mockcuda_ipc.c CUDA IPC;
- * mockcuda_vmm.c the virtual-memory API. Nothing here is exported from the
+ * mockcuda_vmm.c the virtual-memory API; mockcuda_gpu.c devices shared by
+ * processes. Nothing here is exported from the
  * library.
  */
 #ifndef MOCKCUDA_INTERNAL_H
@@ -112,6 +113,11 @@ MOCK_HIDDEN mock_alloc *mock_vmm_find(uint64_t p, uint64_t n, mock_device **dev_
 MOCK_HIDDEN int mock_vmm_reserved(uint64_t p);
 /* Releases what an exported or imported allocation holds (mockcuda_ipc.c). */
 MOCK_HIDDEN void mock_shared_release(mock_alloc *a);
+/* Bytes in use on device `dev`: this process's, and with
+ * MOCKCUDA_SHARED_MEM every living process's (mockcuda_gpu.c). */
+MOCK_HIDDEN uint64_t mock_device_used(int dev);
+/* This process's use of `dev` changed: the other processes see it. */
+MOCK_HIDDEN void mock_device_changed(int dev);
 /* The MEMORY_BLOCK_ID and mapping of an allocation: an exported one keeps
  * the id its handle names; an import reports its exporter's mapping. */
 MOCK_HIDDEN void mock_mapping(const mock_alloc *a, uint64_t *base, uint64_t *size);

@@ -99,6 +99,7 @@ static void mock_handle_drop_if_done(mock_handle *h) {
   mock_handle **pp = mock_handle_slot(h->id);
   *pp = h->next;
   g_dev[h->device].used -= h->size;
+  mock_device_changed(h->device);
   g_cnt.used_bytes -= h->size;
   g_cnt.live_handles--;
   free(h);
@@ -116,7 +117,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
        prop->location.id >= g_ndev))
     rc = CUDA_ERROR_INVALID_VALUE;
   mock_device *dv = rc == CUDA_SUCCESS ? &g_dev[prop->location.id] : NULL;
-  if (rc == CUDA_SUCCESS && (size > g_capacity || dv->used + size > g_capacity)) {
+  if (rc == CUDA_SUCCESS && (size > g_capacity || mock_device_used(prop->location.id) + size > g_capacity)) {
     g_cnt.oom++;
     rc = CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -127,6 +128,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     *h = (mock_handle){g_handles, g_next_handle++, prop->location.id, size, 0, 0};
     g_handles = h;
     dv->used += size;
+    mock_device_changed(prop->location.id);
     g_cnt.used_bytes += size;
     if (g_cnt.used_bytes > g_cnt.peak_used_bytes)
       g_cnt.peak_used_bytes = g_cnt.used_bytes;

@@ -13,7 +13,7 @@
 #
 #   OUT=/some/dir scripts/gpu-check.sh      (OUT defaults to ./gpu-out)
 #
-# Parts: GPU_CHECK_PARTS="general leaks reuse identity slot" (the default: all)
+# Parts: GPU_CHECK_PARTS="general leaks reuse identity slot group" (the default: all)
 # runs only the parts named (ctest labels gpu_<part>). Time: each program
 # run stops after 120 s, and no run starts past GPU_CHECK_BUDGET_S seconds
 # (default 400) from the start: it is recorded as FAIL (not run) instead.
@@ -47,8 +47,8 @@ cat "$OUT/env.txt"
 labels='^gpu$'
 if [[ -n ${GPU_CHECK_PARTS:-} ]]; then
   for p in $GPU_CHECK_PARTS; do
-    [[ $p =~ ^(general|leaks|reuse|identity|slot)$ ]] ||
-      { ca_gpu_say "unknown part '$p' (general, leaks, reuse, identity, slot)"; ca_gpu_finish 2; }
+    [[ $p =~ ^(general|leaks|reuse|identity|slot|group)$ ]] ||
+      { ca_gpu_say "unknown part '$p' (general, leaks, reuse, identity, slot, group)"; ca_gpu_finish 2; }
   done
   labels="^gpu_($(tr ' ' '|' <<<"$GPU_CHECK_PARTS" | sed 's/^|*//; s/|*$//; s/||*/|/g'))\$"
 fi

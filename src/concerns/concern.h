@@ -54,8 +54,13 @@ typedef struct ca_give {
 typedef struct ca_layer_env {
   const ca_config *cfg;
   int oom; /* the status of out of memory */
-  /* The device's pools give back what they cache: whether any did. */
-  bool (*make_room)(int device);
+  /* The device's pools give back what they cache, and under shared_limit
+   * the group's other processes too when `bytes` more would pass its cap:
+   * whether any did. */
+  bool (*make_room)(int device, uint64_t bytes);
+  /* A request of `bytes` found no room even so: says why, when a cap the
+   * process shares refused it. */
+  void (*no_room)(int device, uint64_t bytes);
   /* 0 when allocating and freeing are allowed now, else the status that
    * refuses them (a stream capture forbids them); asked only while
    * *capturing is not 0 (captures in progress). */

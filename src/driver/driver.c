@@ -89,6 +89,17 @@ CUresult ca_driver_context_device(int *device) {
   return r;
 }
 
+CUresult ca_driver_device_uuid(int ordinal, uint8_t uuid[16]) {
+  CUdevice dev = 0;
+  CUuuid u;
+  CUresult r = CA_REAL(device_get, &dev, ordinal);
+  if (r == CUDA_SUCCESS)
+    r = CA_REAL(device_get_uuid, &u, dev);
+  if (r == CUDA_SUCCESS)
+    memcpy(uuid, u.bytes, 16);
+  return r;
+}
+
 CUresult ca_driver_current(int *device, CUcontext *context) {
   CUcontext ctx = NULL;
   int dev = -1;

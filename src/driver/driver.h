@@ -63,6 +63,10 @@ CUresult ca_driver_current_context(CUcontext *context);
  * context is known to be current). Never touches *device on failure. */
 CUresult ca_driver_context_device(int *device);
 
+/* The UUID of device `ordinal` (the same GPU whatever numbering
+ * CUDA_VISIBLE_DEVICES gives it). */
+CUresult ca_driver_device_uuid(int ordinal, uint8_t uuid[16]);
+
 /* Both: the current context and its device, or the driver's error (no
  * context current, not initialized). Never touches them on failure. */
 CUresult ca_driver_current(int *device, CUcontext *context);

@@ -434,6 +434,7 @@
   X(cuCtxPushCurrent_v2, ctx_push_current, (CUcontext ctx))                    \
   X(cuCtxPopCurrent_v2, ctx_pop_current, (CUcontext * ctx))                    \
   X(cuDeviceGet, device_get, (CUdevice * device, int ordinal))                 \
+  X(cuDeviceGetUuid_v2, device_get_uuid, (CUuuid * uuid, CUdevice dev))        \
   X(cuDevicePrimaryCtxRetain, device_primary_ctx_retain,                       \
     (CUcontext * ctx, CUdevice device))                                        \
   X(cuDevicePrimaryCtxGetState, device_primary_ctx_get_state,                  \

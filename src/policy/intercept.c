@@ -25,6 +25,7 @@
 #include "support/log.h"
 #include "policy/pointer.h"
 #include "policy/regions.h"
+#include "policy/room.h"
 #include "pool/pool.h"
 #include "registry/registry.h"
 #include "leaks/sites.h"
@@ -44,28 +45,16 @@ static int ca__where(CUcontext *ctx) {
   return device;
 }
 
-/* Every pool of `device` (one per context) gives back what it caches,
- * waiting for its pending frees first, so that an allocation the driver or
- * the limit refused can be tried once more. Returns whether anything was
- * given back; an unknown device (-1) has no pool of its own to empty. */
-bool ca_intercept_make_room(int device) {
-  if (device < 0)
-    return false;
-  ca_pool *pools[CA_REGISTRY_MAX_POOLS];
-  size_t n = ca_registry_pools(device, pools, CA_REGISTRY_MAX_POOLS);
-  uint64_t given_back = 0;
-  for (size_t i = 0; i < n; i++)
-    given_back += ca_pool_empty_cache(pools[i]);
-  return given_back > 0;
-}
-
 /* Books `size` bytes of passed-through memory in `device`'s budget before
  * the driver is asked for them, giving back the pools' cache there if that
  * makes the room. An unknown device (-1) has no budget to book in. */
 static bool ca__book_passed(int device, uint64_t size) {
-  ca_budget *b = ca_registry_budget(device);
-  return b == NULL || ca_budget_book(b, size) ||
-         (ca_intercept_make_room(device) && ca_budget_book(b, size));
+  ca_budget *b = ca_registry_budget_joined(device);
+  if (b == NULL || ca_budget_book(b, size) ||
+      (ca_room_make(device, size) && ca_budget_book(b, size)))
+    return true;
+  ca_room_refused(device, size);
+  return false;
 }
 
 /* Records a passed-through allocation, booked already, for the report. The
@@ -170,7 +159,8 @@ static void ca__compose_chains(void) {
       .name = "pool", .alloc = ca__pool_alloc, .free = ca__pool_free};
   ca__env = (ca_layer_env){.cfg = ca_config_get(),
                            .oom = CUDA_ERROR_OUT_OF_MEMORY,
-                           .make_room = ca_intercept_make_room,
+                           .make_room = ca_room_make,
+                           .no_room = ca_room_refused,
                            .allowed = ca__capture_allows,
                            .capturing = &ca_captures_live,
                            .regions = ca_regions_for_tool(),
@@ -280,18 +270,19 @@ CUresult ca_on_mem_free(CUdeviceptr dptr) {
  * request larger than them cannot use them. Never above total. Under
  * memory_limit the limit is the total, and free is what the limit leaves
  * beside the memory held (the pool's segments in use, and what went to the
- * driver directly); it never exceeds what the device itself can give,
- * since a limit cannot create memory. */
+ * driver directly; under shared_limit, all the group's processes hold); it
+ * never exceeds what the device itself can give, since a limit cannot
+ * create memory. */
 static void ca__adjust_info(int device, uint64_t *free_bytes,
                             uint64_t *total_bytes) {
   uint64_t releasable = ca_registry_releasable(device);
   uint64_t free_now = *free_bytes + releasable;
   if (free_now > *total_bytes)
     free_now = *total_bytes;
-  const ca_budget *b = ca_registry_budget(device);
-  uint64_t limit = b ? b->limit : 0;
+  const ca_budget *b = ca_registry_budget_joined(device);
+  uint64_t limit = b ? ca_budget_limit(b) : 0;
   if (limit > 0) {
-    uint64_t booked = ca_budget_booked(b);
+    uint64_t booked = ca_budget_held(b);
     uint64_t held = booked > releasable ? booked - releasable : 0;
     uint64_t left = limit > held ? limit - held : 0;
     if (free_now > left)
@@ -340,7 +331,7 @@ CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes) {
     CUresult r_ = CUDA_ERROR_OUT_OF_MEMORY;                                    \
     if (ca__book_passed((device), (size))) {                                   \
       r_ = (call);                                                             \
-      if (r_ == CUDA_ERROR_OUT_OF_MEMORY && ca_intercept_make_room(device))    \
+      if (r_ == CUDA_ERROR_OUT_OF_MEMORY && ca_room_give_back(device))         \
         r_ = (call);                                                           \
       if (r_ != CUDA_SUCCESS)                                                  \
         ca_registry_unbook((device), (size));                                   \

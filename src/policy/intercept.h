@@ -33,8 +33,6 @@ CUresult ca_intercept_pooled(ca_pool *pool, size_t size,
 bool ca_intercept_free_pooled(CUdeviceptr dptr, const uint64_t *stream);
 /* A free no pool answered for: the driver's, in the current context. */
 CUresult ca_intercept_free_unpooled(CUdeviceptr dptr);
-/* Every pool of `device` gives back what it caches: whether anything was. */
-bool ca_intercept_make_room(int device);
 CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes);
 CUresult ca_on_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width,
                                size_t height, unsigned int element_size);

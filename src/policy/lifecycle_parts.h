@@ -44,4 +44,9 @@ void ca_lifecycle_publish_tick(const cudalloc_device_stats *all, size_t n);
  * collection since the last tick. */
 void ca_lifecycle_trace_tick(const cudalloc_device_stats *all, size_t n);
 
+/* shared_limit: answers the group's asks for room; with `look` (every
+ * 100 ms), also takes back dead processes' bookings and says what this one
+ * caches. */
+void ca_lifecycle_group_tick(bool look);
+
 #endif /* CA_LIFECYCLE_PARTS_H */

@@ -21,6 +21,7 @@
 #include "support/log.h"
 #include "support/stats.h"
 #include "policy/recorded.h"
+#include "policy/room.h"
 #include "registry/registry.h"
 
 /* `device`'s primary context made current for a few driver calls (see
@@ -58,6 +59,10 @@ static const char *ca__room_advice(const cudalloc_device_stats *s,
                                    uint64_t size) {
   const ca_config *cfg = ca_config_get();
   uint64_t cached = s->free_cached_bytes + s->pending_free_bytes;
+  if (ca_room_capped(s->device, size))
+    return "the processes of shared_limit hold its cap (the line before this "
+           "one says who holds what): raise memory_limit_mb for the group, or "
+           "run fewer of them";
   if (cfg->memory_limit && s->reserved_bytes.current + size > cfg->memory_limit)
     return "memory_limit_mb caps the device below what is asked: raise it";
   if (cached >= size && !cfg->expandable_segments)
@@ -87,7 +92,8 @@ static void ca__say_refused(CUresult r, size_t size, int device,
   cudalloc_device_stats s;
   ca_held_text t;
   ca_registry_device_stats(device, &s);
-  ca_stats_held_text(&s, ca_config_get()->memory_limit, &t);
+  const ca_budget *b = ca_registry_budget(device);
+  ca_stats_held_text(&s, b ? ca_budget_limit(b) : 0, &t);
   ca_log("allocator slot: out of memory: %s asked on device %d after giving "
          "back the cache; held: in use %s, cached %s (largest free block %s), "
          "limit %s; %s%s%s",
@@ -277,7 +283,7 @@ static CUresult ca__serve(CUdeviceptr *dptr, size_t size, int device,
     return ca__graph_alloc(pool, graph, dptr, size, stream);
   uint64_t s = (uint64_t)(uintptr_t)stream;
   r = ca_intercept_pooled(pool, size, &s, dptr);
-  if (r == CUDA_ERROR_OUT_OF_MEMORY && ca_intercept_make_room(device))
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && ca_room_give_back(device))
     r = ca_intercept_pooled(pool, size, &s, dptr);
   return r;
 }

@@ -1,6 +1,7 @@
 /*
  * What the watcher writes at each tick (see lifecycle_parts.h): this
- * process's figures for `cudalloc top`, and the timeline's counters.
+ * process's figures for `cudalloc top`, the timeline's counters, and under
+ * shared_limit its part in the group.
  */
 #include "policy/lifecycle_parts.h"
 
@@ -8,8 +9,11 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
+#include "backend/capture.h"
+#include "policy/room.h"
 #include "support/budget.h"
 #include "support/config.h"
+#include "support/group.h"
 #include "timeline/publish.h"
 #include "registry/registry.h"
 #include "leaks/sites.h"
@@ -86,3 +90,27 @@ void ca_lifecycle_trace_tick(const cudalloc_device_stats *all, size_t n) {
   ca_trace_drain(ca_report_stack_lines);
 }
 
+/* ---- shared_limit ------------------------------------------------------- */
+
+/* Another process of the group asked for room: this one's cache goes back
+ * on the devices asked, unless a capture is under way (a free could break
+ * it), and the answer tells the asker to look again. With `look`, the dead
+ * processes' bookings are taken back and what this one caches is said. */
+void ca_lifecycle_group_tick(bool look) {
+  uint32_t want = 0, ticket = 0;
+  bool asked = ca_group_wanted(&want, &ticket);
+  if (!asked && !look)
+    return;
+  if (look)
+    ca_group_reap();
+  for (int d = 0; d < CUDALLOC_MAX_DEVICES; d++) {
+    uint32_t g = ca_registry_group(d);
+    if (g == 0)
+      continue;
+    if (asked && (want & (1u << (g - 1))) && !ca_capture_seen())
+      ca_room_give_back(d);
+    ca_group_note_cached(g, ca_registry_releasable(d));
+  }
+  if (asked)
+    ca_group_answer(ticket);
+}

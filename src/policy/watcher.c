@@ -1,8 +1,9 @@
 /*
  * The watcher thread (see lifecycle.h): started at the process's first use
  * of device memory when a setting asks for it, it prints the summary on
- * SIGUSR1, rewrites this process's figures for `cudalloc top` and writes
- * the timeline; and what a forked child forgets of it.
+ * SIGUSR1, rewrites this process's figures for `cudalloc top`, writes the
+ * timeline and answers the shared_limit group; and what a forked child
+ * forgets of it.
  */
 #include "policy/lifecycle_parts.h"
 
@@ -15,6 +16,7 @@
 
 #include "support/config.h"
 #include "support/fork.h"
+#include "support/group.h"
 #include "support/log.h"
 #include "support/meta.h"
 #include "timeline/publish.h"
@@ -48,27 +50,37 @@ static void ca__on_sigusr1(int sig, siginfo_t *info, void *uctx) {
 
 /* The watcher: prints the SIGUSR1 summary when the handler posts; under
  * publish_stats rewrites this process's figures once a second; under
- * trace_path writes the timeline every 100 ms. */
+ * trace_path writes the timeline every 100 ms; under shared_limit answers
+ * the group's asks for room within 20 ms, and every 100 ms takes back the
+ * bookings of the group's processes that ended. */
 static void *ca__watch(void *arg) {
   (void)arg;
   bool publish = ca_config_get()->publish_stats && ca_publish_open(); /* made already */
   bool trace = __atomic_load_n(&ca_trace_recording, __ATOMIC_ACQUIRE);
-  long tick_ms = trace ? 100 : 1000;
+  bool group = ca_group_joined();
+  unsigned tick_ms = group ? 20 : trace ? 100 : 1000;
   for (unsigned tick = 0;; tick++) {
-    cudalloc_device_stats all[CUDALLOC_MAX_DEVICES];
-    uint64_t allocs = 0;
-    size_t n = publish || trace ? ca_lifecycle_gather_stats(all, &allocs) : 0;
-    if (trace)
-      ca_lifecycle_trace_tick(all, n);
-    if (publish && tick % (1000 / tick_ms) == 0)
-      ca_lifecycle_publish_tick(all, n);
+    bool second = tick % (1000 / tick_ms) == 0;
+    bool tenth = tick_ms <= 100 && tick % (100 / tick_ms) == 0;
+    bool traced = trace && tenth;
+    if (group)
+      ca_lifecycle_group_tick(tenth);
+    if (traced || (publish && second)) {
+      cudalloc_device_stats all[CUDALLOC_MAX_DEVICES];
+      uint64_t allocs = 0;
+      size_t n = ca_lifecycle_gather_stats(all, &allocs);
+      if (traced)
+        ca_lifecycle_trace_tick(all, n);
+      if (publish && second)
+        ca_lifecycle_publish_tick(all, n);
+    }
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += tick_ms * 1000000;
+    until.tv_nsec += (long)tick_ms * 1000000;
     until.tv_sec += until.tv_nsec / 1000000000;
     until.tv_nsec %= 1000000000;
-    int rc = publish || trace ? sem_timedwait(&ca__signal_sem, &until)
-                              : sem_wait(&ca__signal_sem);
+    int rc = publish || trace || group ? sem_timedwait(&ca__signal_sem, &until)
+                                       : sem_wait(&ca__signal_sem);
     if (rc == 0)
       ca_lifecycle_report_all(CA_EVENT_SIGNAL, false, ca_config_get()->stats_signal, NULL);
   }
@@ -89,9 +101,9 @@ static void ca__start_watcher(bool sigusr1) {
   int rc = ca_meta_thread(&thread, true, ca__watch, NULL, &stack);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (rc != 0) {
-    ca_log("SIGUSR1 reports and cudalloc top (stats_signal, growth_report, "
-           "publish_stats): cannot start the watcher thread; SIGUSR1 is left "
-           "to the program");
+    ca_log("SIGUSR1 reports, cudalloc top and answers to the group "
+           "(stats_signal, growth_report, publish_stats, shared_limit): cannot "
+           "start the watcher thread; SIGUSR1 is left to the program");
     return;
   }
   if (!sigusr1)
@@ -135,7 +147,9 @@ void ca_lifecycle_device_used(void) {
                               ca_lifecycle_start_ns);
   if (cfg->publish_stats)
     ca_publish_open();
-  if (cfg->stats_signal || cfg->growth_report || cfg->publish_stats || trace)
+  bool group = ca_group_joined();
+  if (cfg->stats_signal || cfg->growth_report || cfg->publish_stats || trace ||
+      group)
     ca__start_watcher(cfg->stats_signal || cfg->growth_report);
   if (cfg->memcheck)
     ca_lifecycle_memcheck_at_exit();

@@ -26,8 +26,9 @@ static uint64_t ca__segment_size(const ca__arena *p, uint64_t size) {
 static uint64_t ca__gc_budget(ca__arena *p) {
   if (!p->gc_budget) {
     uint64_t free_bytes = 0, total = 0;
-    if (p->pool->budget->limit)
-      p->gc_budget = p->pool->budget->limit;
+    uint64_t limit = ca_budget_limit(p->pool->budget);
+    if (limit)
+      p->gc_budget = limit;
     else if (p->backend->mem_info(p->backend->ctx, p->device, &free_bytes,
                                   &total) == 0)
       p->gc_budget = total;
@@ -92,14 +93,16 @@ static void ca__collect_garbage(ca__arena *p, uint64_t seg) {
 
 /* What the memory limit leaves the pool: the limit less the device memory
  * booked beside it (other pools of the device, allocations passed through
- * to the driver). UINT64_MAX when there is no limit. */
+ * to the driver, under shared_limit the group's other processes).
+ * UINT64_MAX when there is no limit. */
 static uint64_t ca__limit_room(const ca__arena *p) {
   const ca_budget *b = p->pool->budget;
-  if (!b->limit)
+  uint64_t limit = ca_budget_limit(b);
+  if (!limit)
     return UINT64_MAX;
-  uint64_t booked = ca_budget_booked(b), own = ca__pool_reserved(p);
+  uint64_t booked = ca_budget_held(b), own = ca__pool_reserved(p);
   uint64_t outside = booked > own ? booked - own : 0;
-  return b->limit > outside ? b->limit - outside : 0;
+  return limit > outside ? limit - outside : 0;
 }
 
 static int ca__fits_limit(const ca__arena *p, uint64_t seg) {

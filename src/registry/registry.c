@@ -20,6 +20,7 @@
 #include "backend/backend_cuda.h"
 #include "driver/driver.h"
 #include "support/fork.h"
+#include "support/group.h"
 #include "support/log.h"
 #include "leaks/track.h"
 
@@ -47,11 +48,46 @@ static void ca__budgets_init(void) {
     ca__budgets[d].limit = limit;
 }
 
+/* Under shared_limit, each device's budget takes its entry in the group
+ * before its first booking, once: a device the group cannot take keeps
+ * memory_limit_mb as this process's own. */
+static atomic_bool ca__grouped[CUDALLOC_MAX_DEVICES];
+static pthread_mutex_t ca__group_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void ca__join_group(int device) {
+  pthread_mutex_lock(&ca__group_lock);
+  if (!atomic_load(&ca__grouped[device]) && ca_group_join()) {
+    uint8_t uuid[16];
+    if (ca_driver_device_uuid(device, uuid) != CUDA_SUCCESS)
+      ca_log("shared_limit: device %d has no UUID to name it by in the "
+             "group; memory_limit_mb caps it in this process alone", device);
+    else
+      ca__budgets[device].group = ca_group_device(uuid);
+  }
+  atomic_store_explicit(&ca__grouped[device], true, memory_order_release);
+  pthread_mutex_unlock(&ca__group_lock);
+}
+
+uint32_t ca_registry_group(int device) {
+  if (device < 0 || device >= CUDALLOC_MAX_DEVICES ||
+      !atomic_load_explicit(&ca__grouped[device], memory_order_acquire))
+    return 0;
+  return ca__budgets[device].group;
+}
+
 ca_budget *ca_registry_budget(int device) {
   if (device < 0 || device >= CUDALLOC_MAX_DEVICES)
     return NULL;
   pthread_once(&ca__budgets_once, ca__budgets_init);
   return &ca__budgets[device];
+}
+
+ca_budget *ca_registry_budget_joined(int device) {
+  ca_budget *b = ca_registry_budget(device);
+  if (b != NULL &&
+      !atomic_load_explicit(&ca__grouped[device], memory_order_acquire))
+    ca__join_group(device);
+  return b;
 }
 
 /* A forked child cannot use its parent's CUDA contexts, and another thread
@@ -66,6 +102,7 @@ static void ca__forget_pools_in_child(void) {
   }
   atomic_store(&ca__nslots, 0);
   /* Nor is the memory it booked: the child holds none yet. */
+  pthread_mutex_init(&ca__group_lock, NULL);
   for (int d = 0; d < CUDALLOC_MAX_DEVICES; d++) {
     atomic_store(&ca__budgets[d].booked, 0);
     atomic_store(&ca__budgets[d].peak, 0);
@@ -153,6 +190,9 @@ static ca_pool *ca__pool_in(int device, void *ctx) {
   if (device < 0 || device >= CUDALLOC_MAX_DEVICES || ctx == NULL)
     return NULL;
   ca_fork_register(CA_FORK_REGISTRY, &ca__registry_fork);
+  /* A group is joined outside the slots' lock: it opens a file and asks
+   * the driver for the device's UUID. */
+  ca_registry_budget_joined(device);
   pthread_mutex_lock(&ca__slots_lock);
   ca__slot *s = ca__slot_find(ctx, atomic_load(&ca__nslots));
   if (s == NULL)

@@ -46,6 +46,15 @@ ca_pool *ca_registry_primary_pool(int device, bool *made, CUresult *why);
  * against; NULL for a device outside [0, CUDALLOC_MAX_DEVICES). */
 ca_budget *ca_registry_budget(int device);
 
+/* The same budget, in its group: under shared_limit the device joins the
+ * group the first time (one driver call, for the device's UUID, once per
+ * device). What books in the budget, or answers for its group, asks this. */
+ca_budget *ca_registry_budget_joined(int device);
+
+/* shared_limit: `device`'s entry in the group (budget.h's `group`), 0 when
+ * it has none or has not booked yet. No driver call. */
+uint32_t ca_registry_group(int device);
+
 /* Gives back `bytes` booked in `device`'s budget (nothing for a device
  * outside the range, which has none). */
 void ca_registry_unbook(int device, uint64_t bytes);

@@ -8,6 +8,7 @@
  */
 #include "support/config.h"
 
+#include "support/group_region.h"
 #include "support/log.h"
 
 #include <float.h>
@@ -32,6 +33,7 @@ typedef enum ca__kind {
   CA__INT,      /* integer in [min, max] (never negative), in an int */
   CA__BOOL,     /* one of ca__bool_words, in a bool */
   CA__TEXT,     /* up to max bytes of text, in a char array */
+  CA__NAME,     /* a name (group_region.h) of up to max bytes, likewise */
   CA__CHOICE,   /* one word of the row's choices, its index in an int */
 } ca__kind;
 
@@ -96,6 +98,8 @@ static const char *const ca__reuse_policies[] = {"safe", "immediate",
 #define CA__AT_BOOL(f, words, lo, hi) CA__BOOL, CA__OFFSET(f, bool), NULL, lo, hi
 #define CA__AT_TEXT(f, words, lo, hi)                                          \
   CA__TEXT, CA__OFFSET(f, char *), NULL, 0, sizeof(((ca_config *)0)->f) - 1
+#define CA__AT_NAME(f, words, lo, hi)                                          \
+  CA__NAME, CA__OFFSET(f, char *), NULL, 0, sizeof(((ca_config *)0)->f) - 1
 #define CA__AT_CHOICE(f, words, lo, hi)                                        \
   CA__CHOICE, CA__OFFSET(f, int), words, lo, hi
 /* A text key's default: unset. */
@@ -131,6 +135,7 @@ static void ca__store(ca_config *c, const ca__key *k, ca__value v) {
     *(bool *)field = v.integer != 0;
     break;
   case CA__TEXT:
+  case CA__NAME:
     /* ca__parse_value has checked that the text fits. */
     memcpy(field, v.text.p, v.text.n);
     field[v.text.n] = '\0';
@@ -158,6 +163,7 @@ static ca__value ca__load(const ca_config *c, const ca__key *k) {
     v.integer = *(const bool *)field;
     break;
   case CA__TEXT:
+  case CA__NAME:
     v.text = (ca__span){field, strlen(field)};
     break;
   case CA__CHOICE:
@@ -212,7 +218,7 @@ static void ca__format_current(const ca_config *c, const ca__key *k, char *buf,
       snprintf(buf, size, "%s", k->def_text);
     else
       ca__format_fraction(v.fraction, buf, size);
-  } else if (k->kind == CA__TEXT) {
+  } else if (k->kind == CA__TEXT || k->kind == CA__NAME) {
     /* The text is the user's: echoed like any user text. */
     char echo[CA__ECHO_MAX + 4];
     snprintf(buf, size, "%s", v.text.n ? ca__echo(v.text, echo) : k->def_text);
@@ -327,6 +333,14 @@ static const char *ca__parse_fraction(ca__span s, double *out) {
   return NULL;
 }
 
+/* Whether a span (of at most CA_CONFIG_NAME_MAX - 1 bytes) is a name. */
+static bool ca__is_group_name(ca__span s) {
+  char name[CA_CONFIG_NAME_MAX];
+  memcpy(name, s.p, s.n);
+  name[s.n] = '\0';
+  return ca_group_name_ok(name);
+}
+
 /* Turns the value text of key `k` into *out. Returns NULL when accepted,
  * else the problem as the message words it (into `buf` when it needs
  * numbers). */
@@ -335,14 +349,16 @@ static const char *ca__parse_value(const ca__key *k, ca__span s,
   ca__number num;
   if (s.n == 0)
     return "has an empty value";
-  if (k->kind == CA__TEXT) {
-    if (s.n <= k->max) {
-      out->text = s;
-      return NULL;
+  if (k->kind == CA__TEXT || k->kind == CA__NAME) {
+    if (s.n > k->max) {
+      snprintf(buf, size, "is too long (%zu bytes; at most %" PRIu64 ")", s.n,
+               k->max);
+      return buf;
     }
-    snprintf(buf, size, "is too long (%zu bytes; at most %" PRIu64 ")", s.n,
-             k->max);
-    return buf;
+    if (k->kind == CA__NAME && !ca__is_group_name(s))
+      return "is not a name";
+    out->text = s;
+    return NULL;
   }
   const char *const *words =
       k->kind == CA__BOOL ? ca__bool_words : k->choices;
@@ -463,6 +479,18 @@ int ca_config_parse(ca_config *c, const char *text) {
     p += n;
     if (*p == '\0')
       break;
+  }
+  /* A group shares memory_limit_mb: without one it has no cap. A bad item
+   * like any other, named while there is room. */
+  if (c->shared_limit[0] != '\0' && c->memory_limit == 0) {
+    if (bad < CA__MAX_COMPLAINTS)
+      ca_log(CA__ENV_NAME ": shared_limit:%s has no memory_limit_mb to share "
+             "(accepted: a group name, with memory_limit_mb set: the group's "
+             "cap per device); shared_limit stays (none)",
+             c->shared_limit);
+    c->shared_limit[0] = '\0';
+    if (bad < INT_MAX)
+      bad++;
   }
   if (bad > CA__MAX_COMPLAINTS)
     ca_log(CA__ENV_NAME ": ... and %d more bad items, ignored like those",

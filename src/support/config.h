@@ -20,6 +20,8 @@
 
 /* The longest path log_path and suppressions accept, in bytes. */
 #define CA_CONFIG_PATH_MAX 512
+/* The longest name shared_limit accepts, in bytes, its NUL included. */
+#define CA_CONFIG_NAME_MAX 65
 
 /* report_format's values. */
 typedef enum ca_report_format {
@@ -47,7 +49,9 @@ typedef enum ca_reuse_setting {
  * X(field, key, kind, words, min, max, default, default's text, accepted,
  *   meaning): `kind` is the field's type and unit: FRACTION (double), MIB
  * (uint64_t, bytes, given in MiB), INT (int), BOOL (bool), TEXT (a path of
- * at most CA_CONFIG_PATH_MAX - 1 bytes, "" when unset) or CHOICE (int, the
+ * at most CA_CONFIG_PATH_MAX - 1 bytes, "" when unset), NAME (a name of at
+ * most CA_CONFIG_NAME_MAX - 1 letters, digits, '.', '_' and '-', not
+ * starting with '.', "" when unset) or CHOICE (int, the
  * index of the word given in `words`); `min` and `max` bound the number
  * given (a 0 default may lie below `min`: then it means off). The meaning
  * is Markdown (`code`, *emphasis*), printed plain by `help:1`. */
@@ -70,6 +74,17 @@ typedef enum ca_reuse_setting {
     "driver, booked before the driver is asked. Past it, after giving back " \
     "the cache, allocation fails with `CUDA_ERROR_OUT_OF_MEMORY`. Under 2 " \
     "MiB (the smallest segment) nothing could be served, so it is refused.") \
+  X(shared_limit, shared_limit, NAME, NULL, 0, 0, CA__NO_TEXT, "(none)", \
+    "a name: 1 to 64 letters, digits, '.', '_' or '-', not first '.'", \
+    "With `memory_limit_mb`, makes it one cap per device for every process " \
+    "of this user on this machine that names the same group (the processes " \
+    "of a container): their memory held and cached together never passes " \
+    "it. The cap is the `memory_limit_mb` of the process that finds the " \
+    "group empty. A request past it gives back this process's cache, then " \
+    "asks the others for theirs, then fails with `CUDA_ERROR_OUT_OF_MEMORY` " \
+    "and a line saying who holds what. A process that dies, however, loses " \
+    "its part within a second. `cudalloc top` shows the group " \
+    "(docs/CONTAINERS.md).") \
   X(expandable_segments, expandable_segments, BOOL, NULL, 0, 1, {.integer = 0}, "0", \
     CA__BOOL_ACCEPTED, \
     "PyTorch's setting of the name: requests above 1 MiB are served from " \
@@ -191,6 +206,7 @@ typedef enum ca_reuse_setting {
 #define CA__CONFIG_FIELD_INT(f) int f;
 #define CA__CONFIG_FIELD_BOOL(f) bool f;
 #define CA__CONFIG_FIELD_TEXT(f) char f[CA_CONFIG_PATH_MAX];
+#define CA__CONFIG_FIELD_NAME(f) char f[CA_CONFIG_NAME_MAX];
 #define CA__CONFIG_FIELD_CHOICE(f) int f;
 #define CA__CONFIG_FIELD(field, key, kind, ...) CA__CONFIG_FIELD_##kind(field)
 

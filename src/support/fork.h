@@ -19,6 +19,7 @@ typedef enum ca_fork_slot {
   CA_FORK_LIFECYCLE, /* the report lock, SIGUSR1, the watcher thread */
   CA_FORK_MEMCHECK,  /* memcheck's quarantine (held over pool frees) */
   CA_FORK_REGISTRY,  /* the pool slots, the budgets */
+  CA_FORK_GROUP,     /* this process's entry in its shared_limit group */
   CA_FORK_TRACK,     /* the table of passed-through allocations */
   CA_FORK_RECORDED,  /* blocks used on other streams (record_stream) */
   CA_FORK_GRAPHS,    /* blocks held by graphs captured through the slot */

@@ -1,7 +1,8 @@
 /*
  * cudalloc-top: a live view of every process of this user running under
  * cudalloc on this machine, from the figures each publishes once a second
- * (src/timeline/publish.h: /dev/shm/cudalloc.<uid>.<pid>). Started by `cudalloc top`.
+ * (src/timeline/publish.h: /dev/shm/cudalloc.<uid>.<pid>), and of each
+ * shared_limit group (groups.c). Started by `cudalloc top`.
  *
  *   cudalloc-top [--once] [--interval SECONDS] [--dir DIR]
  *
@@ -28,6 +29,8 @@
 #include <unistd.h>
 
 #include "timeline/publish.h"
+#include "top/groups.h"
+#include "top/units.h"
 
 #define CA__MAX_PROCS 256
 
@@ -145,21 +148,6 @@ static void ca__refresh(const char *dir) {
   qsort(ca__procs, ca__nprocs, sizeof(*ca__procs), ca__by_pid);
 }
 
-/* "5.4 GiB", "12.0 MiB", "512 B". */
-static void ca__bytes(char *buf, size_t len, uint64_t n) {
-  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)n;
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    u++;
-  }
-  if (u == 0)
-    snprintf(buf, len, "%llu B", (unsigned long long)n);
-  else
-    snprintf(buf, len, "%.1f %s", v, units[u]);
-}
-
 static void ca__print(bool tty) {
   time_t now = time(NULL);
   char clock[16];
@@ -179,10 +167,10 @@ static void ca__print(bool tty) {
     for (uint32_t k = 0; k < p->fig.ndevices && k < CA_PUBLISH_DEVICES; k++) {
       const ca_published_device *d = &p->fig.devices[k];
       char use[16], cached[16], res[16], peak[16];
-      ca__bytes(use, sizeof(use), d->in_use);
-      ca__bytes(cached, sizeof(cached), d->cached);
-      ca__bytes(res, sizeof(res), d->reserved);
-      ca__bytes(peak, sizeof(peak), d->peak);
+      ca_top_bytes(use, sizeof(use), d->in_use);
+      ca_top_bytes(cached, sizeof(cached), d->cached);
+      ca_top_bytes(res, sizeof(res), d->reserved);
+      ca_top_bytes(peak, sizeof(peak), d->peak);
       printf("%7d %-16.16s %3d %10s %10s %10s %10s %5.1f%% %9s  %s%s\n", (int)p->fig.pid,
              p->fig.command, (int)d->device, use, cached, res, peak,
              100.0 * d->fragmentation, k == 0 ? rate : "",
@@ -193,6 +181,7 @@ static void ca__print(bool tty) {
       printf("%7d %-16.16s %3s%s\n", (int)p->fig.pid, p->fig.command, "-",
              tty ? "\033[K" : "");
   }
+  ca_top_print_groups(tty);
   if (tty)
     printf("\033[J");
   fflush(stdout);

@@ -252,12 +252,13 @@ def main():
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import gpu_general
+    import gpu_group
     import gpu_identity
     import gpu_leaks
     import gpu_reuse
     import gpu_slot
     checks = {}
-    for part in (gpu_general, gpu_leaks, gpu_reuse, gpu_identity, gpu_slot):
+    for part in (gpu_general, gpu_leaks, gpu_reuse, gpu_identity, gpu_slot, gpu_group):
         checks.update(part.CHECKS)
     if args.check not in checks:
         ap.error("unknown check %r (known: %s)" % (args.check, " ".join(checks)))

@@ -87,13 +87,22 @@ static const ca_layer upstream = {
 /* ---- The environment, faked ---------------------------------------------------- */
 
 static int made_room_on = -1; /* the device make_room was last asked for */
+static uint64_t made_room_for; /* and the bytes */
 static bool room_found;
+static int no_room_on = -1; /* the device no_room was last told of */
+static uint64_t no_room_for; /* and the bytes */
 static int allowed_answer, allowed_asked;
 static atomic_int capturing;
 
-static bool fake_make_room(int device) {
+static bool fake_make_room(int device, uint64_t bytes) {
   made_room_on = device;
+  made_room_for = bytes;
   return room_found;
+}
+
+static void fake_no_room(int device, uint64_t bytes) {
+  no_room_on = device;
+  no_room_for = bytes;
 }
 
 static int fake_allowed(void) {
@@ -132,6 +141,7 @@ static world *world_new_tool(const char *conf, ca_path path,
   w->env = (ca_layer_env){.cfg = &w->cfg,
                           .oom = OOM,
                           .make_room = fake_make_room,
+                          .no_room = fake_no_room,
                           .allowed = fake_allowed,
                           .capturing = &capturing,
                           .regions = regions};
@@ -140,7 +150,10 @@ static world *world_new_tool(const char *conf, ca_path path,
   memset(&up, 0, sizeof(up));
   up.next_addr = 1 << 20;
   made_room_on = -1;
+  made_room_for = 0;
   room_found = false;
+  no_room_on = -1;
+  no_room_for = 0;
   allowed_answer = allowed_asked = 0;
   atomic_store(&capturing, 0);
   events[0] = '\0';
@@ -271,7 +284,8 @@ static void test_capture_rule_refuses_before_anything(void **state) {
 /* ---- limit_room ---------------------------------------------------------------- */
 
 /* Out of memory: the device's other pools give back their cache, and the
- * request is asked once more, with the same stack. */
+ * request is asked once more, with the same stack; served then, nothing
+ * is said. */
 static void test_limit_room_asks_again_once_room_was_made(void **state) {
   (void)state;
   world *w = world_new("memory_limit_mb:64,backtrace_depth:4", CA_PATH_ORDERED);
@@ -281,29 +295,49 @@ static void test_limit_room_asks_again_once_room_was_made(void **state) {
   assert_int_equal(ask(w, MiB, &a), 0);
   assert_int_equal(up.asked, 2);
   assert_int_equal(made_room_on, 0);
+  assert_int_equal(made_room_for, MiB);
+  assert_int_equal(no_room_on, -1);
   assert_int_not_equal(a.stack, 0);
   assert_int_equal(up.last_ask.stack, a.stack);
   assert_int_equal(give(w, a.addr), 0);
   world_free(w);
 }
 
-/* Nothing given back: no second ask. Another refusal: no room asked. */
+/* Nothing given back: no second ask, and the refusal is said. Another
+ * refusal: no room asked, nothing said. */
 static void test_limit_room_asks_no_more_without_room(void **state) {
   (void)state;
   world *w = world_new("memory_limit_mb:64", CA_PATH_ORDERED);
   script(OOM, OOM);
   ca_ask a;
-  assert_int_equal(ask(w, MiB, &a), OOM);
+  assert_int_equal(ask(w, 3 * MiB, &a), OOM);
   assert_int_equal(up.asked, 1);
   assert_int_equal(made_room_on, 0);
+  assert_int_equal(no_room_on, 0);
+  assert_int_equal(no_room_for, 3 * MiB);
 
-  made_room_on = -1;
+  made_room_on = no_room_on = -1;
   up.asked = 0;
   script(REFUSED, 0);
   room_found = true;
   assert_int_equal(ask(w, MiB, &a), REFUSED);
   assert_int_equal(up.asked, 1);
   assert_int_equal(made_room_on, -1);
+  assert_int_equal(no_room_on, -1);
+  world_free(w);
+}
+
+/* Room made, and the second ask refused for memory too: said once. */
+static void test_limit_room_says_a_refusal_after_the_second_ask(void **state) {
+  (void)state;
+  world *w = world_new("memory_limit_mb:64", CA_PATH_SYNC);
+  script(OOM, OOM);
+  room_found = true;
+  ca_ask a;
+  assert_int_equal(ask(w, MiB, &a), OOM);
+  assert_int_equal(up.asked, 2);
+  assert_int_equal(no_room_on, 0);
+  assert_int_equal(no_room_for, MiB);
   world_free(w);
 }
 
@@ -455,6 +489,7 @@ int main(void) {
       cmocka_unit_test(test_capture_rule_refuses_before_anything),
       cmocka_unit_test(test_limit_room_asks_again_once_room_was_made),
       cmocka_unit_test(test_limit_room_asks_no_more_without_room),
+      cmocka_unit_test(test_limit_room_says_a_refusal_after_the_second_ask),
       cmocka_unit_test(test_site_bytes_counts_a_block_until_its_free),
       cmocka_unit_test(test_no_layer_no_description),
       cmocka_unit_test(test_trace_events_record_each_block),

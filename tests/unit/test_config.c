@@ -34,7 +34,7 @@
 #define DEFAULTS CONF(0, UNLIMITED, 0, true, 0, false)
 
 /* A message line is never longer than this (prefix and newline included). */
-#define LINE_MAX_LEN 512
+#define LINE_MAX_LEN 640
 
 /* ---- captured log ------------------------------------------------------ */
 
@@ -285,7 +285,7 @@ static void test_message_wording(void **state) {
       take_log(),
       "cudalloc: CUDALLOC_CONF: unknown key 'max_split' in 'max_split:100' "
       "(known keys: garbage_collection_threshold, max_split_size_mb, "
-      "memory_limit_mb, expandable_segments, enabled, verbose, help, leak_report, "
+      "memory_limit_mb, shared_limit, expandable_segments, enabled, verbose, help, leak_report, "
       "backtrace_depth, log_path, leak_exitcode, suppressions, report_format, "
       "max_leaks, stats, stats_signal, reuse_policy, growth_report, "
       "python_frames, leak_scan, report_reachable, trace_path, trace_allocations, "
@@ -452,6 +452,48 @@ static void test_expandable_segments(void **state) {
   assert_false(c.expandable_segments);
 }
 
+/* shared_limit takes a name, and only beside memory_limit_mb, the cap it
+ * shares; its name is the file its region lies in, so nothing but a plain
+ * name is taken. */
+static void test_shared_limit(void **state) {
+  (void)state;
+  ca_config c;
+  ca_config_defaults(&c);
+  assert_string_equal(c.shared_limit, "");
+  take_log();
+  assert_int_equal(ca_config_parse(&c, "memory_limit_mb:64,shared_limit:train-1.a_b"), 0);
+  assert_string_equal(take_log(), "");
+  assert_string_equal(c.shared_limit, "train-1.a_b");
+  static const char *const bad[] = {"shared_limit:../x", "shared_limit:.hidden",
+                                    "shared_limit:a/b", "shared_limit:a b"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    ca_config_defaults(&c);
+    char text[128];
+    snprintf(text, sizeof(text), "memory_limit_mb:64,%s", bad[i]);
+    assert_int_equal(ca_config_parse(&c, text), 1);
+    const char *printed = take_log();
+    check_lines(text, printed);
+    if (!strstr(printed, "is not a name") || !strstr(printed, "letters, digits"))
+      fail_msg("'%s': %s", text, printed);
+    assert_string_equal(c.shared_limit, "");
+  }
+  ca_config_defaults(&c);
+  assert_int_equal(ca_config_parse(&c, "shared_limit:train"), 1);
+  assert_string_equal(
+      take_log(),
+      "cudalloc: CUDALLOC_CONF: shared_limit:train has no memory_limit_mb to "
+      "share (accepted: a group name, with memory_limit_mb set: the group's "
+      "cap per device); shared_limit stays (none)\n");
+  assert_string_equal(c.shared_limit, "");
+  /* Past five bad items, it is counted with the rest, not named. */
+  ca_config_defaults(&c);
+  assert_int_equal(ca_config_parse(&c, "a,b,c,d,e,shared_limit:train"), 6);
+  const char *printed = take_log();
+  assert_int_equal(count_lines(printed), 6);
+  assert_non_null(strstr(printed, "... and 1 more bad items"));
+  assert_null(strstr(printed, "shared_limit:train has no"));
+}
+
 static void test_help(void **state) {
   (void)state;
 #define KEY_NAME(field, key, ...) #key,
@@ -530,7 +572,7 @@ static void test_get_reads_environment_once(void **state) {
   expect_config("environment", c, &want);
   const char *printed = take_log();
   assert_non_null(strstr(printed, "max_split_size_mb"));
-  assert_int_equal(count_lines(printed), 26);
+  assert_int_equal(count_lines(printed), 27);
 
   assert_int_equal(setenv("CUDALLOC_CONF", "verbose:0", 1), 0);
   assert_ptr_equal(ca_config_get(), c);
@@ -550,6 +592,7 @@ int main(void) {
       cmocka_unit_test(test_huge_text),
       cmocka_unit_test(test_locale_independent),
       cmocka_unit_test(test_expandable_segments),
+      cmocka_unit_test(test_shared_limit),
       cmocka_unit_test(test_help),
       cmocka_unit_test(test_readme_table_is_the_rows),
       cmocka_unit_test(test_get_reads_environment_once),

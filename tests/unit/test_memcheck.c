@@ -53,9 +53,15 @@ static bool live_block(uint64_t addr, ca_pool **p, ca_live_block *out) {
   return true;
 }
 
-static bool no_room(int device) {
+static bool no_room(int device, uint64_t bytes) {
+  (void)bytes;
   (void)device;
   return false;
+}
+
+static void refused(int device, uint64_t bytes) {
+  (void)bytes;
+  (void)device;
 }
 
 static int allowed(void) { return 0; }
@@ -72,7 +78,8 @@ static int setup(void **state) {
   if (pool == NULL || ca_config_parse(&cfg, "memcheck:1,python_frames:0") != 0)
     return -1;
   env = (ca_layer_env){.cfg = &cfg, .oom = CA_FAKE_OOM, .make_room = no_room,
-                       .allowed = allowed, .capturing = &capturing,
+                       .no_room = refused, .allowed = allowed,
+                       .capturing = &capturing,
                        .block = live_block};
   top = ca_compose(&chain, &env, CA_PATH_ORDERED, &bottom);
   return capture_log(state);

@@ -199,6 +199,18 @@ def top_group(group):
     return None, [], text
 
 
+def while_held(tmp, group, held, asked, cap=100, asked_cap=None):
+    """Runs the member `asked` to its end while one running `held` waits,
+    ready, beside it; then lets that one end too. Both, finished."""
+    first = Member(tmp, group, cap, *held)
+    first.line("ready")
+    second = Member(tmp, group, asked_cap or cap, *asked)
+    second.finish()
+    first.go()
+    first.finish()
+    return first, second
+
+
 def wait_until(cond, timeout, step=0.05):
     """How long `cond` took to hold, or None past `timeout` seconds."""
     start = time.time()
@@ -248,15 +260,10 @@ def check_churn(tmp):
 def check_give_back(tmp):
     group = group_name("give_back")
     try:
-        holder = Member(tmp, group, 100, "hold", "64")
-        holder.line("ready")
-        asker = Member(tmp, group, 100, "need", "80")
-        asker.finish()
+        holder, asker = while_held(tmp, group, ("hold", "64"), ("need", "80"))
         m = re.search(r"rc=(-?\d+) ms=(\d+)", asker.out)
         expect(m and m.group(1) == "0", "80 MiB under a 100 MiB cap with 64 MiB cached by "
                "another process: refused", holder, asker)
-        holder.go()
-        holder.finish()
         r = re.search(r"reserved=(\d+)", holder.out)
         expect(r and int(r.group(1)) < 64 * MIB,
                "the holder still reserves its cache", holder, asker)
@@ -270,12 +277,7 @@ def check_give_back(tmp):
 def check_full(tmp):
     group = group_name("full")
     try:
-        keeper = Member(tmp, group, 100, "keep", "64")
-        keeper.line("ready")
-        asker = Member(tmp, group, 100, "need", "80")
-        asker.finish()
-        keeper.go()
-        keeper.finish()
+        keeper, asker = while_held(tmp, group, ("keep", "64"), ("need", "80"))
         expect(f"rc={OOM} " in asker.out, "80 MiB past the cap not refused with "
                "CUDA_ERROR_OUT_OF_MEMORY", keeper, asker)
         expect(f"free={28 * MIB} total={100 * MIB}" in asker.out, "cuMemGetInfo does not "
@@ -295,20 +297,10 @@ def check_full(tmp):
 def check_slot(tmp):
     group = group_name("slot")
     try:
-        holder = Member(tmp, group, 100, "hold", "64")
-        holder.line("ready")
-        asker = Member(tmp, group, 100, "slot", "80")
-        asker.finish()
-        holder.go()
-        holder.finish()
+        holder, asker = while_held(tmp, group, ("hold", "64"), ("slot", "80"))
         expect("rc=0 " in asker.out, "80 MiB through the slot, 64 MiB cached by another "
                "process: refused", holder, asker)
-        keeper = Member(tmp, group, 100, "keep", "64")
-        keeper.line("ready")
-        refused = Member(tmp, group, 100, "slot", "80")
-        refused.finish()
-        keeper.go()
-        keeper.finish()
+        keeper, refused = while_held(tmp, group, ("keep", "64"), ("slot", "80"))
         expect(f"rc={OOM} " in refused.out, "80 MiB past the cap through the slot: served",
                keeper, refused)
         lines = refusal_lines(refused.err)
@@ -405,21 +397,26 @@ def check_version(tmp):
         remove_region(group)
 
 
+def refused_while(tmp, group, change, undo, *wants):
+    """refused_once with the region changed by change() meanwhile; undo()
+    puts it back."""
+    change()
+    try:
+        return refused_once(tmp, group, *wants)
+    finally:
+        undo()
+
+
 def check_mode(tmp):
     group = group_name("mode")
-    said = []
     try:
         make_region(tmp, group)
         path = region_path(group)
-        os.chmod(path, 0o644)
-        said.append(refused_once(tmp, group, "mode 0644", "wanted uid"))
-        os.chmod(path, 0o600)
-        os.chmod(GROUP_DIR, 0o755)
-        try:
-            said.append(refused_once(tmp, group, "not a directory of this user's alone",
-                                     "mode 0755"))
-        finally:
-            os.chmod(GROUP_DIR, 0o700)
+        said = [refused_while(tmp, group, lambda: os.chmod(path, 0o644),
+                              lambda: os.chmod(path, 0o600), "mode 0644", "wanted uid"),
+                refused_while(tmp, group, lambda: os.chmod(GROUP_DIR, 0o755),
+                              lambda: os.chmod(GROUP_DIR, 0o700),
+                              "not a directory of this user's alone", "mode 0755")]
         os.unlink(path)
         os.symlink(os.path.join(tmp, "elsewhere"), path)
         said.append(refused_once(tmp, group, "a symbolic link"))
@@ -435,20 +432,15 @@ def check_owner(tmp):
     if os.geteuid() != 0:
         print("SKIP group owner: making a file of another user needs root")
         sys.exit(77)
-    said = []
     try:
         make_region(tmp, group)
         path = region_path(group)
-        os.chown(path, 65534, -1)
-        said.append(refused_once(tmp, group, "owner uid 65534"))
-        os.chown(path, 0, -1)
-        os.chown(GROUP_DIR, 65534, -1)
-        try:
-            said.append(refused_once(tmp, group, "not a directory of this user's alone",
-                                     "owner uid 65534"))
-        finally:
-            os.chown(GROUP_DIR, 0, -1)
-        return "; ".join(said)
+        return "; ".join([
+            refused_while(tmp, group, lambda: os.chown(path, 65534, -1),
+                          lambda: os.chown(path, 0, -1), "owner uid 65534"),
+            refused_while(tmp, group, lambda: os.chown(GROUP_DIR, 65534, -1),
+                          lambda: os.chown(GROUP_DIR, 0, -1),
+                          "not a directory of this user's alone", "owner uid 65534")])
     finally:
         remove_region(group)
 
@@ -478,12 +470,7 @@ def check_impossible(tmp):
 def check_cap(tmp):
     group = group_name("cap")
     try:
-        first = Member(tmp, group, 100, "keep", "16")
-        first.line("ready")
-        second = Member(tmp, group, 200, "need", "90")
-        second.finish()
-        first.go()
-        first.finish()
+        first, second = while_held(tmp, group, ("keep", "16"), ("need", "90"), asked_cap=200)
         notes = [l for l in second.err.splitlines() if "the group's cap is" in l]
         expect(len(notes) == 1 and "100.0 MiB" in notes[0] and f"pid {first.pid}" in notes[0]
                and "memory_limit_mb=200 here is not used" in notes[0],

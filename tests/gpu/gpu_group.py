@@ -9,9 +9,9 @@
                  losses equal the training alone. Then the same with the first
                  keeping most of its memory in use: the second's out of memory
                  is PyTorch's (OutOfMemoryError, or AcceleratorError "out of
-                 memory" where cuDNN's own allocation is refused), and the
-                 library's one line names the cap and the first process with
-                 what it holds.
+                 memory" where it reaches PyTorch from a library call), and
+                 the library's one line names the cap and the first process
+                 with what it holds.
 
 Judged by what the programs observe: their verdict lines, losses, PyTorch's
 exception, the memory the first process's pool reserves, the total the

@@ -21,8 +21,9 @@ with larger images so that activations dominate), PyTorch's own cache off
       freed; with --hold-live it first takes most of that back in one tensor
       it keeps) until second is done, then trains N steps more
   second DIR: waits until first is idle, then trains N steps; an out of
-      memory (PyTorch's OutOfMemoryError, or cuDNN's own allocation refused,
-      which PyTorch raises as AcceleratorError) is caught and written down
+      memory (PyTorch's OutOfMemoryError, or AcceleratorError "out of memory"
+      where the refusal reaches it from a library call, as from F.conv2d on
+      the H200) is caught and written down
 
 Each file holds the losses, the pool's reserved bytes before idling and
 after second is done (first), and the out-of-memory message if any. Last
@@ -145,7 +146,7 @@ def second(folder, steps):
         state = setup()
         doc["losses"] = train(state, steps)
         torch.cuda.synchronize()
-    except RuntimeError as e:  # OutOfMemoryError, or AcceleratorError from cuDNN's own
+    except RuntimeError as e:  # OutOfMemoryError, or AcceleratorError "out of memory"
         what = "%s: %s" % (type(e).__name__, str(e).splitlines()[0])
         doc["oom" if "out of memory" in str(e) else "error"] = what
         print("%s: second: %s" % (NAME, what), flush=True)

@@ -17,24 +17,34 @@ hazard under immediate reuse) or SKIP: without a GPU a check writes one SKIP
 row saying why and exits 77, which ctest reports as skipped
 (programs_linkage needs no GPU).
 
+A check's independent cases run at once (Check.together), at most --jobs
+programs at a time: tests/gpu/CMakeLists.txt gives each check its jobs, and
+ctest, run with -j, keeps the sum of the running checks' jobs within the
+machine's cores. A FAIL row also leaves, in OUT/results/CHECK.fail.md, the
+last lines of the logs of the runs it judged, for the summary.
+
 Usage (tests/gpu/CMakeLists.txt gives the paths):
-  gpu_check.py --root SRC --lib LIB --bin DIR --examples DIR --out DIR CHECK
+  gpu_check.py --root SRC --lib LIB --bin DIR --examples DIR --out DIR [--jobs N] CHECK
 The environment may set GPU_CHECK_OUT (instead of --out) and
 GPU_CHECK_DEADLINE (seconds since the epoch: no run starts past it, and each
 ends by it; scripts/gpu-check.sh sets both).
 """
 
 import argparse
+import concurrent.futures
 import ctypes
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+import traceback
 
 SKIP = 77
 RUN_TIMEOUT = 120  # seconds, one program run at most
+TAIL_LINES = 15  # of each log, under a failed row in the summary
 
 
 def gpu_absent():
@@ -83,22 +93,62 @@ class Run:
         return [l for l in self.lines if l.startswith("cudalloc: ")]
 
 
+class Case:
+    """What one case of a check has done and not yet handed on: its rows
+    (row, log tail) and the logs of its runs since its last row. The
+    top-level case (parent None) writes its rows at once."""
+
+    def __init__(self, parent):
+        self.parent, self.rows, self.logs = parent, [], []
+
+
+def log_tails(row, note, logs):
+    """Markdown for the summary: a failed row, its note, and the last
+    TAIL_LINES lines of each of its logs (paths, or (title, text) pairs)."""
+    out = ["### %s: FAIL" % row, "", note, ""]
+    for log in logs or [None]:
+        if log is None:
+            out.append("(no log: the row ran no program)")
+            continue
+        if isinstance(log, tuple):
+            title, text = log
+        else:
+            title = os.path.join("logs", os.path.basename(log))
+            try:
+                with open(log, errors="replace") as f:
+                    text = f.read()
+            except OSError as e:
+                text = "(unreadable: %s)" % e
+        lines = text.splitlines()[-TAIL_LINES:]
+        out += ["%s, last %d lines:" % (title, len(lines)), "", "```"]
+        out += [l if len(l) <= 240 else l[:237] + "..." for l in lines]
+        out += ["```", ""]
+    return "\n".join(out) + "\n"
+
+
 class Check:
-    """One check: its paths, its rows, its runs."""
+    """One check: its paths, its rows, its runs. Its independent cases may
+    run at once (together), at most `jobs` programs at a time; the rows are
+    written in the order the code gives them either way."""
 
     def __init__(self, name, args):
         self.name = name
         self.root, self.lib, self.bin = args.root, args.lib, args.bin
         self.examples = args.examples
+        self.jobs = max(1, args.jobs)
         self.out = os.path.abspath(os.environ.get("GPU_CHECK_OUT") or args.out)
         self.logs = os.path.join(self.out, "logs")
         os.makedirs(self.logs, exist_ok=True)
         os.makedirs(os.path.join(self.out, "results"), exist_ok=True)
         self.results = os.path.join(self.out, "results", name + ".tsv")
-        open(self.results, "w").close()
+        self.tails = os.path.join(self.out, "results", name + ".fail.md")
+        for path in (self.results, self.tails):
+            open(path, "w").close()
         deadline = os.environ.get("GPU_CHECK_DEADLINE", "")
         self.deadline = float(deadline) if deadline else None
         self.failed = 0
+        self._lock = threading.Lock()
+        self._thread = threading.local()  # .case: the Case this thread runs
 
     def program(self, name):
         return os.path.join(self.bin, name)
@@ -106,15 +156,71 @@ class Check:
     def path(self, relative):
         return os.path.join(self.root, relative)
 
-    def record(self, name, runtime, preloaded, path, pooled, result, note):
+    def record(self, name, runtime, preloaded, path, pooled, result, note, logs=None):
+        """One row. A FAIL row keeps the last lines of its logs for the
+        summary: `logs`, or else the runs its case made since its last row."""
         note = " ".join(str(note).replace("\t", " ").split("\n")).strip()
-        with open(self.results, "a") as f:
-            f.write("\t".join([name, runtime, preloaded, path, pooled, result,
-                               note]) + "\n")
-        if result == "FAIL":
-            self.failed += 1
+        case = self._case()
+        runs, case.logs = case.logs, []
+        row = "\t".join([name, runtime, preloaded, path, pooled, result, note]) + "\n"
+        tail = log_tails(name, note, runs if logs is None else logs) if result == "FAIL" else ""
+        with self._lock:
+            if result == "FAIL":
+                self.failed += 1
+            if case.parent is None:
+                self._write([(row, tail)])
+            else:
+                case.rows.append((row, tail))
         print("[gpu-check] %s: %s%s" % (name, result, " (%s)" % note if note else ""),
               flush=True)
+
+    def together(self, *cases):
+        """Runs the cases (functions of no argument, each making its own runs
+        and rows) at once, at most `jobs` at a time; when all have ended,
+        returns what each returned, in the order of `cases`, as their rows
+        follow. A case that raises leaves a FAIL row saying so, and None."""
+        parent = self._case()
+        mine = [Case(parent) for _ in cases]
+
+        def one(i):
+            self._thread.case = mine[i]
+            try:
+                return cases[i]()
+            except Exception as e:  # noqa: BLE001 - a broken case is a failed row
+                self.broken(e)
+                return None
+            finally:
+                self._thread.case = None
+
+        with concurrent.futures.ThreadPoolExecutor(self.jobs) as pool:
+            results = list(pool.map(one, range(len(cases))))
+        rows = [r for c in mine for r in c.rows]
+        with self._lock:
+            if parent.parent is None:
+                self._write(rows)
+            else:
+                parent.rows += rows
+        return results
+
+    def broken(self, e):
+        """The FAIL row of a check or case that raised `e`: the logs of its
+        runs since its last row, and its traceback."""
+        trace = traceback.format_exc()
+        print(trace, end="", flush=True)
+        self.record(self.name, "-", "-", "-", "-", "FAIL", "the check itself failed: %r" % e,
+                    logs=self._case().logs + [("traceback", trace)])
+
+    def _case(self):
+        case = getattr(self._thread, "case", None)
+        if case is None:
+            case = self._thread.case = Case(None)
+        return case
+
+    def _write(self, rows):
+        with open(self.results, "a") as f:
+            f.writelines(row for row, _ in rows)
+        with open(self.tails, "a") as f:
+            f.writelines(tail for _, tail in rows)
 
     def time_left(self, most=RUN_TIMEOUT):
         """Seconds a run may still take: `most`, less near the deadline."""
@@ -157,6 +263,7 @@ class Check:
                                     stdin=subprocess.DEVNULL, env=e, cwd=self.root,
                                     start_new_session=True)
             rc = wait_or_stop(proc, limit, kill)
+        self._case().logs.append(log)
         return Run(log, rc, int(time.time() - t0), limit)
 
 
@@ -245,6 +352,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for opt in ("--root", "--lib", "--bin", "--examples", "--out"):
         ap.add_argument(opt, required=True)
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="programs the check may run at once (tests/gpu/CMakeLists.txt)")
     ap.add_argument("check")
     args = ap.parse_args()
     # Keep tests/gpu free of __pycache__, here and in the Python checks run.
@@ -271,9 +380,7 @@ def main():
     try:
         fn(check)
     except Exception as e:  # noqa: BLE001 - a broken check is a failed one, with its rows
-        import traceback
-        traceback.print_exc()
-        check.record(args.check, "-", "-", "-", "-", "FAIL", "the check itself failed: %r" % e)
+        check.broken(e)
     return 1 if check.failed else 0
 
 

@@ -110,49 +110,58 @@ def three_modes(name, runtime, tag):
     with enabled:0."""
     def check_fn(check):
         prog = check.program(name)
-        for mode, expect, pooling in (("plain", "plain", "recorded"),
-                                      ("pool", "pooled", "required"),
-                                      ("expandable", "pooled", "required"),
-                                      ("off", "passthrough", "recorded")):
-            run_check(check, "%s_%s" % (name, mode), runtime, mode, pooling, tag,
-                      [prog, expect])
+        check.together(*[
+            lambda mode=mode, expect=expect, pooling=pooling: run_check(
+                check, "%s_%s" % (name, mode), runtime, mode, pooling, tag, [prog, expect])
+            for mode, expect, pooling in (("plain", "plain", "recorded"),
+                                          ("pool", "pooled", "required"),
+                                          ("expandable", "pooled", "required"),
+                                          ("off", "passthrough", "recorded"))])
     return check_fn
 
 
 def torch_cnn(check):
     env = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
-    files = {}
-    for mode, expect in (("plain", "plain"), ("pool", "pooled"), ("expandable", "pooled")):
-        files[mode] = os.path.join(check.out, "torch_%s.json" % mode)
+    modes = (("plain", "plain"), ("pool", "pooled"), ("expandable", "pooled"))
+    files = {mode: os.path.join(check.out, "torch_%s.json" % mode) for mode, _ in modes}
+
+    def one(mode, expect):
         if os.path.exists(files[mode]):
             os.unlink(files[mode])
-        run_check(check, "torch_cnn_" + mode, "torch", mode,
-                  "recorded" if mode == "plain" else "required", "torch_cnn",
-                  [sys.executable, "tests/gpu/torch_cnn.py", files[mode], "--expect", expect], env)
-    result, note = compare_numbers("loss", files["plain"], files["pool"], "losses", 1e-5)
-    check.record("torch_cnn_losses_match", "torch", "no vs yes", "-", "-", result, note)
-    result, note = compare_numbers("loss", files["plain"], files["expandable"], "losses", 1e-5)
-    check.record("torch_cnn_losses_match_expandable", "torch", "no vs expandable", "-", "-",
-                 result, note)
+        return run_check(check, "torch_cnn_" + mode, "torch", mode,
+                         "recorded" if mode == "plain" else "required", "torch_cnn",
+                         [sys.executable, "tests/gpu/torch_cnn.py", files[mode], "--expect",
+                          expect], env)
+
+    runs = dict(zip([m for m, _ in modes],
+                    check.together(*[lambda m=m, e=e: one(m, e) for m, e in modes])))
+    for mode, row, preloaded in (("pool", "torch_cnn_losses_match", "no vs yes"),
+                                 ("expandable", "torch_cnn_losses_match_expandable",
+                                  "no vs expandable")):
+        result, note = compare_numbers("loss", files["plain"], files[mode], "losses", 1e-5)
+        check.record(row, "torch", preloaded, "-", "-", result, note,
+                     logs=[r.log for r in (runs["plain"], runs[mode]) if r])
 
 
 def cupy(check):
-    for mode, expect in (("plain", "plain"), ("pool", "pooled"), ("expandable", "pooled")):
-        run_check(check, "cupy_" + mode, "cupy", mode,
-                  "recorded" if mode == "plain" else "required", "cupy_check",
-                  [sys.executable, "tests/gpu/cupy_check.py", "--expect", expect])
+    check.together(*[
+        lambda mode=mode, expect=expect: run_check(
+            check, "cupy_" + mode, "cupy", mode, "recorded" if mode == "plain" else "required",
+            "cupy_check", [sys.executable, "tests/gpu/cupy_check.py", "--expect", expect])
+        for mode, expect in (("plain", "plain"), ("pool", "pooled"), ("expandable", "pooled"))])
 
 
 def jax(check):
     cmd = [sys.executable, "tests/gpu/jax_check.py", "--expect"]
     no_prealloc = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
-    run_check(check, "jax_plain", "jax", "plain", "recorded", "jax_check", cmd + ["plain"],
-              no_prealloc)
-    run_check(check, "jax_pool", "jax", "pool", "recorded", "jax_check", cmd + ["any"],
-              no_prealloc)
-    run_check(check, "jax_platform_pool", "jax (platform allocator)", "pool", "recorded",
-              "jax_check", cmd + ["any"],
-              dict(no_prealloc, XLA_PYTHON_CLIENT_ALLOCATOR="platform"))
+    check.together(
+        lambda: run_check(check, "jax_plain", "jax", "plain", "recorded", "jax_check",
+                          cmd + ["plain"], no_prealloc),
+        lambda: run_check(check, "jax_pool", "jax", "pool", "recorded", "jax_check",
+                          cmd + ["any"], no_prealloc),
+        lambda: run_check(check, "jax_platform_pool", "jax (platform allocator)", "pool",
+                          "recorded", "jax_check", cmd + ["any"],
+                          dict(no_prealloc, XLA_PYTHON_CLIENT_ALLOCATOR="platform")))
 
 
 def sanitizer(check):
@@ -163,10 +172,11 @@ def sanitizer(check):
                      "compute-sanitizer not found")
         return
     prog = check.program("alloc_fill_static")
-    run_check(check, "sanitizer_alloc_fill_plain", "static", "sanitizer-plain", "recorded",
-              "alloc_fill", [prog, "plain", "300", "22"])
-    run_check(check, "sanitizer_alloc_fill_pool", "static", "sanitizer-pool", "recorded",
-              "alloc_fill", [prog, "any", "300", "22"])
+    check.together(
+        lambda: run_check(check, "sanitizer_alloc_fill_plain", "static", "sanitizer-plain",
+                          "recorded", "alloc_fill", [prog, "plain", "300", "22"]),
+        lambda: run_check(check, "sanitizer_alloc_fill_pool", "static", "sanitizer-pool",
+                          "recorded", "alloc_fill", [prog, "any", "300", "22"]))
 
 
 # compute-sanitizer with NVTX's memory API on: a pooled block is then a
@@ -197,31 +207,36 @@ def nvtx(check):
     (compute-sanitizer ... cudalloc run -- PROGRAM), must have served the
     block (its statistics) through the nvtx_regions layer (verbose:2 names
     it)."""
-    prog = check.program("memerr")
     tool = subprocess.run(["sh", "-c", "command -v compute-sanitizer"], capture_output=True)
-    for mode, want in NVTX_FINDS:
-        row = "nvtx_" + mode
-        skip = "compute-sanitizer not found" if tool.returncode else check.cannot_run([prog], "")
-        if skip:
-            check.record(row, "static", "no vs yes", "-", "-", "FAIL", "not run: " + skip)
-            continue
-        plain = check.run(row + "_plain", [prog, mode], prefix=NVTX_SANITIZER)
-        pooled = check.run(row + "_pool",
-                           [check.path("scripts/cudalloc"), "run", "--conf",
-                            "verbose:2,backtrace_depth:8", "--", prog, mode],
-                           env={"CUDALLOC_LIBRARY": check.lib}, prefix=NVTX_SANITIZER)
-        why = nvtx_run_problems(plain, "plain", mode, want)
-        why += nvtx_run_problems(pooled, "pooled", mode, want)
-        if not pooled.grep(r"^cudalloc: layers around the pool: .*nvtx_regions\+pool;"):
-            why.append("pooled: no nvtx_regions layer named")
-        allocs = pooled_numbers(pooled)[1]
-        if not allocs:
-            why.append("pooled: the library served nothing")
-        found = "; ".join("%s: %s" % (name, (r.grep(want) or ["-"])[0].lstrip("= ").strip())
-                          for name, r in (("plain", plain), ("pooled", pooled)))
-        check.record(row, "static", "no vs yes", "-", "%s/-" % (allocs or "-"),
-                     "FAIL" if why else "PASS",
-                     "; ".join(why) if why else "%ds + %ds; %s" % (plain.secs, pooled.secs, found))
+    check.together(*[lambda mode=mode, want=want: nvtx_one(check, mode, want, tool.returncode)
+                     for mode, want in NVTX_FINDS])
+
+
+def nvtx_one(check, mode, want, no_tool):
+    prog = check.program("memerr")
+    row = "nvtx_" + mode
+    skip = "compute-sanitizer not found" if no_tool else check.cannot_run([prog], "")
+    if skip:
+        check.record(row, "static", "no vs yes", "-", "-", "FAIL", "not run: " + skip)
+        return
+    plain, pooled = check.together(
+        lambda: check.run(row + "_plain", [prog, mode], prefix=NVTX_SANITIZER),
+        lambda: check.run(row + "_pool", [check.path("scripts/cudalloc"), "run", "--conf",
+                                          "verbose:2,backtrace_depth:8", "--", prog, mode],
+                          env={"CUDALLOC_LIBRARY": check.lib}, prefix=NVTX_SANITIZER))
+    why = nvtx_run_problems(plain, "plain", mode, want)
+    why += nvtx_run_problems(pooled, "pooled", mode, want)
+    if not pooled.grep(r"^cudalloc: layers around the pool: .*nvtx_regions\+pool;"):
+        why.append("pooled: no nvtx_regions layer named")
+    allocs = pooled_numbers(pooled)[1]
+    if not allocs:
+        why.append("pooled: the library served nothing")
+    found = "; ".join("%s: %s" % (name, (r.grep(want) or ["-"])[0].lstrip("= ").strip())
+                      for name, r in (("plain", plain), ("pooled", pooled)))
+    check.record(row, "static", "no vs yes", "-", "%s/-" % (allocs or "-"),
+                 "FAIL" if why else "PASS",
+                 "; ".join(why) if why else "%ds + %ds; %s" % (plain.secs, pooled.secs, found),
+                 logs=[plain.log, pooled.log])
 
 
 # memcheck:1 (src/concerns/memcheck.c): what it must say of each of
@@ -265,21 +280,24 @@ def memcheck(check):
     the free; a block never written reads 0xFF bytes; nothing is found in the
     runs without an error. Then 20 steps of GPT-2 small training through
     PyTorch's allocator slot under memcheck:1: no finding, finite losses."""
+    check.together(*[lambda f=f: memcheck_one(check, *f) for f in MEMCHECK_FINDS],
+                   lambda: memcheck_gpt2(check))
+
+
+def memcheck_one(check, mode, want, mains):
     prog = check.program("memerr")
-    for mode, want, mains in MEMCHECK_FINDS:
-        row = "memcheck_" + mode
-        skip = check.cannot_run([prog], MEMCHECK_CONF)
-        if skip:
-            check.record(row, "static", "yes", "-", "-", "FAIL", "not run: " + skip)
-            continue
-        run = check.run(row, [prog, mode], conf=MEMCHECK_CONF + ",backtrace_depth:16")
-        why = memcheck_problems(run, mode, want, mains)
-        totals = (run.grep(MEMCHECK_TOTALS) or ["-"])[0][len("cudalloc: memcheck: "):]
-        found = [line[len("cudalloc: "):] for line in run.grep(MEMCHECK_FINDING)]
-        check.record(row, "static", "yes", "-", "-", "FAIL" if why else "PASS",
-                     "; ".join(why) if why else
-                     "%s; %s" % ((found or ["no finding"])[0], totals))
-    memcheck_gpt2(check)
+    row = "memcheck_" + mode
+    skip = check.cannot_run([prog], MEMCHECK_CONF)
+    if skip:
+        check.record(row, "static", "yes", "-", "-", "FAIL", "not run: " + skip)
+        return
+    run = check.run(row, [prog, mode], conf=MEMCHECK_CONF + ",backtrace_depth:16")
+    why = memcheck_problems(run, mode, want, mains)
+    totals = (run.grep(MEMCHECK_TOTALS) or ["-"])[0][len("cudalloc: memcheck: "):]
+    found = [line[len("cudalloc: "):] for line in run.grep(MEMCHECK_FINDING)]
+    check.record(row, "static", "yes", "-", "-", "FAIL" if why else "PASS",
+                 "; ".join(why) if why else
+                 "%s; %s" % ((found or ["no finding"])[0], totals))
 
 
 def memcheck_gpt2(check):

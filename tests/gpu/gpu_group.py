@@ -6,12 +6,13 @@
                  whose cap is 1.6 P, smaller than their sum: the first goes
                  idle holding its cache, the second trains, which it can only
                  if the first gave that cache back when asked; both trainings'
-                 losses equal the training alone. Then the same with the first
-                 keeping most of its memory in use: the second's out of memory
-                 is PyTorch's (OutOfMemoryError, or AcceleratorError "out of
-                 memory" where it reaches PyTorch from a library call), and
-                 the library's one line names the cap and the first process
-                 with what it holds.
+                 losses equal the training alone. Beside it, a second pair in
+                 a group of its own, the first keeping most of its memory in
+                 use: the second's out of memory is PyTorch's
+                 (OutOfMemoryError, or AcceleratorError "out of memory" where
+                 it reaches PyTorch from a library call), and the library's
+                 one line names the cap and the first process with what it
+                 holds.
 
 Judged by what the programs observe: their verdict lines, losses, PyTorch's
 exception, the memory the first process's pool reserves, the total the
@@ -89,25 +90,30 @@ def run_pair(check, row, conf, folder, hold_live):
 
 
 def shared_limit(check):
-    plain = run_solo(check, "shared_limit_plain", None,
-                     os.path.join(check.out, "group_plain.json"))
-    solo = run_solo(check, "shared_limit_solo", "", os.path.join(check.out, "group_solo.json"))
+    """The training alone without and under the library at once; then the
+    two pairs at once, each in a group of its own."""
+    plain, solo = check.together(
+        lambda: run_solo(check, "shared_limit_plain", None,
+                         os.path.join(check.out, "group_plain.json")),
+        lambda: run_solo(check, "shared_limit_solo", "",
+                         os.path.join(check.out, "group_solo.json")))
     if plain is None or solo is None:
         for row in ("shared_limit_give_back", "shared_limit_full"):
             check.record(row, "torch", "-", "-", "-", "FAIL", "not run: a training alone failed")
         return
     peak = solo["reserved_peak"]
     cap_mib = int(math.ceil(1.6 * peak / MIB))
-    group = "gpucheck-%d" % os.getpid()
-    conf = "memory_limit_mb:%d,shared_limit:%s" % (cap_mib, group)
-    pre = "yes, " + conf
+    groups = ["gpucheck-%d-%s" % (os.getpid(), pair) for pair in ("give_back", "full")]
+    confs = ["memory_limit_mb:%d,shared_limit:%s" % (cap_mib, group) for group in groups]
     try:
-        give_back(check, conf, pre, plain, peak, cap_mib)
-        full(check, conf, pre, plain, group)
+        check.together(
+            lambda: give_back(check, confs[0], "yes, " + confs[0], plain, peak, cap_mib),
+            lambda: full(check, confs[1], "yes, " + confs[1], plain, groups[1]))
     finally:
-        path = "/dev/shm/cudalloc-groups.%d/%s" % (os.geteuid(), group)
-        if os.path.exists(path):
-            os.unlink(path)
+        for group in groups:
+            path = "/dev/shm/cudalloc-groups.%d/%s" % (os.geteuid(), group)
+            if os.path.exists(path):
+                os.unlink(path)
 
 
 def give_back(check, conf, pre, plain, peak, cap_mib):

@@ -19,6 +19,7 @@ driver about its memory gets the answer it would get without the pool.
   cupy_ipc      the same with CuPy's pool off and on
 """
 
+import difflib
 import os
 import re
 import subprocess
@@ -57,9 +58,14 @@ def driver_facts(check):
         check.record("driver_facts", "driver", "no", "-", "-", "PASS",
                      "the driver answers as tests/mockcuda/driver_facts.txt says")
     else:
+        diff = difflib.unified_diff(recorded.splitlines(), plain.stdout.splitlines(),
+                                    "tests/mockcuda/driver_facts.txt", "driver_facts.txt",
+                                    lineterm="")
         check.record("driver_facts", "driver", "no", "-", "-", "FAIL",
                      "answers differ from tests/mockcuda/driver_facts.txt: the new ones are "
-                     "in driver_facts.txt")
+                     "in driver_facts.txt",
+                     logs=[("the difference", "\n".join(diff)),
+                           os.path.join(check.logs, "driver_probe.log")])
     env.update(LD_PRELOAD=check.lib, CUDALLOC_CONF="leak_report:0")
     pooled = subprocess.run([probe], capture_output=True, text=True, timeout=120, env=env)
     with open(os.path.join(check.logs, "driver_probe_pool.log"), "w") as f:
@@ -76,7 +82,8 @@ def driver_facts(check):
     else:
         check.record("driver_probe_pool", "driver", "yes", "-", "-", "FAIL",
                      "%d answers differ from the run without the library, undocumented; "
-                     "first: %s (logs/driver_probe_pool.log)" % (len(failures), failures[0]))
+                     "first: %s (logs/driver_probe_pool.log)" % (len(failures), failures[0]),
+                     logs=[os.path.join(check.logs, "driver_probe_pool.log")])
 
 
 def verdict_of(run, tag):
@@ -91,26 +98,30 @@ def pair_run(check, row, runtime, tag, cmd, env=None):
     if not os.path.exists(check.lib):
         check.record(row, runtime, "no vs yes", "-", "-", "FAIL", "not run: library not built")
         return
-    plain = check.run(row + "_plain", cmd, conf=None, env=env, kill=5)
-    pooled = check.run(row + "_pool", cmd, conf="", env=env, kill=5)
+    plain, pooled = check.together(
+        lambda: check.run(row + "_plain", cmd, conf=None, env=env, kill=5),
+        lambda: check.run(row + "_pool", cmd, conf="", env=env, kill=5))
     a, b = verdict_of(plain, tag), verdict_of(pooled, tag)
     ok = a == b and a != "none" and ": FAIL" not in a
     strip = lambda v: v[len(tag) + 2:] if v.startswith(tag + ": ") else v  # noqa: E731
     check.record(row, runtime, "no vs yes", "-", "-", "PASS" if ok else "FAIL",
-                 "%ds; without: %s; with: %s" % (plain.secs + pooled.secs, strip(a), strip(b)))
+                 "%ds; without: %s; with: %s" % (plain.secs + pooled.secs, strip(a), strip(b)),
+                 logs=[plain.log, pooled.log])
 
 
 def torch_ipc(check):
     cmd = [sys.executable, "tests/gpu/torch_ipc.py"]
-    pair_run(check, "torch_ipc_caching", "torch", "torch_ipc", cmd)
-    pair_run(check, "torch_ipc_no_caching", "torch", "torch_ipc", cmd,
-             {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
+    check.together(
+        lambda: pair_run(check, "torch_ipc_caching", "torch", "torch_ipc", cmd),
+        lambda: pair_run(check, "torch_ipc_no_caching", "torch", "torch_ipc", cmd,
+                         {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}))
 
 
 def cupy_ipc(check):
     cmd = [sys.executable, "tests/gpu/cupy_ipc.py"]
-    pair_run(check, "cupy_ipc_pool_off", "cupy", "cupy_ipc", cmd)
-    pair_run(check, "cupy_ipc_pool_on", "cupy", "cupy_ipc", cmd + ["--pool"])
+    check.together(
+        lambda: pair_run(check, "cupy_ipc_pool_off", "cupy", "cupy_ipc", cmd),
+        lambda: pair_run(check, "cupy_ipc_pool_on", "cupy", "cupy_ipc", cmd + ["--pool"]))
 
 
 CHECKS = {

@@ -253,23 +253,25 @@ def leak_exitcode(check, row, runtime, prog, want, args):
 
 def leaky_loop_static(check):
     prog = os.path.join(check.examples, "leaky_loop")
-    leak_plain(check, "leaky_loop_static_plain", "static", prog)
-    leak_stacks(check, "leak_static_stacks", "static", prog)
-    # 1 MiB buffers: the large heap, from mapped pages under expandable_segments.
-    leak_stacks(check, "leak_static_stacks_expandable", "static", prog,
-                ",expandable_segments:1", LOST_MIN_EXPANDABLE)
-    leak_fixed(check, "leak_static_fixed", "static", prog)
-    leak_nostack(check, "leak_static_nostack", "static", prog)
-    leak_json(check, "leak_static_json", "static", prog)
-    leak_exitcode(check, "leak_exitcode_leaky", "static", prog, 23, [])
-    leak_exitcode(check, "leak_exitcode_fixed", "static", prog, 0, ["--fixed"])
+    check.together(
+        lambda: leak_plain(check, "leaky_loop_static_plain", "static", prog),
+        lambda: leak_stacks(check, "leak_static_stacks", "static", prog),
+        # 1 MiB buffers: the large heap, from mapped pages under expandable_segments.
+        lambda: leak_stacks(check, "leak_static_stacks_expandable", "static", prog,
+                            ",expandable_segments:1", LOST_MIN_EXPANDABLE),
+        lambda: leak_fixed(check, "leak_static_fixed", "static", prog),
+        lambda: leak_nostack(check, "leak_static_nostack", "static", prog),
+        lambda: leak_json(check, "leak_static_json", "static", prog),
+        lambda: leak_exitcode(check, "leak_exitcode_leaky", "static", prog, 23, []),
+        lambda: leak_exitcode(check, "leak_exitcode_fixed", "static", prog, 0, ["--fixed"]))
 
 
 def leaky_loop_shared(check):
     prog = os.path.join(check.examples, "leaky_loop_shared")
-    leak_plain(check, "leaky_loop_shared_plain", "shared", prog)
-    leak_stacks(check, "leak_shared_stacks", "shared", prog)
-    leak_fixed(check, "leak_shared_fixed", "shared", prog)
+    check.together(
+        lambda: leak_plain(check, "leaky_loop_shared_plain", "shared", prog),
+        lambda: leak_stacks(check, "leak_shared_stacks", "shared", prog),
+        lambda: leak_fixed(check, "leak_shared_fixed", "shared", prog))
 
 
 def training_report(run):
@@ -365,13 +367,14 @@ def torch_leak(check):
     torch_env = os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING")
     os.environ["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
     try:
-        torch_report(check, "leak_torch", False)
-        torch_report(check, "leak_torch_fixed", True)
-        torch_exit_suppressed(check)
-        torch_growth(check, "leak_torch_growth", False)
-        torch_growth(check, "leak_torch_growth_fixed", True)
-        torch_python_frames(check)
-        torch_snapshot(check)
+        check.together(
+            lambda: torch_report(check, "leak_torch", False),
+            lambda: torch_report(check, "leak_torch_fixed", True),
+            lambda: torch_exit_suppressed(check),
+            lambda: torch_growth(check, "leak_torch_growth", False),
+            lambda: torch_growth(check, "leak_torch_growth_fixed", True),
+            lambda: torch_python_frames(check),
+            lambda: torch_snapshot(check))
     finally:
         if torch_env is None:
             del os.environ["PYTORCH_NO_CUDA_MEMORY_CACHING"]

@@ -97,69 +97,82 @@ def hazard_one(check, row, conf, mode, env=None):
 
 
 def hazard(check):
-    hazard_one(check, "hazard_plain", None, "safe")
-    hazard_one(check, "hazard_default", "", "safe")
-    hazard_one(check, "hazard_safe", "reuse_policy:safe", "safe")
-    hazard_one(check, "hazard_device_sync", "reuse_policy:device_sync", "sync")
-    hazard_one(check, "hazard_immediate", "reuse_policy:immediate", "report")
     # Streams ordered only through the legacy stream (two blocking streams),
     # and a per-thread default stream: what the fence's one event on the
     # legacy stream must order.
     blocking = {"HAZARD_STREAMS": "blocking"}
-    hazard_one(check, "hazard_safe_blocking", "reuse_policy:safe", "safe", blocking)
-    hazard_one(check, "hazard_immediate_blocking", "reuse_policy:immediate", "report", blocking)
-    hazard_one(check, "hazard_safe_perthread", "reuse_policy:safe", "safe",
-               {"HAZARD_STREAMS": "perthread"})
-    hazard_one(check, "hazard_expandable", "expandable_segments:1", "safe")
+    check.together(*[lambda a=a: hazard_one(check, *a) for a in (
+        ("hazard_plain", None, "safe"),
+        ("hazard_default", "", "safe"),
+        ("hazard_safe", "reuse_policy:safe", "safe"),
+        ("hazard_device_sync", "reuse_policy:device_sync", "sync"),
+        ("hazard_immediate", "reuse_policy:immediate", "report"),
+        ("hazard_safe_blocking", "reuse_policy:safe", "safe", blocking),
+        ("hazard_immediate_blocking", "reuse_policy:immediate", "report", blocking),
+        ("hazard_safe_perthread", "reuse_policy:safe", "safe", {"HAZARD_STREAMS": "perthread"}),
+        ("hazard_expandable", "expandable_segments:1", "safe"))])
+
+
+def graph_replay_one(check, row, conf):
+    outcome = reuse_run(check, row, "static", conf, 20, "graph_replay",
+                        [check.program("graph_replay"), "100"])
+    if outcome:
+        facts = outcome[0].last(r"^graph_replay: ([0-9]* replays checked)", 1)
+        verdict(check, row, "static", conf, outcome, "PASS", facts or "no replay count")
 
 
 def graph_replay(check):
-    for row, conf in (("graph_replay_plain", None), ("graph_replay_default", ""),
-                      ("graph_replay_safe", "reuse_policy:safe"),
-                      ("graph_replay_immediate", "reuse_policy:immediate"),
-                      ("graph_replay_device_sync", "reuse_policy:device_sync"),
-                      ("graph_replay_expandable", "expandable_segments:1")):
-        outcome = reuse_run(check, row, "static", conf, 20, "graph_replay",
-                            [check.program("graph_replay"), "100"])
-        if outcome:
-            facts = outcome[0].last(r"^graph_replay: ([0-9]* replays checked)", 1)
-            verdict(check, row, "static", conf, outcome, "PASS", facts or "no replay count")
+    check.together(*[lambda a=a: graph_replay_one(check, *a) for a in (
+        ("graph_replay_plain", None), ("graph_replay_default", ""),
+        ("graph_replay_safe", "reuse_policy:safe"),
+        ("graph_replay_immediate", "reuse_policy:immediate"),
+        ("graph_replay_device_sync", "reuse_policy:device_sync"),
+        ("graph_replay_expandable", "expandable_segments:1"))])
+
+
+def oom_limit_one(check, row, conf, args):
+    outcome = reuse_run(check, row, "static", conf, 20, "oom_limit",
+                        [check.program("oom_limit")] + args)
+    if outcome:
+        line = outcome[0].last(r"^oom_limit: result (.*)", 1)
+        if not line:
+            outcome[2].append("no 'oom_limit: result' line")
+        verdict(check, row, "static", conf, outcome, "PASS", line)
 
 
 def oom_limit(check):
-    for row, conf, args in (("oom_limit_plain", None, ["--max", "24"]),
-                            ("oom_limit_1024", "memory_limit_mb:1024",
-                             ["--limit-mb", "1024", "--max", "24"]),
-                            ("oom_limit_1024_expandable",
-                             "memory_limit_mb:1024,expandable_segments:1",
-                             ["--limit-mb", "1024", "--max", "24"])):
-        outcome = reuse_run(check, row, "static", conf, 20, "oom_limit",
-                            [check.program("oom_limit")] + args)
-        if outcome:
-            line = outcome[0].last(r"^oom_limit: result (.*)", 1)
-            if not line:
-                outcome[2].append("no 'oom_limit: result' line")
-            verdict(check, row, "static", conf, outcome, "PASS", line)
+    check.together(*[lambda a=a: oom_limit_one(check, *a) for a in (
+        ("oom_limit_plain", None, ["--max", "24"]),
+        ("oom_limit_1024", "memory_limit_mb:1024", ["--limit-mb", "1024", "--max", "24"]),
+        ("oom_limit_1024_expandable", "memory_limit_mb:1024,expandable_segments:1",
+         ["--limit-mb", "1024", "--max", "24"]))])
 
 
 def torch_streams(check):
     env = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
-    files = {}
-    for mode, conf in (("plain", None), ("pool", ""), ("expandable", "expandable_segments:1")):
-        files[mode] = os.path.join(check.out, "torch_streams_%s.json" % mode)
+    modes = (("plain", None), ("pool", ""), ("expandable", "expandable_segments:1"))
+    files = {mode: os.path.join(check.out, "torch_streams_%s.json" % mode) for mode, _ in modes}
+
+    def one(mode, conf):
         if os.path.exists(files[mode]):
             os.unlink(files[mode])
         row = "torch_streams_" + mode
-        outcome = reuse_run(check, row, "torch", conf, 30, "torch_streams",
+        outcome = reuse_run(check, row, "torch", conf, 60, "torch_streams",
                             [sys.executable, "tests/gpu/torch_streams.py", files[mode],
                              "--expect", "plain" if conf is None else "pooled"], env)
         if outcome:
             verdict(check, row, "torch", conf, outcome, "PASS", "")
-    result, note = compare_numbers("result", files["plain"], files["pool"], "results", 1e-6)
-    check.record("torch_streams_match", "torch", "no vs yes", "-", "-", result, note)
-    result, note = compare_numbers("result", files["plain"], files["expandable"], "results", 1e-6)
-    check.record("torch_streams_match_expandable", "torch", "no vs expandable", "-", "-",
-                 result, note)
+            return outcome[0]
+        return None
+
+    runs = dict(zip([m for m, _ in modes],
+                    check.together(*[lambda m=m, c=c: one(m, c) for m, c in modes])))
+    for mode, row, preloaded in (("pool", "torch_streams_match", "no vs yes"),
+                                 ("expandable", "torch_streams_match_expandable",
+                                  "no vs expandable")):
+        result, note = compare_numbers("result", files["plain"], files[mode], "results", 1e-6)
+        check.record(row, "torch", preloaded, "-", "-", result, note,
+                     logs=[r.log for r in (runs["plain"], runs[mode]) if r])
 
 
 CHECKS = {

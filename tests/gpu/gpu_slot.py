@@ -59,25 +59,35 @@ def slot_row(check, row, args, result="PASS", limit=120, env=None, quiet=True):
 
 
 def slot_torch(check):
-    slot_row(check, "slot_backward", ["backward"])
-    slot_row(check, "slot_memory", ["memory"])
-    slot_row(check, "slot_record_stream", ["record_stream"])
-    slot_row(check, "slot_record_stream_bare", ["record_stream", "--bare"], result="INFO")
-    slot_row(check, "slot_graph", ["graph"])
+    check.together(
+        lambda: slot_row(check, "slot_backward", ["backward"]),
+        lambda: slot_row(check, "slot_memory", ["memory"]),
+        lambda: slot_row(check, "slot_record_stream", ["record_stream"]),
+        lambda: slot_row(check, "slot_record_stream_bare", ["record_stream", "--bare"],
+                         result="INFO"),
+        lambda: slot_row(check, "slot_graph", ["graph"]))
+
+
+def slot_train(check, model):
+    """One model's training under PyTorch's allocator and through the slot,
+    at once, then their losses compared."""
+    files = {mode: os.path.join(check.out, "slot_%s_%s.json" % (model, mode))
+             for mode in ("native", "slot")}
+
+    def one(mode):
+        if os.path.exists(files[mode]):
+            os.unlink(files[mode])
+        args = ["train", model, files[mode]] + (["--native"] if mode == "native" else [])
+        return slot_row(check, "slot_train_%s_%s" % (model, mode), args, limit=180)
+
+    runs = check.together(lambda: one("native"), lambda: one("slot"))
+    result, note = compare_numbers("losses", files["native"], files["slot"], "losses", 0.0)
+    check.record("slot_train_%s_match" % model, "torch", "native vs slot", "-", "-",
+                 result, note, logs=[r.log for r in runs if r])
 
 
 def slot_training(check):
-    for model in ("resnet50", "gpt2"):
-        files = {}
-        for mode in ("native", "slot"):
-            files[mode] = os.path.join(check.out, "slot_%s_%s.json" % (model, mode))
-            if os.path.exists(files[mode]):
-                os.unlink(files[mode])
-            args = ["train", model, files[mode]] + (["--native"] if mode == "native" else [])
-            slot_row(check, "slot_train_%s_%s" % (model, mode), args, limit=180)
-        result, note = compare_numbers("losses", files["native"], files["slot"], "losses", 0.0)
-        check.record("slot_train_%s_match" % model, "torch", "native vs slot", "-", "-",
-                     result, note)
+    check.together(lambda: slot_train(check, "resnet50"), lambda: slot_train(check, "gpt2"))
 
 
 def cupy_tests_dir(check):
@@ -86,7 +96,13 @@ def cupy_tests_dir(check):
 
 
 def slot_cupy(check):
-    slot_row(check, "slot_cupy_oom", ["cupy_oom"], quiet=False)
+    check.together(lambda: slot_row(check, "slot_cupy_oom", ["cupy_oom"], quiet=False),
+                   lambda: slot_cupy_module(check))
+
+
+def slot_cupy_module(check):
+    """One of CuPy's own test modules, under CuPy's pool and through the
+    slot, at once: the same count must pass."""
     tests = cupy_tests_dir(check)
     module = os.path.join(tests, "cupy_tests", "core_tests", "test_ndarray_copy_and_view.py")
     if not os.path.exists(module):
@@ -94,18 +110,20 @@ def slot_cupy(check):
                      "not run: CuPy's tests not found at %s (GPU_CHECK_CUPY_TESTS)" % tests)
         return
     plugin_dir = os.path.join(check.root, "tests", "gpu")
-    runs = {}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "cupy_slot_plugin",
            "-p", "no:cacheprovider", module]
-    for mode in ("pool", "slot"):
-        # One cut at once by the deadline read "exit 124", like a hang.
-        skip = check.cannot_run(cmd, None, need=MODULE_SECS)
-        if skip:
-            check.record("slot_cupy_module", "cupy", "slot", "-", "-", "FAIL",
-                         "not run (%s mode): %s" % (mode, skip))
-            return
-        env = slot_env(check, {"PYTHONPATH": plugin_dir, "CUPY_SLOT": "1" if mode == "slot" else "0"})
-        runs[mode] = check.run("slot_cupy_module_" + mode, cmd, env=env, limit=240)
+    # One cut at once by the deadline read "exit 124", like a hang.
+    skip = check.cannot_run(cmd, None, need=MODULE_SECS)
+    if skip:
+        check.record("slot_cupy_module", "cupy", "slot", "-", "-", "FAIL", "not run: " + skip)
+        return
+
+    def one(mode):
+        env = slot_env(check, {"PYTHONPATH": plugin_dir,
+                               "CUPY_SLOT": "1" if mode == "slot" else "0"})
+        return check.run("slot_cupy_module_" + mode, cmd, env=env, limit=240)
+
+    runs = dict(zip(("pool", "slot"), check.together(lambda: one("pool"), lambda: one("slot"))))
     counts, how = {}, {}
     for mode, run in runs.items():
         m = re.search(r"(\d+) passed", run.last(r"\d+ passed"))
@@ -117,7 +135,8 @@ def slot_cupy(check):
                  "test_ndarray_copy_and_view.py: %d passed under CuPy's pool (%s), "
                  "%d through the slot (%s)%s" % (
                      counts["pool"][0], how["pool"], counts["slot"][0], how["slot"],
-                     "" if plugged else "; the slot was not installed"))
+                     "" if plugged else "; the slot was not installed"),
+                 logs=[runs["pool"].log, runs["slot"].log])
 
 
 CHECKS = {

@@ -27,20 +27,59 @@ ca_gpu_line() {
     --format=csv,noheader 2>/dev/null | head -n 1
 }
 
-# ca_gpu_commit ROOT: the commit, and whether the tree differs from it.
+# ca_gpu_commit ROOT: the commit, and whether the tree differs from it;
+# "no git" in a copy without .git (the tree hash says what ran).
 ca_gpu_commit() {
   local c
-  c=$(git -C "$1" rev-parse --short HEAD 2>/dev/null || echo unknown)
+  c=$(git -C "$1" rev-parse --short HEAD 2>/dev/null) || { echo "no git"; return; }
   git -C "$1" diff --quiet HEAD 2>/dev/null || c="$c (with local changes)"
   echo "$c"
 }
 
-# ca_gpu_facts ROOT: the machine, its tools and frameworks, the commit.
+# The documented differences a pooled block's answers may show: the rows
+# of this section of docs/COMPATIBILITY.md judge the driver_probe_pool row.
+CA_GPU_ANSWERS='## Answers a pooled block cannot give as the driver does'
+
+# ca_gpu_tree_files ROOT: what builds the GPU check's library and programs
+# or judges them, one path a line, sorted: every CMake file, src/,
+# include/, examples/, tests/gpu/, tests/mockcuda/, the Python the checks
+# run from tests/ and scripts/, the scripts that build and run them.
+# Hidden files and Python caches are none of it; nor are docs, but for the
+# table above.
+ca_gpu_tree_files() {
+  (
+    cd "$1" || exit
+    find src include examples tests/gpu tests/mockcuda -type f ! -name '.*' \
+      ! -name '*.pyc' ! -path '*/__pycache__/*' 2>/dev/null
+    find tests -type f -name CMakeLists.txt 2>/dev/null
+    for f in CMakeLists.txt tests/probe_compare.py tests/bench/*.py scripts/gpu-check.sh \
+      scripts/gpu-lib.sh scripts/cudalloc scripts/cudalloc.py scripts/cudalloc_view.py; do
+      [[ -f $f ]] && echo "$f"
+    done
+  ) | LC_ALL=C sort -u
+}
+
+# ca_gpu_tree ROOT: the tree hash (16 hex digits): each of those files'
+# path, content and executable bit, and the table's rows. The same in a
+# copy without .git; no GPU, no build.
+ca_gpu_tree() {
+  local files f
+  mapfile -t files < <(ca_gpu_tree_files "$1")
+  (
+    cd "$1" || exit
+    ((${#files[@]})) && sha256sum -- "${files[@]}"
+    for f in "${files[@]}"; do [[ -x $f ]] && echo "executable $f"; done
+    awk -v s="$CA_GPU_ANSWERS" '/^## /{on = ($0 == s)} on && /^\| *`/' docs/COMPATIBILITY.md 2>/dev/null
+  ) | sha256sum | cut -c1-16
+}
+
+# ca_gpu_facts ROOT: the machine, its tools and frameworks, the tree.
 ca_gpu_facts() {
   local gpu
   gpu=$(ca_gpu_line)
   echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-  echo "commit: $(ca_gpu_commit "$1")"
+  echo "tree: $(ca_gpu_tree "$1")"
+  echo "git: $(ca_gpu_commit "$1")"
   echo "host: $(uname -srm); $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
   echo "glibc: $(ldd --version 2>&1 | head -n 1)"
   echo "gpu: ${gpu:-unknown (nvidia-smi gave nothing)}"
@@ -80,24 +119,27 @@ for name, fn in (("torch", torch_v), ("torchvision", torchvision_v), ("cupy", cu
 EOF
 }
 
-# ca_gpu_build ROOT BUILD TYPE LOG: configures BUILD (CMAKE_BUILD_TYPE TYPE;
-# Ninja for a new folder where there is one: the machine may have no make)
-# with the CUDA compiler, this python3 (the checks run the frameworks' own
-# interpreter) and uthash from ROOT/.deps/include where the system has none,
-# and builds everything: the library, the CUDA programs, the tests (unit
-# tests only where cmocka is). A target that fails (another compiler's new
-# warning, say) stops none of the others: the caller looks for what it
-# needs. Output into LOG; the status is the build's.
+# ca_gpu_build ROOT BUILD TYPE LOG [TARGET...]: configures BUILD
+# (CMAKE_BUILD_TYPE TYPE; Ninja for a new folder where there is one: the
+# machine may have no make) with the CUDA compiler, this python3 (the checks
+# run the frameworks' own interpreter) and uthash from ROOT/.deps/include
+# where the system has none, and builds the TARGETs, or everything: the
+# library, the CUDA programs, the tests (unit tests only where cmocka is). A
+# target that fails (another compiler's new warning, say) stops none of the
+# others: the caller looks for what it needs. Output into LOG; the status is
+# the build's.
 ca_gpu_build() {
-  local root=$1 build=$2 type=$3 log=$4 gen=() cuda=() keep=(-k)
+  local root=$1 build=$2 type=$3 log=$4 gen=() cuda=() keep=(-k) targets=()
+  shift 4
+  (($#)) && targets=(--target "$@")
   if [[ ! -f $build/CMakeCache.txt ]] && command -v ninja >/dev/null; then
     gen=(-G Ninja)
   fi
   command -v nvcc >/dev/null && cuda=(-DCMAKE_CUDA_COMPILER="$(command -v nvcc)")
-  ca_gpu_say "building $build ($type) -> $log"
+  ca_gpu_say "building $build ($type${targets[*]:+, ${targets[*]:1}}) -> $log"
   cmake -S "$root" -B "$build" ${gen[@]+"${gen[@]}"} ${cuda[@]+"${cuda[@]}"} \
     -DCMAKE_BUILD_TYPE="$type" -DPython3_EXECUTABLE="$(command -v python3)" \
     -DCUDALLOC_UTHASH_DIR="$root/.deps/include" >"$log" 2>&1 || return
   [[ -f $build/build.ninja ]] && keep=(-k 0)
-  cmake --build "$build" -j "$(nproc)" -- "${keep[@]}" >>"$log" 2>&1
+  cmake --build "$build" -j "$(nproc)" ${targets[@]+"${targets[@]}"} -- "${keep[@]}" >>"$log" 2>&1
 }

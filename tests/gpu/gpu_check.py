@@ -348,6 +348,16 @@ def compare_numbers(label, a_file, b_file, key, rel_tol):
     return ("FAIL" if bad else "PASS"), note
 
 
+def match_rows(check, runtime, base, pairs, files, runs, label, key, rel_tol):
+    """A row per (mode, row, preloaded) of `pairs`: the numbers `key` that
+    the run `base` wrote (files[base]) against those of the run `mode`
+    (compare_numbers); a failed row keeps both runs' logs (runs[...])."""
+    for mode, row, preloaded in pairs:
+        result, note = compare_numbers(label, files[base], files[mode], key, rel_tol)
+        check.record(row, runtime, preloaded, "-", "-", result, note,
+                     logs=[r.log for r in (runs[base], runs[mode]) if r])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for opt in ("--root", "--lib", "--bin", "--examples", "--out"):

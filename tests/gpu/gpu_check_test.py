@@ -115,9 +115,10 @@ def failures_keep_their_logs(out):
     if check.failed != 3:
         fail("%d failed rows counted, want 3" % check.failed)
     text = tails_of(check)
-    for piece in ("### bad: FAIL", "logs/bad_a.log, last 2 lines:", "logs/bad_b.log, last %d lines:"
-                  % gpu_check.TAIL_LINES, "bad line 30", "### demo: FAIL",
-                  "RuntimeError: the case broke", "about to break", "### compare: FAIL", "compared run"):
+    for piece in ("### bad: FAIL", "logs/bad_a.log, last 2 lines:",
+                  "logs/bad_b.log, last %d lines:" % gpu_check.TAIL_LINES, "bad line 30",
+                  "### demo: FAIL", "RuntimeError: the case broke", "about to break",
+                  "### compare: FAIL", "compared run"):
         if piece not in text:
             fail("the failures' tails lack %r:\n%s" % (piece, text))
     for stray in ("bad line %d\n" % (30 - gpu_check.TAIL_LINES), "all is well"):

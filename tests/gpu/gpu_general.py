@@ -24,8 +24,8 @@ import re
 import subprocess
 import sys
 
-from gpu_check import (exit_problem, no_library_problems, pooled_numbers,
-                       verdict_problem, compare_numbers)
+from gpu_check import (exit_problem, match_rows, no_library_problems, pooled_numbers,
+                       verdict_problem)
 
 MIN_ALLOCS = 100
 
@@ -135,12 +135,10 @@ def torch_cnn(check):
 
     runs = dict(zip([m for m, _ in modes],
                     check.together(*[lambda m=m, e=e: one(m, e) for m, e in modes])))
-    for mode, row, preloaded in (("pool", "torch_cnn_losses_match", "no vs yes"),
-                                 ("expandable", "torch_cnn_losses_match_expandable",
-                                  "no vs expandable")):
-        result, note = compare_numbers("loss", files["plain"], files[mode], "losses", 1e-5)
-        check.record(row, "torch", preloaded, "-", "-", result, note,
-                     logs=[r.log for r in (runs["plain"], runs[mode]) if r])
+    match_rows(check, "torch", "plain", (
+        ("pool", "torch_cnn_losses_match", "no vs yes"),
+        ("expandable", "torch_cnn_losses_match_expandable", "no vs expandable")),
+        files, runs, "loss", "losses", 1e-5)
 
 
 def cupy(check):

@@ -25,8 +25,8 @@ import os
 import re
 import sys
 
-from gpu_check import (exit_problem, no_library_problems, pooled_numbers,
-                       verdict_problem, compare_numbers)
+from gpu_check import (exit_problem, match_rows, no_library_problems, pooled_numbers,
+                       verdict_problem)
 
 
 def reuse_run(check, row, runtime, conf, max_t, tag, cmd, env=None):
@@ -167,12 +167,10 @@ def torch_streams(check):
 
     runs = dict(zip([m for m, _ in modes],
                     check.together(*[lambda m=m, c=c: one(m, c) for m, c in modes])))
-    for mode, row, preloaded in (("pool", "torch_streams_match", "no vs yes"),
-                                 ("expandable", "torch_streams_match_expandable",
-                                  "no vs expandable")):
-        result, note = compare_numbers("result", files["plain"], files[mode], "results", 1e-6)
-        check.record(row, "torch", preloaded, "-", "-", result, note,
-                     logs=[r.log for r in (runs["plain"], runs[mode]) if r])
+    match_rows(check, "torch", "plain", (
+        ("pool", "torch_streams_match", "no vs yes"),
+        ("expandable", "torch_streams_match_expandable", "no vs expandable")),
+        files, runs, "result", "results", 1e-6)
 
 
 CHECKS = {

@@ -21,7 +21,7 @@ import os
 import re
 import sys
 
-from gpu_check import compare_numbers, exit_problem
+from gpu_check import exit_problem, match_rows
 
 TAG = "torch_slot"
 # What one of CuPy's test modules needs at least, on the H200 (about 40 s).
@@ -80,10 +80,11 @@ def slot_train(check, model):
         args = ["train", model, files[mode]] + (["--native"] if mode == "native" else [])
         return slot_row(check, "slot_train_%s_%s" % (model, mode), args, limit=180)
 
-    runs = check.together(lambda: one("native"), lambda: one("slot"))
-    result, note = compare_numbers("losses", files["native"], files["slot"], "losses", 0.0)
-    check.record("slot_train_%s_match" % model, "torch", "native vs slot", "-", "-",
-                 result, note, logs=[r.log for r in runs if r])
+    runs = dict(zip(("native", "slot"),
+                    check.together(lambda: one("native"), lambda: one("slot"))))
+    match_rows(check, "torch", "native",
+               (("slot", "slot_train_%s_match" % model, "native vs slot"),),
+               files, runs, "losses", "losses", 0.0)
 
 
 def slot_training(check):

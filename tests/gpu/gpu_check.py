@@ -33,6 +33,7 @@ ends by it; scripts/gpu-check.sh sets both).
 import argparse
 import concurrent.futures
 import ctypes
+import functools
 import os
 import re
 import signal
@@ -106,10 +107,9 @@ def log_tails(row, note, logs):
     """Markdown for the summary: a failed row, its note, and the last
     TAIL_LINES lines of each of its logs (paths, or (title, text) pairs)."""
     out = ["### %s: FAIL" % row, "", note, ""]
-    for log in logs or [None]:
-        if log is None:
-            out.append("(no log: the row ran no program)")
-            continue
+    if not logs:
+        out.append("(no log: the row ran no program)")
+    for log in logs:
         if isinstance(log, tuple):
             title, text = log
         else:
@@ -167,10 +167,7 @@ class Check:
         with self._lock:
             if result == "FAIL":
                 self.failed += 1
-            if case.parent is None:
-                self._write([(row, tail)])
-            else:
-                case.rows.append((row, tail))
+            self._hand_on(case, [(row, tail)])
         print("[gpu-check] %s: %s%s" % (name, result, " (%s)" % note if note else ""),
               flush=True)
 
@@ -194,13 +191,13 @@ class Check:
 
         with concurrent.futures.ThreadPoolExecutor(self.jobs) as pool:
             results = list(pool.map(one, range(len(cases))))
-        rows = [r for c in mine for r in c.rows]
         with self._lock:
-            if parent.parent is None:
-                self._write(rows)
-            else:
-                parent.rows += rows
+            self._hand_on(parent, [r for c in mine for r in c.rows])
         return results
+
+    def each(self, fn, argsets):
+        """together(): fn(check, *args) for each args of argsets."""
+        return self.together(*[functools.partial(fn, self, *args) for args in argsets])
 
     def broken(self, e):
         """The FAIL row of a check or case that raised `e`: the logs of its
@@ -216,7 +213,12 @@ class Check:
             case = self._thread.case = Case(None)
         return case
 
-    def _write(self, rows):
+    def _hand_on(self, case, rows):
+        """Rows (row, log tail) of `case`: written now at the top level, else
+        kept for its parent to hand on in order. Under self._lock."""
+        if case.parent is not None:
+            case.rows += rows
+            return
         with open(self.results, "a") as f:
             f.writelines(row for row, _ in rows)
         with open(self.tails, "a") as f:

@@ -59,18 +59,17 @@ def ordered_and_concurrent(out):
     check = new_check(out, jobs=4)
     check.record("first", "-", "-", "-", "-", "PASS", "before the cases")
 
-    def case(i, secs):
-        run = shell(check, "case%d" % i, "sleep %s; echo case %d done" % (secs, i))
-        check.record("case%d" % i, "-", "-", "-", "-", "PASS" if run.rc == 0 else "FAIL",
-                     "%d" % run.rc)
+    def case(c, i, secs):
+        run = shell(c, "case%d" % i, "sleep %s; echo case %d done" % (secs, i))
+        c.record("case%d" % i, "-", "-", "-", "-", "PASS" if run.rc == 0 else "FAIL",
+                 "%d" % run.rc)
         return i
 
     t0 = time.monotonic()
-    got = check.together(*[lambda i=i, s=s: case(i, s)
-                           for i, s in enumerate((0.9, 0.6, 0.3, 0.0))])
+    got = check.each(case, enumerate((0.9, 0.6, 0.3, 0.0)))
     took = time.monotonic() - t0
     if got != [0, 1, 2, 3]:
-        fail("together returned %s, want what each case returned, in order" % got)
+        fail("each returned %s, want what each case returned, in order" % got)
     check.record("last", "-", "-", "-", "-", "PASS", "after the cases")
     want = ["first", "case0", "case1", "case2", "case3", "last"]
     if rows_of(check) != want:

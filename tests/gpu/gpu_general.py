@@ -108,16 +108,14 @@ def preload_true(check):
 def three_modes(name, runtime, tag):
     """A C program (verdict prefix TAG) run without the library, pooled, and
     with enabled:0."""
-    def check_fn(check):
-        prog = check.program(name)
-        check.together(*[
-            lambda mode=mode, expect=expect, pooling=pooling: run_check(
-                check, "%s_%s" % (name, mode), runtime, mode, pooling, tag, [prog, expect])
-            for mode, expect, pooling in (("plain", "plain", "recorded"),
+    def one(check, mode, expect, pooling):
+        run_check(check, "%s_%s" % (name, mode), runtime, mode, pooling, tag,
+                  [check.program(name), expect])
+
+    return lambda check: check.each(one, (("plain", "plain", "recorded"),
                                           ("pool", "pooled", "required"),
                                           ("expandable", "pooled", "required"),
-                                          ("off", "passthrough", "recorded"))])
-    return check_fn
+                                          ("off", "passthrough", "recorded")))
 
 
 def torch_cnn(check):
@@ -125,7 +123,7 @@ def torch_cnn(check):
     modes = (("plain", "plain"), ("pool", "pooled"), ("expandable", "pooled"))
     files = {mode: os.path.join(check.out, "torch_%s.json" % mode) for mode, _ in modes}
 
-    def one(mode, expect):
+    def one(check, mode, expect):
         if os.path.exists(files[mode]):
             os.unlink(files[mode])
         return run_check(check, "torch_cnn_" + mode, "torch", mode,
@@ -133,20 +131,20 @@ def torch_cnn(check):
                          [sys.executable, "tests/gpu/torch_cnn.py", files[mode], "--expect",
                           expect], env)
 
-    runs = dict(zip([m for m, _ in modes],
-                    check.together(*[lambda m=m, e=e: one(m, e) for m, e in modes])))
+    runs = dict(zip([m for m, _ in modes], check.each(one, modes)))
     match_rows(check, "torch", "plain", (
         ("pool", "torch_cnn_losses_match", "no vs yes"),
         ("expandable", "torch_cnn_losses_match_expandable", "no vs expandable")),
         files, runs, "loss", "losses", 1e-5)
 
 
+def cupy_one(check, mode, expect):
+    run_check(check, "cupy_" + mode, "cupy", mode, "recorded" if mode == "plain" else "required",
+              "cupy_check", [sys.executable, "tests/gpu/cupy_check.py", "--expect", expect])
+
+
 def cupy(check):
-    check.together(*[
-        lambda mode=mode, expect=expect: run_check(
-            check, "cupy_" + mode, "cupy", mode, "recorded" if mode == "plain" else "required",
-            "cupy_check", [sys.executable, "tests/gpu/cupy_check.py", "--expect", expect])
-        for mode, expect in (("plain", "plain"), ("pool", "pooled"), ("expandable", "pooled"))])
+    check.each(cupy_one, (("plain", "plain"), ("pool", "pooled"), ("expandable", "pooled")))
 
 
 def jax(check):
@@ -206,8 +204,7 @@ def nvtx(check):
     block (its statistics) through the nvtx_regions layer (verbose:2 names
     it)."""
     tool = subprocess.run(["sh", "-c", "command -v compute-sanitizer"], capture_output=True)
-    check.together(*[lambda mode=mode, want=want: nvtx_one(check, mode, want, tool.returncode)
-                     for mode, want in NVTX_FINDS])
+    check.each(nvtx_one, [(mode, want, tool.returncode) for mode, want in NVTX_FINDS])
 
 
 def nvtx_one(check, mode, want, no_tool):
@@ -278,8 +275,7 @@ def memcheck(check):
     the free; a block never written reads 0xFF bytes; nothing is found in the
     runs without an error. Then 20 steps of GPT-2 small training through
     PyTorch's allocator slot under memcheck:1: no finding, finite losses."""
-    check.together(*[lambda f=f: memcheck_one(check, *f) for f in MEMCHECK_FINDS],
-                   lambda: memcheck_gpt2(check))
+    check.together(lambda: check.each(memcheck_one, MEMCHECK_FINDS), lambda: memcheck_gpt2(check))
 
 
 def memcheck_one(check, mode, want, mains):

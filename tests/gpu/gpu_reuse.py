@@ -101,7 +101,7 @@ def hazard(check):
     # and a per-thread default stream: what the fence's one event on the
     # legacy stream must order.
     blocking = {"HAZARD_STREAMS": "blocking"}
-    check.together(*[lambda a=a: hazard_one(check, *a) for a in (
+    check.each(hazard_one, (
         ("hazard_plain", None, "safe"),
         ("hazard_default", "", "safe"),
         ("hazard_safe", "reuse_policy:safe", "safe"),
@@ -110,7 +110,7 @@ def hazard(check):
         ("hazard_safe_blocking", "reuse_policy:safe", "safe", blocking),
         ("hazard_immediate_blocking", "reuse_policy:immediate", "report", blocking),
         ("hazard_safe_perthread", "reuse_policy:safe", "safe", {"HAZARD_STREAMS": "perthread"}),
-        ("hazard_expandable", "expandable_segments:1", "safe"))])
+        ("hazard_expandable", "expandable_segments:1", "safe")))
 
 
 def graph_replay_one(check, row, conf):
@@ -122,12 +122,12 @@ def graph_replay_one(check, row, conf):
 
 
 def graph_replay(check):
-    check.together(*[lambda a=a: graph_replay_one(check, *a) for a in (
+    check.each(graph_replay_one, (
         ("graph_replay_plain", None), ("graph_replay_default", ""),
         ("graph_replay_safe", "reuse_policy:safe"),
         ("graph_replay_immediate", "reuse_policy:immediate"),
         ("graph_replay_device_sync", "reuse_policy:device_sync"),
-        ("graph_replay_expandable", "expandable_segments:1"))])
+        ("graph_replay_expandable", "expandable_segments:1")))
 
 
 def oom_limit_one(check, row, conf, args):
@@ -141,11 +141,11 @@ def oom_limit_one(check, row, conf, args):
 
 
 def oom_limit(check):
-    check.together(*[lambda a=a: oom_limit_one(check, *a) for a in (
+    check.each(oom_limit_one, (
         ("oom_limit_plain", None, ["--max", "24"]),
         ("oom_limit_1024", "memory_limit_mb:1024", ["--limit-mb", "1024", "--max", "24"]),
         ("oom_limit_1024_expandable", "memory_limit_mb:1024,expandable_segments:1",
-         ["--limit-mb", "1024", "--max", "24"]))])
+         ["--limit-mb", "1024", "--max", "24"])))
 
 
 def torch_streams(check):
@@ -153,7 +153,7 @@ def torch_streams(check):
     modes = (("plain", None), ("pool", ""), ("expandable", "expandable_segments:1"))
     files = {mode: os.path.join(check.out, "torch_streams_%s.json" % mode) for mode, _ in modes}
 
-    def one(mode, conf):
+    def one(check, mode, conf):
         if os.path.exists(files[mode]):
             os.unlink(files[mode])
         row = "torch_streams_" + mode
@@ -165,8 +165,7 @@ def torch_streams(check):
             return outcome[0]
         return None
 
-    runs = dict(zip([m for m, _ in modes],
-                    check.together(*[lambda m=m, c=c: one(m, c) for m, c in modes])))
+    runs = dict(zip([m for m, _ in modes], check.each(one, modes)))
     match_rows(check, "torch", "plain", (
         ("pool", "torch_streams_match", "no vs yes"),
         ("expandable", "torch_streams_match_expandable", "no vs expandable")),

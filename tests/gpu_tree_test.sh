@@ -16,11 +16,14 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL gpu_tree: $*"; exit 1; }
 tree() { (cd / && PATH=/usr/bin:/bin "$1/scripts/gpu-check.sh" --tree); }
 
-# A copy of what the check could see, without .git or any build.
+# fresh_copy: $copy, what the check could see, without .git or any build.
 copy=$tmp/copy
-mkdir "$copy"
-tar -C "$src" --exclude=./.git --exclude='./build*' --exclude=./gpu-out --exclude=./.probe \
-  --exclude=./.deps --exclude=./dist -cf - . | tar -C "$copy" -xf -
+fresh_copy() {
+  rm -rf "$copy" && mkdir "$copy" &&
+    tar -C "$src" --exclude=./.git --exclude='./build*' --exclude=./gpu-out --exclude=./.probe \
+      --exclude=./.deps --exclude=./dist -cf - . | tar -C "$copy" -xf -
+}
+fresh_copy
 
 base=$(tree "$src") || fail "--tree failed in the source tree"
 [[ $base =~ ^[0-9a-f]{16}$ ]] || fail "--tree printed '$base', not 16 hex digits"
@@ -32,9 +35,7 @@ same() { [[ $(tree "$copy") == "$base" ]] || fail "$1 changed the hash"; }
 # moves WHAT: it must move; then the copy is put back.
 moves() {
   [[ $(tree "$copy") != "$base" ]] || fail "$1 left the hash unchanged"
-  rm -rf "$copy" && mkdir "$copy" && tar -C "$src" --exclude=./.git --exclude='./build*' \
-    --exclude=./gpu-out --exclude=./.probe --exclude=./.deps --exclude=./dist -cf - . |
-    tar -C "$copy" -xf -
+  fresh_copy
   [[ $(tree "$copy") == "$base" ]] || fail "the restored copy hashes differently"
 }
 

@@ -33,10 +33,20 @@
 #            preloaded (hooks and checks); and a memset one byte past its
 #            block, a random one or the same each time, which the library
 #            refuses itself (the hook and the check alone);
-#   slot     ResNet-50 (fp32) and GPT-2 small (bf16) training steps with
-#            cudalloc in PyTorch's allocator slot, beside PyTorch's caching
-#            allocator, PyTorch on cudaMallocAsync and the preloaded library:
-#            ms per step (median and spread) and peak memory in use (NVML).
+#   slot     GPT-2 small (bf16), ResNet-50 and ResNet-152 (fp32) training
+#            steps (tests/bench/slot_steps.py) with an allocator in PyTorch's
+#            allocator slot: cudalloc (as it comes, with expandable segments,
+#            with memcheck) and the floor (tests/bench/slot_floor.c, the
+#            least any allocator in the slot can cost), beside PyTorch's
+#            caching allocator, plain and with expandable segments; ms per
+#            step (median and spread) and peak memory in use (NVML), with a
+#            PASS/MISS cell per target (slot step <= 1.00x caching's, slot
+#            peak <= 0.95x caching's, with expandable segments <= 0.95x
+#            caching expandable's, memcheck step <= 1.3x the slot's) and one
+#            "slot-summary <case>:" line per case to grep for. The
+#            cudaMallocAsync and preloaded settings (async, preload) are
+#            there to ask for. One process per setting and round runs all
+#            the cases (PyTorch's start is most of a run's seconds).
 #
 # Each figure is the median of repeated runs; within a part the settings
 # take turns in every repeat, so that drift in the machine's speed spreads
@@ -52,13 +62,22 @@
 #
 # Builds the library and the benchmark programs with CMake (Release; the
 # programs are tests/bench's CUDA targets, static runtime unless _shared),
-# with what it shares with gpu-check.sh (scripts/gpu-lib.sh).
+# with what it shares with gpu-check.sh (scripts/gpu-lib.sh); when PARTS
+# holds only resnet and slot, just the library and libslot_floor.so.
 # Knobs (environment):
 #   REPEAT=5           runs of each setting: latency, mixed, threads, stacks
 #   RESNET_REPEAT=3    runs of each setting: resnet
-#   SLOT_REPEAT=3      runs of each setting: slot
+#   SLOT_REPEAT=3      rounds of the slot part (each runs every setting once)
 #   PARTS="latency mixed threads stacks fence copies resnet slot"
-#   SLOT_CASES="resnet50 gpt2"  SLOT_SETTINGS="caching async preload slot"
+#   SLOT_CASES="gpt2 resnet50 resnet152"  (and the order they run in)
+#   SLOT_SETTINGS="caching caching_exp slot slot_exp slot_memcheck floor"
+#                      (and async, preload: cudaMallocAsync, cudalloc preloaded)
+#   SLOT_TOGETHER=1    one process per slot setting and round for all the
+#                      cases; 0: one per case (fresh processes, 3x the starts)
+#   SLOT_DEADLINE_S=0  seconds into the script past which the slot part
+#                      begins no new round (0: no limit): a machine lent for
+#                      600 s a command gets its tables from the rounds done
+#   SLOT_FLOOR_GIB=60  the floor's region, GiB (read by libslot_floor.so)
 #   RESNET_CASES="resnet50-fp32 resnet50-bf16 resnet152-fp32 resnet152-bf16"
 #   RESNET_SETTINGS="caching nocache async safe immediate" (nocache, PyTorch
 #                      without any cache, is slow: leave it out to save time)
@@ -71,8 +90,10 @@
 # machine, the commit, the library's build), build.log, bench-gpu.log
 # (everything printed).
 # Time with the defaults, estimated from earlier H200 figures: a few minutes
-# without resnet; resnet some 20-40 s a run, 60 runs. Split a long session
-# with PARTS and RESNET_CASES (and one BENCH_OUT per piece).
+# without resnet; resnet some 20-40 s a run, 60 runs; slot 18 runs (6
+# settings, 3 rounds) of some 25-35 s (PyTorch's start 15-25 s, the three
+# cases' steps some 10 s), 8-10 minutes. Split a long session with PARTS,
+# RESNET_CASES and SLOT_CASES (and one BENCH_OUT per piece).
 
 set -uo pipefail
 
@@ -82,8 +103,11 @@ repeat=${REPEAT:-5}
 resnet_repeat=${RESNET_REPEAT:-3}
 parts=${PARTS:-latency mixed threads stacks fence copies resnet slot}
 slot_repeat=${SLOT_REPEAT:-3}
-slot_cases=${SLOT_CASES:-resnet50 gpt2}
-slot_keys=${SLOT_SETTINGS:-caching async preload slot}
+slot_cases=${SLOT_CASES:-gpt2 resnet50 resnet152}
+slot_keys=${SLOT_SETTINGS:-caching caching_exp slot slot_exp slot_memcheck floor}
+slot_together=${SLOT_TOGETHER:-1}
+slot_deadline=${SLOT_DEADLINE_S:-0}
+slot_run_keys="" slot_rounds=0
 resnet_cases=${RESNET_CASES:-resnet50-fp32 resnet50-bf16 resnet152-fp32 resnet152-bf16}
 resnet_keys=${RESNET_SETTINGS:-caching nocache async safe immediate}
 resnet_args=${RESNET_ARGS:-}
@@ -287,7 +311,8 @@ facts() {
   type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null)
   ca_gpu_facts "$root"
   echo "library: $lib (CMAKE_BUILD_TYPE ${type:-unknown})"
-  echo "repeats: REPEAT=$repeat RESNET_REPEAT=$resnet_repeat"
+  echo "repeats: REPEAT=$repeat RESNET_REPEAT=$resnet_repeat SLOT_REPEAT=$slot_repeat" \
+    "SLOT_TOGETHER=$slot_together SLOT_DEADLINE_S=$slot_deadline SLOT_FLOOR_GIB=${SLOT_FLOOR_GIB:-60}"
 }
 
 # ---------------------------------------------------------------------------
@@ -728,7 +753,7 @@ steps_all() {
   done
 }
 
-# step_run PART CASE KEY RUN: one training-step run of PART (resnet, slot):
+# step_run PART CASE KEY RUN: one training-step run of PART (resnet):
 # its command from PART_cmd, its setting's name from PART_name; the median
 # step and the peak that *_step.py printed, as a CSV row.
 step_run() {
@@ -796,73 +821,224 @@ part_resnet() {
 }
 
 # ---------------------------------------------------------------------------
-# Part slot: training steps with cudalloc in PyTorch's allocator slot, beside
-# PyTorch's own allocators and the preloaded library.
+# Part slot: training steps with an allocator in PyTorch's allocator slot
+# (cudalloc, plain, with expandable segments and with memcheck, and the
+# floor: tests/bench/slot_floor.c), beside PyTorch's own allocators.
 
+# slot_name KEY: the setting's name in the records (no commas: the CSV).
 slot_name() {
   case $1 in
   caching) echo "pytorch caching" ;;
+  caching_exp) echo "pytorch caching expandable" ;;
   async) echo "cudaMallocAsync" ;;
   preload) echo "cudalloc preloaded" ;;
   slot) echo "cudalloc slot" ;;
+  slot_exp) echo "cudalloc slot expandable" ;;
+  slot_memcheck) echo "cudalloc slot memcheck" ;;
+  floor) echo "floor" ;;
   *) return 1 ;;
   esac
 }
 
-# slot_cmd CASE KEY: the command, in CMD.
+# slot_cmd KEY CASE...: the command that runs CASEs under setting KEY, in
+# one process (tests/bench/slot_steps.py), in CMD.
 slot_cmd() {
-  local py
-  case $1 in
-  resnet50) py=("$python" "$root/tests/bench/resnet_step.py" --model resnet50) ;;
-  gpt2) py=("$python" "$root/tests/bench/gpt2_step.py") ;;
-  esac
-  case $2 in
+  local k=$1
+  shift
+  local py=("$python" "$root/tests/bench/slot_steps.py" "$@")
+  local plugged=(env CUDALLOC_LIBRARY="$lib")
+  case $k in
   caching) CMD=("${py[@]}") ;;
+  caching_exp) CMD=(env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "${py[@]}") ;;
   async) CMD=(env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync "${py[@]}") ;;
   preload)
     CMD=(env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$lib"
       CUDALLOC_CONF=leak_report:0 "${py[@]}")
     ;;
-  slot) CMD=(env CUDALLOC_LIBRARY="$lib" CUDALLOC_CONF=leak_report:0 "${py[@]}" --slot) ;;
+  slot) CMD=("${plugged[@]}" CUDALLOC_CONF=leak_report:0 "${py[@]}" --slot) ;;
+  slot_exp)
+    CMD=("${plugged[@]}" CUDALLOC_CONF="leak_report:0,expandable_segments:1" "${py[@]}" --slot)
+    ;;
+  slot_memcheck) CMD=("${plugged[@]}" CUDALLOC_CONF="leak_report:0,memcheck:1" "${py[@]}" --slot) ;;
+  floor) CMD=("${py[@]}" --plug "$bin/libslot_floor.so") ;;
   esac
 }
 
+# slot_run KEY RUN CASE...: one process of setting KEY running CASEs, one
+# CSV row per case. A case whose figures were printed keeps them though a
+# later one failed (slot_steps.py prints a case's lines once it is done).
+slot_run() {
+  local k=$1 r=$2 rc c ms gib before name bad=0
+  shift 2
+  name=$(slot_name "$k")
+  slot_cmd "$k" "$@"
+  # A hang must not eat the session: a start takes 15-25 s, a case 5-10.
+  run_cmd slot $((60 + 60 * $#))
+  rc=$?
+  for c in "$@"; do
+    ms=$(pick "s/^slot_steps: $c \([0-9.]*\) ms .*/\1/p")
+    gib=$(pick "s/^slot_steps: $c peak in use \([0-9.]*\) GiB.*/\1/p")
+    before=$(pick "s/^slot_steps: $c in use before \([0-9.]*\) GiB.*/\1/p")
+    [[ $ms == error || $gib == error ]] && bad=1
+    csv_row slot "$c,$name,$r,$ms,$gib,$before"
+  done
+  if ((bad || rc != 0)); then run_failed slot "$name ($*), run $r" "$rc"; fi
+}
+
+# slot_all: SLOT_REPEAT rounds; round r runs every setting once before round
+# r+1 begins, so drift in the machine's speed spreads over all settings.
+# With SLOT_TOGETHER=1 a run is one process per setting for all the cases
+# (a third of the starts); with 0, one process per case and setting, the
+# settings of a case in turn. A round is not begun past SLOT_DEADLINE_S
+# seconds of the script (when the last round's length would overrun it):
+# the tables then give the rounds done.
+slot_all() {
+  local r k c t0 last=0 cases keys
+  read -r -a cases <<<"$slot_cases"
+  read -r -a keys <<<"$slot_run_keys"
+  csv_begin slot "case,setting,run,ms_per_step,peak_gib,before_gib"
+  slot_rounds=0
+  for r in $(seq "$slot_repeat"); do
+    if ((slot_deadline > 0 && r > 1 && SECONDS + last > slot_deadline)); then
+      say "slot: round $r of $slot_repeat not begun: it would end past" \
+        "SLOT_DEADLINE_S=$slot_deadline s (now $SECONDS s, a round $last s)"
+      break
+    fi
+    t0=$SECONDS
+    if ((slot_together)); then
+      for k in ${keys[@]+"${keys[@]}"}; do
+        slot_run "$k" "$r" "${cases[@]}"
+      done
+    else
+      for c in "${cases[@]}"; do
+        for k in ${keys[@]+"${keys[@]}"}; do
+          slot_run "$k" "$r" "$c"
+        done
+      done
+    fi
+    last=$((SECONDS - t0))
+    slot_rounds=$r
+    say "slot: round $r of $slot_repeat done in $last s"
+  done
+}
+
+# slot_fig CASE KEY COL: the median of COL over CASE's runs of setting KEY
+# ("error" when it has none: left out of SLOT_SETTINGS, or failed).
+slot_fig() {
+  median "$out/slot.csv" "$3" 1="$1" 2="$(slot_name "$2")"
+}
+
+# slot_target A OP B WHAT: "WHAT: PASS" (or MISS, n/a), A and B as verdict
+# takes them.
+slot_target() { printf '%s: %s' "$4" "$(verdict "$1" "$2" "$3")"; }
+
 slot_table() {
-  local c=$1 f=$out/slot.csv k name ms gib cms cgib ams agib
-  cms=$(median "$f" 4 1="$c" "2=pytorch caching")
-  cgib=$(median "$f" 5 1="$c" "2=pytorch caching")
-  ams=$(median "$f" 4 1="$c" 2=cudaMallocAsync)
-  agib=$(median "$f" 5 1="$c" 2=cudaMallocAsync)
+  local c=$1 f=$out/slot.csv k name ms gib peer tstep tpeak peak_vs
+  local cms cgib xgib sms sgib egib mms fms
+  cms=$(slot_fig "$c" caching 4)
+  cgib=$(slot_fig "$c" caching 5)
+  xgib=$(slot_fig "$c" caching_exp 5)
+  sms=$(slot_fig "$c" slot 4)
+  sgib=$(slot_fig "$c" slot 5)
+  egib=$(slot_fig "$c" slot_exp 5)
+  mms=$(slot_fig "$c" slot_memcheck 4)
+  fms=$(slot_fig "$c" floor 4)
+  # The targets, as plain quotients.
+  local q_step q_peak q_exp q_mem q_floor
+  q_step=$(quotient "$sms" "$cms")
+  q_peak=$(quotient "$sgib" "$cgib")
+  q_exp=$(quotient "$egib" "$xgib")
+  q_mem=$(quotient "$mms" "$sms")
+  q_floor=$(quotient "$sms" "$fms")
   md
-  md "### slot: $c training step (median of $slot_repeat runs, spread min–max)"
+  md "### slot: $c training step (median of $slot_rounds runs, spread min–max)"
   md
   md "| setting | ms per step | spread | peak in use, GiB | step vs pytorch caching" \
-    "| peak vs pytorch caching | step vs cudaMallocAsync | peak vs cudaMallocAsync |"
-  md "| --- | --- | --- | --- | --- | --- | --- | --- |"
+    "| peak vs pytorch caching | against its peer | target: step | target: peak |"
+  md "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
   for k in $slot_keys; do
     name=$(slot_name "$k")
     ms=$(median "$f" 4 1="$c" 2="$name")
     gib=$(median "$f" 5 1="$c" 2="$name")
+    peer=- tstep=- tpeak=- peak_vs=$(ratio "$gib" "$cgib")
+    case $k in
+    slot)
+      peer="step $(ratio "$sms" "$fms") floor's"
+      tstep=$(slot_target "$q_step" '<=' 1.00 "≤ 1.00× caching")
+      tpeak=$(slot_target "$q_peak" '<=' 0.95 "≤ 0.95× caching")
+      ;;
+    slot_exp)
+      peer="peak $(ratio "$egib" "$xgib") caching expandable's"
+      tpeak=$(slot_target "$q_exp" '<=' 0.95 "≤ 0.95× caching expandable")
+      ;;
+    slot_memcheck)
+      peer="step $(ratio "$mms" "$sms") slot's"
+      tstep=$(slot_target "$q_mem" '<=' 1.3 "≤ 1.3× slot")
+      ;;
+    floor) peak_vs="- (its region)" ;;
+    esac
     md "| $name | $(num %.2f "$ms") | $(spread %.2f 1 "$f" 4 1="$c" 2="$name") | $(num %.2f "$gib")" \
-      "| $(change "$ms" "$cms") | $(ratio "$gib" "$cgib") | $(change "$ms" "$ams")" \
-      "| $(ratio "$gib" "$agib") |"
+      "| $(change "$ms" "$cms") | $peak_vs | $peer | $tstep | $tpeak |"
   done
+  # One line to grep for (slot-summary), with the table's quotients.
+  say "slot-summary $c:" \
+    "slot/caching step $(num %.4f "$q_step") $(verdict "$q_step" '<=' 1.00) (<= 1.00)," \
+    "peak $(num %.3f "$q_peak") $(verdict "$q_peak" '<=' 0.95) (<= 0.95);" \
+    "slot_exp/caching_exp peak $(num %.3f "$q_exp") $(verdict "$q_exp" '<=' 0.95) (<= 0.95);" \
+    "slot_memcheck/slot step $(num %.3f "$q_mem") $(verdict "$q_mem" '<=' 1.3) (<= 1.3);" \
+    "slot/floor step $(num %.3f "$q_floor");" \
+    "ms caching $(num %.2f "$cms") slot $(num %.2f "$sms") floor $(num %.2f "$fms");" \
+    "GiB caching $(num %.2f "$cgib") slot $(num %.2f "$sgib") caching_exp $(num %.2f "$xgib")" \
+    "slot_exp $(num %.2f "$egib") ($slot_rounds runs)"
 }
 
 part_slot() {
-  steps_all slot "$slot_repeat" "$slot_cases" "$slot_keys"
-  local c
+  local k c
+  # The floor is a library of its own: without it, its runs are not
+  # started (the table says "error" for it), and the suite reports a failure.
+  slot_run_keys=""
+  for k in $slot_keys; do
+    if [[ $k == floor && ! -f $bin/libslot_floor.so ]]; then
+      say "error: $bin/libslot_floor.so was not built (see $out/build.log): no floor runs"
+      failed=1
+      continue
+    fi
+    slot_run_keys+="$k "
+  done
+  slot_all
   for c in $slot_cases; do
     slot_table "$c"
   done
+  local grouping="one process per setting and round runs the cases in turn (SLOT_TOGETHER=1),
+each case's memory freed and the cache emptied before the next"
+  ((slot_together)) || grouping="one process per case, setting and round (SLOT_TOGETHER=0)"
   md
-  md "resnet50: tests/bench/resnet_step.py, batch 64, fp32, SGD with momentum, 20 timed" \
-    "steps after 5; gpt2: tests/bench/gpt2_step.py, GPT-2 124M, batch 8 of 512 tokens," \
-    "bf16 autocast, AdamW, 15 timed steps after 3. Each run's figure is its median step;" \
-    "the table gives the median of the runs and their spread. Peak: device memory in use" \
-    "(NVML), sampled after each step. cudalloc slot: cudalloc.torch.use(), nothing" \
-    "preloaded; cudalloc preloaded: PYTORCH_NO_CUDA_MEMORY_CACHING=1 under" \
-    "LD_PRELOAD=libcudalloc.so; cudaMallocAsync: PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync."
+  md "Cases: gpt2, tests/bench/gpt2_step.py: GPT-2 124M, bf16 autocast, batch 8 of 512" \
+    "tokens, AdamW, 15 timed steps after 3; resnet50, tests/bench/resnet_step.py: fp32," \
+    "batch 64, SGD with momentum, 20 timed steps after 5; resnet152: the same, 15 timed" \
+    "steps after 4 (fewer, to save time: a step is twice ResNet-50's). Runs:" \
+    "tests/bench/slot_steps.py, $grouping; each round runs every setting once." \
+    "Each run's figure is its median step; the table gives the median of the runs and" \
+    "their spread. Peak: device memory in use (NVML), sampled after each step, the CUDA" \
+    "context and what earlier cases of the process left (slot.csv, before_gib) included."
+  md
+  md "Settings: pytorch caching: PyTorch's own caching allocator, as it comes;" \
+    "pytorch caching expandable: the same with" \
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; cudalloc slot: cudalloc in" \
+    "PyTorch's allocator slot (cudalloc.torch.use(), CUDALLOC_CONF=leak_report:0)," \
+    "nothing preloaded; cudalloc slot expandable: the same with expandable_segments:1;" \
+    "cudalloc slot memcheck: the same with memcheck:1 (red zones, poisoned frees, a" \
+    "quarantine); floor: tests/bench/slot_floor.c in the slot, a bump region and" \
+    "exact-size free lists with no stream ordering (right for these single-stream steps" \
+    "only), the least any allocator in the slot costs: its peak is its region" \
+    "(SLOT_FLOOR_GIB, 60 GiB by default), not a figure to compare; cudaMallocAsync:" \
+    "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync; cudalloc preloaded:" \
+    "PYTORCH_NO_CUDA_MEMORY_CACHING=1 under LD_PRELOAD=libcudalloc.so."
+  md
+  md "Targets: the slot's step ≤ 1.00× and its peak ≤ 0.95× PyTorch caching's; with" \
+    "expandable segments, its peak ≤ 0.95× PyTorch's with them; memcheck's step ≤ 1.3×" \
+    "the slot's. The slot's step against the floor's is what cudalloc itself costs" \
+    "over what any allocator in the slot pays (PyTorch's bookkeeping)."
 }
 
 # ---------------------------------------------------------------------------
@@ -871,8 +1047,8 @@ part_slot() {
 check_knobs() {
   local p c k ok=1
   for p in $parts; do
-    [[ $p =~ ^(latency|mixed|threads|stacks|fence|resnet|slot)$ ]] ||
-      { say "unknown part '$p' (latency, mixed, threads, stacks, fence, resnet, slot)"; ok=0; }
+    [[ $p =~ ^(latency|mixed|threads|stacks|fence|copies|resnet|slot)$ ]] ||
+      { say "unknown part '$p' (latency, mixed, threads, stacks, fence, copies, resnet, slot)"; ok=0; }
   done
   for c in $resnet_cases; do
     [[ $c =~ ^resnet(50|152)-(fp32|bf16)$ ]] ||
@@ -883,12 +1059,17 @@ check_knobs() {
       { say "unknown resnet setting '$k' (caching, nocache, async, safe, immediate)"; ok=0; }
   done
   for c in $slot_cases; do
-    [[ $c =~ ^(resnet50|gpt2)$ ]] || { say "unknown slot case '$c' (resnet50, gpt2)"; ok=0; }
+    [[ $c =~ ^(gpt2|resnet50|resnet152)$ ]] ||
+      { say "unknown slot case '$c' (gpt2, resnet50, resnet152)"; ok=0; }
   done
   for k in $slot_keys; do
     slot_name "$k" >/dev/null ||
-      { say "unknown slot setting '$k' (caching, async, preload, slot)"; ok=0; }
+      { say "unknown slot setting '$k' (caching, caching_exp, slot, slot_exp," \
+        "slot_memcheck, floor, async, preload)"; ok=0; }
   done
+  [[ $slot_together =~ ^[01]$ ]] || { say "SLOT_TOGETHER must be 0 or 1"; ok=0; }
+  [[ $slot_deadline =~ ^[0-9]+$ ]] ||
+    { say "SLOT_DEADLINE_S must be a number of seconds (0: no limit)"; ok=0; }
   [[ $repeat =~ ^[1-9][0-9]*$ && $resnet_repeat =~ ^[1-9][0-9]*$ &&
     $slot_repeat =~ ^[1-9][0-9]*$ ]] ||
     { say "REPEAT, RESNET_REPEAT and SLOT_REPEAT must be positive integers"; ok=0; }
@@ -905,7 +1086,11 @@ main() {
     say "nvcc not found: put the CUDA toolkit's bin folder on PATH"
     ca_gpu_finish 2
   fi
-  ca_gpu_build "$root" "$build" Release "$out/build.log" ||
+  # Parts that run only PyTorch need only the library and the floor: no
+  # CUDA program is compiled (minutes of a lent machine).
+  local targets=()
+  [[ " $parts " =~ \ (latency|mixed|threads|stacks|fence|copies)\  ]] || targets=(cudalloc slot_floor)
+  ca_gpu_build "$root" "$build" Release "$out/build.log" ${targets[@]+"${targets[@]}"} ||
     say "the build had errors (see $out/build.log): parts whose programs are missing fail"
   if [[ ! -f $lib ]]; then
     say "libcudalloc.so was not built: see $out/build.log"

@@ -12,9 +12,12 @@ memory in use, sampled after each step as resnet_step.py samples it (NVML):
 Run it as is, with PYTORCH_NO_CUDA_MEMORY_CACHING=1 for a cudaMalloc per
 tensor, and that under LD_PRELOAD=libcudalloc.so.
 
---slot plugs cudalloc into PyTorch's allocator slot first (cudalloc.torch.use()).
+--slot plugs cudalloc into PyTorch's allocator slot first (cudalloc.torch.use());
+--plug PATH the library PATH (slot_floor_alloc and slot_floor_free:
+tests/bench/slot_floor.c), as resnet_step.py does.
 
-Usage: gpt2_step.py [--steps 15] [--warmup 3] [--batch 8] [--seq 512] [--slot]
+Usage: gpt2_step.py [--steps 15] [--warmup 3] [--batch 8] [--seq 512]
+                    [--slot | --plug PATH]
 """
 
 import argparse
@@ -24,23 +27,15 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from resnet_step import memory_in_use  # noqa: E402
+from resnet_step import add_plug_options, memory_in_use, plug  # noqa: E402
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=15)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=512)
-    ap.add_argument("--slot", action="store_true")
-    args = ap.parse_args()
+def train_steps(args):
+    """Plugs what args ask for (--slot, --plug), then WARMUP and STEPS steps:
+    the timed steps' milliseconds, every step's loss, the peak of memory in
+    use and where that figure comes from (slot_steps.py calls it too)."""
     import torch
-    if args.slot:
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                        "..", "..", "scripts"))
-        import cudalloc
-        cudalloc.torch.use()
+    plug(args)
     try:
         from transformers import GPT2Config, GPT2LMHeadModel
     except ImportError as e:
@@ -72,6 +67,18 @@ def main():
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
         peak = max(peak, in_use())
+    return times, losses, peak, source
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=512)
+    add_plug_options(ap)
+    args = ap.parse_args()
+    times, losses, peak, source = train_steps(args)
     print("gpt2_step: %.2f ms (median of %d steps, min %.2f, max %.2f)"
           % (statistics.median(times), len(times), min(times), max(times)))
     print("gpt2_step: losses %.6f .. %.6f" % (losses[0], losses[-1]))

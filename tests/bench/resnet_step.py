@@ -23,10 +23,14 @@ at its peak (torch.cuda.max_memory_reserved/allocated), then exits 0; 1 on an
 error (a missing torchvision included).
 
 --slot plugs cudalloc into PyTorch's allocator slot first
-(cudalloc.torch.use(): nothing preloaded, PyTorch's cache replaced).
+(cudalloc.torch.use(): nothing preloaded, PyTorch's cache replaced);
+--plug PATH plugs the library PATH instead, whose functions are
+slot_floor_alloc and slot_floor_free (tests/bench/slot_floor.c, the floor
+bench-gpu.sh sets the slot beside).
 
 Usage: resnet_step.py [--model resnet50|resnet152] [--amp none|bf16]
-                      [--steps 20] [--warmup 5] [--batch 64] [--slot]
+                      [--steps 20] [--warmup 5] [--batch 64]
+                      [--slot | --plug PATH]
 """
 
 import argparse
@@ -73,11 +77,39 @@ def plug_slot():
     cudalloc.torch.use()
 
 
+def plug_library(path):
+    """The library `path` in PyTorch's allocator slot, before any tensor is
+    made: its slot_floor_alloc and slot_floor_free, plugged as
+    cudalloc.torch.use() plugs cudalloc's, with nothing else of PyTorch's
+    answered by it (memory_stats and the like say nothing under it)."""
+    import torch
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(
+        os.path.abspath(path), "slot_floor_alloc", "slot_floor_free")
+    torch.cuda.memory.change_current_allocator(alloc)
+
+
+def plug(args):
+    """What --slot or --plug asks to put in PyTorch's allocator slot."""
+    if args.slot:
+        plug_slot()
+    elif args.plug:
+        plug_library(args.plug)
+
+
+def add_plug_options(ap):
+    """--slot and --plug PATH, one or the other, on the parser `ap`."""
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--slot", action="store_true",
+                       help="cudalloc in PyTorch's allocator slot")
+    which.add_argument("--plug", metavar="PATH",
+                       help="the library PATH (slot_floor_alloc and "
+                       "slot_floor_free) in PyTorch's allocator slot")
+
+
 def train_steps(args):
     import torch
     import torch.nn as nn
-    if args.slot:
-        plug_slot()
+    plug(args)
     try:
         import torchvision
     except ImportError as e:
@@ -123,6 +155,15 @@ def train_steps(args):
     return times, peak, torch.__version__, torch_peaks
 
 
+def plugged(args):
+    """What is in the allocator slot, for the first line of the output."""
+    if args.slot:
+        return ", cudalloc in the allocator slot"
+    if args.plug:
+        return ", %s in the allocator slot" % os.path.basename(args.plug)
+    return ""
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", choices=("resnet50", "resnet152"),
@@ -131,7 +172,7 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--slot", action="store_true")
+    add_plug_options(ap)
     args = ap.parse_args()
     if args.steps < 1 or args.warmup < 0 or args.batch < 1:
         sys.exit("resnet_step: bad arguments")
@@ -141,7 +182,7 @@ def main():
           % (version, args.model, args.amp, args.batch,
              os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", ""),
              os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
-             ", cudalloc in the allocator slot" if args.slot else ""))
+             plugged(args)))
     print("resnet_step: %.2f ms (median of %d steps, min %.2f, max %.2f)"
           % (statistics.median(times), len(times), min(times), max(times)))
     print("resnet_step: peak in use %.2f GiB (%s)"

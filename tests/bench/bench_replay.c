@@ -71,9 +71,22 @@ static void map_remove(map_entry *e) {
 static uint64_t mark_op[MAX_MARKS];
 static uint64_t ops;
 static int (*fake_mark)(void *ctx, int device, uint64_t *marker);
+static int (*fake_mark_on)(void *ctx, int device, uint64_t stream,
+                           uint64_t *marker);
 
 static int mark_now(void *ctx, int device, uint64_t *marker) {
   int rc = fake_mark(ctx, device, marker);
+  if (rc == 0 && *marker < MAX_MARKS)
+    mark_op[*marker] = ops;
+  return rc;
+}
+
+/* The lanes' markers (one stream's work) are made by mark_on, which the
+ * fake serves without going through backend.mark: stamped here too, or
+ * they would pass at once rather than LAG operations later. */
+static int mark_on_now(void *ctx, int device, uint64_t stream,
+                       uint64_t *marker) {
+  int rc = fake_mark_on(ctx, device, stream, marker);
   if (rc == 0 && *marker < MAX_MARKS)
     mark_op[*marker] = ops;
   return rc;
@@ -197,6 +210,8 @@ int main(int argc, char **argv) {
   fake.backend.fence = ca_fake_fence;
   fake_mark = fake.backend.mark;
   fake.backend.mark = mark_now;
+  fake_mark_on = fake.backend.mark_on;
+  fake.backend.mark_on = mark_on_now;
   if (expandable)
     ca_fake_enable_ranges(&fake);
   ca_pool_options opt = {.max_split_size = UINT64_MAX,

@@ -1,10 +1,12 @@
 /*
  * bench_replay: how much device memory the pool reserves for a real
  * program's allocation sequence, with no GPU: a trace recorded on a GPU
- * machine by trace_alloc (see tests/bench/trace_alloc.c) is replayed through
- * the pool over the fake backend.
+ * machine by trace_alloc (see tests/bench/trace_alloc.c), or through
+ * PyTorch's allocator slot by slot_trace (slot_trace.c), is replayed
+ * through the pool over the fake backend.
  *
- *   bench_replay TRACE [immediate|safe[+expandable][+stream] [LAG [HEAD]]]
+ *   bench_replay TRACE [immediate|safe[+expandable][+stream[+held]]
+ *                      [LAG [HEAD]]]
  *
  * TRACE is a trace file ("-": standard input, e.g. from zcat). Under safe,
  * the fake backend fences as the CUDA one does, and the fake device runs
@@ -15,10 +17,27 @@
  * before each segment's first block (default 512, the library's under
  * leak_scan:1; 0 as under leak_scan:0). +expandable: as under
  * expandable_segments:1, the fake mapping 2 MiB pages into ranges.
- * +stream: every request and free names one stream, as through the
- * allocator slot (ca_pool_alloc_on, ca_pool_free_on: the lanes).
- * Prints the peaks of the bytes the program held (requested), the pool's
- * blocks (allocated) and the pool's segments (reserved), the overhead
+ * +stream: every request and free names a stream, as through the
+ * allocator slot (ca_pool_alloc_on, ca_pool_free_on: the lanes). Where the
+ * trace has a stream column (slot_trace.c records one), each names its
+ * own: the trace's number + 1, so that a trace of the default stream alone
+ * replays as one without the column, whose operations all name stream 1.
+ * A block recorded on another stream (`r` lines: Tensor.record_stream) is
+ * freed to its own lane at once, as cudalloc's slot does it: there its
+ * stream waits for the other's work (an event) before the block is reused,
+ * so reuse on its own stream needs no delay, and reuse elsewhere waits for
+ * the lane's marker anyway.
+ * +held (with +stream): PyTorch's own allocator instead: such a block's
+ * free is held back LAG operations, as PyTorch keeps the block until an
+ * event recorded on the other stream at the free has passed (the fake
+ * device passes it LAG operations later, as a marker). The pool counts the
+ * block requested until then, as PyTorch counts it allocated.
+ * Without +stream, streams and `r` lines are ignored (the fences order
+ * every stream).
+ * Prints, for a trace with streams, how many it names and its
+ * record_stream lines; the peaks of the bytes the program held
+ * (requested), the pool's blocks (allocated) and the pool's segments
+ * (reserved), the overhead
  * (reserved over requested, at their peaks), and the driver calls the pool
  * made: segments reserved and released, markers made and waited for; the
  * least any placement could reserve that started every block over 1 MiB
@@ -35,12 +54,16 @@
 #include "fake_backend.h"
 #include "pool/pool.h"
 
-/* The trace's addresses, mapped to the pool's: open addressing. */
+/* The trace's addresses, mapped to the pool's: open addressing. Under
+ * +stream, each with the stream it was served on and whether the trace
+ * recorded it on another. */
 #define MAP_BITS 20
 #define MAP_SIZE (1u << MAP_BITS)
 
 typedef struct map_entry {
   uint64_t from, to, size;
+  uint32_t stream;
+  bool recorded;
 } map_entry;
 
 static map_entry map[MAP_SIZE];
@@ -93,10 +116,11 @@ static int mark_on_now(void *ctx, int device, uint64_t stream,
 }
 
 /* A trace's operations, read whole first, so that each can be placed in
- * its sixth of the trace. */
+ * its sixth of the trace: `a`, `f` and `r` lines. */
 typedef struct trace_op {
   char kind;
   uint64_t addr, size;
+  uint32_t stream; /* the line's stream number + 1; 0: the line has none */
 } trace_op;
 
 #define SIXTHS 6
@@ -108,24 +132,47 @@ static void die(const char *what) {
 
 static double gib(uint64_t bytes) { return (double)bytes / (1u << 30); }
 
-/* Reads the allocations and frees of a trace; other lines are skipped. */
+/* Stream numbers seen (below MAX_STREAMS), for the summary. */
+#define MAX_STREAMS 1024
+static bool stream_seen[MAX_STREAMS];
+static int streams_named;
+
+/* Reads the allocations, frees and record_stream lines of a trace (with or
+ * without the stream column: trace_alloc.c's and slot_trace.c's); other
+ * lines are skipped. */
 static trace_op *read_trace(FILE *in, size_t *count) {
   trace_op *ops_read = NULL;
   size_t n = 0, cap = 0;
   char line[256];
   while (fgets(line, sizeof(line), in)) {
-    char kind;
-    unsigned long long addr, size = 0;
-    if (sscanf(line, "%c %llx %llu", &kind, &addr, &size) < 2 ||
-        (kind != 'a' && kind != 'f'))
+    unsigned long long addr, size = 0, id = 0;
+    int thread, got = 0;
+    char kind = line[0];
+    bool named = false;
+    if (kind == 'a') {
+      got = sscanf(line, "a %llx %llu %d %llu", &addr, &size, &thread, &id);
+      named = got == 4;
+    } else if (kind == 'f') {
+      got = sscanf(line, "f %llx %d %llu", &addr, &thread, &id) + 1;
+      named = got == 4;
+    } else if (kind == 'r') {
+      got = sscanf(line, "r %llx %llu", &addr, &id) == 2 ? 2 : 0;
+      named = true;
+    }
+    if (got < 2 || id >= UINT32_MAX)
       continue;
+    if (named && id < MAX_STREAMS && !stream_seen[id]) {
+      stream_seen[id] = true;
+      streams_named++;
+    }
     if (n == cap) {
       cap = cap ? 2 * cap : 4096;
       ops_read = realloc(ops_read, cap * sizeof(*ops_read));
       if (ops_read == NULL)
         die("out of host memory");
     }
-    ops_read[n++] = (trace_op){.kind = kind, .addr = addr, .size = size};
+    ops_read[n++] = (trace_op){.kind = kind, .addr = addr, .size = size,
+                               .stream = named ? (uint32_t)id + 1 : 0};
   }
   *count = n;
   return ops_read;
@@ -158,23 +205,85 @@ static void floor_count(uint64_t size, bool live) {
     floor_.worst = floor_.aligned + rest;
 }
 
-/* +stream: the stream every request and free names (0: none). */
-static uint64_t stream;
+/* +stream: requests and frees name streams; +held: recorded blocks' frees
+ * wait LAG operations. */
+static bool streams, held;
+static uint64_t lag;
+
+/* The stream an operation names under +stream: its own, else 1. */
+static uint32_t op_stream(const trace_op *op) {
+  return op->stream ? op->stream : 1;
+}
+
+/* +held: frees waiting for the device, oldest first (all wait LAG
+ * operations, so the queue is in order of release). */
+typedef struct held_free {
+  uint64_t addr, stream, due;
+} held_free;
+
+static held_free *held_q;
+static size_t held_head, held_tail, held_cap;
+static uint64_t records, records_other, frees_held;
+
+static void hold_free(uint64_t addr, uint64_t stream) {
+  if (held_tail == held_cap && held_head > 0) {
+    /* Room at the end: slide the waiting ones to the front. */
+    memmove(held_q, held_q + held_head,
+            (held_tail - held_head) * sizeof(*held_q));
+    held_tail -= held_head;
+    held_head = 0;
+  }
+  if (held_tail == held_cap) {
+    held_cap = held_cap ? 2 * held_cap : 1024;
+    held_q = realloc(held_q, held_cap * sizeof(*held_q));
+    if (held_q == NULL)
+      die("out of host memory");
+  }
+  held_q[held_tail++] =
+      (held_free){.addr = addr, .stream = stream, .due = ops + lag};
+  frees_held++;
+}
+
+/* Frees whose stream's work has passed by now go to the pool. */
+static void release_held(ca_pool *pool) {
+  for (; held_head < held_tail && held_q[held_head].due <= ops; held_head++)
+    if (!ca_pool_free_on(pool, held_q[held_head].addr, held_q[held_head].stream,
+                         NULL))
+      die("a held free of an address not allocated");
+}
 
 static void replay_op(ca_pool *pool, const trace_op *op) {
   map_entry *e = map_slot(op->addr);
-  if (op->kind == 'a') {
+  if (op->kind == 'r') {
+    /* PyTorch ignores a record on the block's own stream; so does this.
+     * A record of an address not live is skipped, not fatal. */
+    records++;
+    if (streams && e->from != 0 && op_stream(op) != e->stream) {
+      e->recorded = true;
+      records_other++;
+    }
+  } else if (op->kind == 'a') {
     if (e->from != 0)
       die("an address allocated twice");
-    if ((stream ? ca_pool_alloc_on(pool, op->size, 0, stream, &e->to)
-                : ca_pool_alloc(pool, op->size, 0, &e->to)) != 0)
+    uint32_t s = op_stream(op);
+    if ((streams ? ca_pool_alloc_on(pool, op->size, 0, s, &e->to)
+                 : ca_pool_alloc(pool, op->size, 0, &e->to)) != 0)
       die("the pool failed an allocation");
     e->from = op->addr;
     e->size = (op->size + CA_GRANULE - 1) / CA_GRANULE * CA_GRANULE;
+    e->stream = s;
+    e->recorded = false;
     floor_count(e->size, true);
   } else {
-    if (e->from == 0 || !(stream ? ca_pool_free_on(pool, e->to, stream, NULL)
-                                 : ca_pool_free(pool, e->to, NULL)))
+    /* The program let go of the bytes here, whenever the pool takes them
+     * back: the floor counts them free now. The trace's address is free
+     * now too (the driver may hand it out again at once). */
+    if (e->from == 0)
+      die("a free of an address not allocated");
+    if (streams && held && e->recorded)
+      hold_free(e->to, op_stream(op));
+    else if (!(streams ? ca_pool_free_on(pool, e->to, op_stream(op), NULL)
+                       : ca_pool_free(pool, e->to, NULL)))
       die("a free of an address not allocated");
     floor_count(e->size, false);
     map_remove(e);
@@ -190,14 +299,16 @@ static void print_sixths(const char *what, const int *counts) {
 
 int main(int argc, char **argv) {
   if (argc < 2)
-    die("usage: bench_replay TRACE [immediate|safe[+expandable][+stream] [LAG [HEAD]]]");
+    die("usage: bench_replay TRACE "
+        "[immediate|safe[+expandable][+stream[+held]] [LAG [HEAD]]]");
   FILE *in = strcmp(argv[1], "-") == 0 ? stdin : fopen(argv[1], "r");
   if (in == NULL)
     die("cannot open the trace");
   bool safe = argc > 2 && strncmp(argv[2], "safe", 4) == 0;
   bool expandable = argc > 2 && strstr(argv[2], "+expandable") != NULL;
-  stream = argc > 2 && strstr(argv[2], "+stream") != NULL ? 1 : 0;
-  uint64_t lag = argc > 3 ? strtoull(argv[3], NULL, 10) : 500;
+  streams = argc > 2 && strstr(argv[2], "+stream") != NULL;
+  held = argc > 2 && strstr(argv[2], "+held") != NULL;
+  lag = argc > 3 ? strtoull(argv[3], NULL, 10) : 500;
   /* Segment heads as the library makes them by default (leak_scan:1); 0
    * for leak_scan:0. */
   uint64_t head = argc > 4 ? strtoull(argv[4], NULL, 10) : CA_GRANULE;
@@ -227,10 +338,15 @@ int main(int argc, char **argv) {
   int reserves[SIXTHS] = {0}, releases[SIXTHS] = {0};
   uint64_t mapped[SIXTHS] = {0};
   for (size_t i = 0; i < count; i++) {
+    if (trace[i].kind == 'r') { /* no operation of the pool's: no time */
+      replay_op(pool, &trace[i]);
+      continue;
+    }
     int sixth = (int)(i * SIXTHS / count);
     int reserves_before = fake.reserves + fake.maps;
     int releases_before = fake.releases + fake.unmaps;
     uint64_t mapped_before = fake.mapped_total;
+    release_held(pool);
     replay_op(pool, &trace[i]);
     mapped[sixth] += fake.mapped_total - mapped_before;
     reserves[sixth] += fake.reserves + fake.maps - reserves_before;
@@ -242,14 +358,27 @@ int main(int argc, char **argv) {
       fake.passed++;
   }
   free(trace);
+  free(held_q);
   cudalloc_device_stats s;
   ca_pool_get_stats(pool, &s);
   printf("bench_replay: %llu operations, %s reuse%s%s", (unsigned long long)ops,
          safe ? "safe" : "immediate", expandable ? ", expandable segments" : "",
-         stream ? ", one named stream (the slot's lanes)" : "");
+         !streams ? ""
+         : streams_named > 1
+             ? ", each operation on its own stream (the slot's lanes)"
+             : ", one named stream (the slot's lanes)");
+  if (streams && held)
+    printf(", recorded blocks' frees held back");
   if (safe)
     printf(", the device %llu operations behind", (unsigned long long)lag);
   printf("\n");
+  if (streams_named > 0 || records > 0)
+    printf("bench_replay: %d streams named by the trace; %llu record_stream "
+           "lines, %llu on another stream than the block's own%s; "
+           "%llu frees held back\n",
+           streams_named, (unsigned long long)records,
+           (unsigned long long)records_other, streams ? "" : " (ignored)",
+           (unsigned long long)frees_held);
   printf("bench_replay: peak requested %.3f GiB, allocated %.3f GiB, "
          "reserved %.3f GiB (%llu segments)\n",
          gib(s.requested_bytes.peak), gib(s.allocated_bytes.peak),

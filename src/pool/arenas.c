@@ -80,7 +80,10 @@ static void ca__forget_all(ca__arena *p, int release) {
     ca__slab_put(&p->batch_slab, batch);
   }
   p->held_head = p->held_tail = NULL;
-  memset(p->lanes, 0, sizeof(p->lanes)); /* their blocks went with the segments */
+  for (unsigned i = 0; i < p->nstreams; i++) { /* their blocks went too */
+    memset(p->streams[i]->bins, 0, sizeof(p->streams[i]->bins));
+    p->streams[i]->bytes = 0;
+  }
   p->open_bytes = 0;
   p->held_bytes = 0;
   p->quick_bytes = 0;
@@ -98,6 +101,8 @@ static void ca__arena_free(ca__arena *p) {
   ca__slab_destroy(&p->block_slab);
   ca__slab_destroy(&p->segment_slab);
   ca__slab_destroy(&p->batch_slab);
+  for (unsigned i = 0; i < p->nstreams; i++)
+    ca_meta_free(p->streams[i], sizeof(*p->streams[i]));
   ca_meta_free(p, sizeof(*p));
 }
 

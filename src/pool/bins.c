@@ -1,5 +1,5 @@
 /*
- * Size classes, the free-block index (TLSF) and the quick lists.
+ * Size classes, the free-block indexes (TLSF) and the quick lists.
  *
  * Part of the pool's one compilation unit (src/pool/pool.c includes the
  * files in layer order); not compiled alone.
@@ -45,10 +45,18 @@ static void ca__link_remove(ca__block **head, ca__block *b) {
   b->link_prev = b->link_next = NULL;
 }
 
+/* The index a free block sits in: its stream's, or its heap's shared one. */
+static inline ca__bins *ca__bins_of(const ca__block *b) {
+  return b->owner ? &b->owner->bins[b->seg->heap->large] : &b->seg->heap->free;
+}
+
 static void ca__index_insert(ca__block *b) {
   ca__heap *h = b->seg->heap;
+  ca__bins *x = ca__bins_of(b);
+  if (b->owner)
+    b->owner->bytes += b->size;
   if (ca__is_oversize(h, b->size)) {
-    ca__block **at = &h->oversize, *prev = NULL;
+    ca__block **at = &x->oversize, *prev = NULL;
     while (*at && (*at)->size < b->size) {
       prev = *at;
       at = &(*at)->link_next;
@@ -64,54 +72,57 @@ static void ca__index_insert(ca__block *b) {
   ca__class_of(b->size, &fl, &sl);
   b->fl = fl;
   b->sl = sl;
-  ca__block **head = &h->bins[fl][sl];
+  ca__block **head = &x->bins[fl][sl];
   b->link_prev = NULL;
   b->link_next = *head;
   if (*head)
     (*head)->link_prev = b;
   *head = b;
-  h->sl_bitmap[fl] |= 1u << sl;
-  h->fl_bitmap |= 1ull << fl;
+  x->sl_bitmap[fl] |= 1u << sl;
+  x->fl_bitmap |= 1ull << fl;
 }
 
 static void ca__index_remove(ca__block *b) {
   ca__heap *h = b->seg->heap;
+  ca__bins *x = ca__bins_of(b);
+  if (b->owner)
+    b->owner->bytes -= b->size;
   if (ca__is_oversize(h, b->size)) {
-    ca__link_remove(&h->oversize, b);
+    ca__link_remove(&x->oversize, b);
     return;
   }
   unsigned fl = b->fl, sl = b->sl;
-  ca__link_remove(&h->bins[fl][sl], b);
-  if (!h->bins[fl][sl]) {
-    h->sl_bitmap[fl] &= ~(1u << sl);
-    if (!h->sl_bitmap[fl])
-      h->fl_bitmap &= ~(1ull << fl);
+  ca__link_remove(&x->bins[fl][sl], b);
+  if (!x->bins[fl][sl]) {
+    x->sl_bitmap[fl] &= ~(1u << sl);
+    if (!x->sl_bitmap[fl])
+      x->fl_bitmap &= ~(1ull << fl);
   }
 }
 
 /* The first block of the first non-empty class at or above (fl, sl). */
-static ca__block *ca__first_from(ca__heap *h, unsigned fl, unsigned sl) {
-  uint32_t slmap = h->sl_bitmap[fl] & (~0u << sl);
+static ca__block *ca__first_from(ca__bins *x, unsigned fl, unsigned sl) {
+  uint32_t slmap = x->sl_bitmap[fl] & (~0u << sl);
   if (!slmap) {
-    uint64_t flmap = fl + 1 < 64 ? h->fl_bitmap & (~0ull << (fl + 1)) : 0;
+    uint64_t flmap = fl + 1 < 64 ? x->fl_bitmap & (~0ull << (fl + 1)) : 0;
     if (!flmap)
       return NULL;
     fl = (unsigned)__builtin_ctzll(flmap);
-    slmap = h->sl_bitmap[fl];
+    slmap = x->sl_bitmap[fl];
   }
-  return h->bins[fl][__builtin_ctz(slmap)];
+  return x->bins[fl][__builtin_ctz(slmap)];
 }
 
 /* A good fit among blocks below max_split_size: the tightest of the first few
  * blocks in the request's own class, else any block of the next class that
  * is guaranteed to fit. */
-static ca__block *ca__find_binned(ca__heap *h, uint64_t size) {
+static ca__block *ca__find_binned(ca__bins *x, uint64_t size) {
   unsigned fl, sl;
   uint64_t ceiling = ca__class_ceiling(size);
   if (ceiling != size) {
     ca__class_of(size, &fl, &sl);
     ca__block *best = NULL;
-    ca__block *b = h->bins[fl][sl];
+    ca__block *b = x->bins[fl][sl];
     for (int i = 0; b && i < CA__CLASS_SCAN; b = b->link_next, i++) {
       if (b->size >= size && (!best || b->size < best->size)) {
         best = b;
@@ -125,13 +136,13 @@ static ca__block *ca__find_binned(ca__heap *h, uint64_t size) {
   ca__class_of(ceiling, &fl, &sl);
   if (fl >= CA__FL_COUNT)
     return NULL;
-  return ca__first_from(h, fl, sl);
+  return ca__first_from(x, fl, sl);
 }
 
 /* Oversize blocks serve only requests at or above max_split_size, and only
  * when they waste less than CA_OVERSIZE_MAX_WASTE. */
-static ca__block *ca__find_oversize(ca__heap *h, uint64_t size) {
-  for (ca__block *b = h->oversize; b; b = b->link_next) {
+static ca__block *ca__find_oversize(ca__bins *x, uint64_t size) {
+  for (ca__block *b = x->oversize; b; b = b->link_next) {
     if (b->size >= size)
       return b->size - size < CA_OVERSIZE_MAX_WASTE ? b : NULL;
   }
@@ -148,11 +159,18 @@ static ca__heap *ca__heap_for(ca__arena *p, uint64_t size) {
   return size <= ca__small_max(p) ? &p->small : &p->large;
 }
 
+static ca__block *ca__find_among(const ca__heap *h, ca__bins *x, uint64_t size) {
+  return ca__is_oversize(h, size) ? ca__find_oversize(x, size)
+                                  : ca__find_binned(x, size);
+}
+
+/* A free block for `size` bytes that the request being served may take at
+ * once: its stream's own first (p->want), else a shared one. */
 static ca__block *ca__find(ca__arena *p, uint64_t size) {
   ca__heap *h = ca__heap_for(p, size);
-  if (ca__is_oversize(h, size))
-    return ca__find_oversize(h, size);
-  return ca__find_binned(h, size);
+  ca__block *b = p->want ? ca__find_among(h, &p->want->bins[h->large], size)
+                         : NULL;
+  return b ? b : ca__find_among(h, &h->free, size);
 }
 
 /* ---- Quick lists ---------------------------------------------------------- */

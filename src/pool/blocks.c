@@ -25,17 +25,29 @@ static void ca__block_link_after(ca__block *b, ca__block *n) {
   b->next = n;
 }
 
-/* Returns a block to the free index, merged with its free neighbours;
- * returns the merged block. */
+/* Whether block b, being freed, merges with its neighbour n: n is free and
+ * of b's stream, or shared while b is a stream's. A shared block's bytes
+ * are safe for any stream, so the stream's block takes them in: a
+ * stream's freed block and the rest of its segment form the larger blocks
+ * its requests need, as on one stream they would. A shared block never
+ * takes in a stream's, which would hand that stream's bytes to others. */
+static inline bool ca__mergeable(const ca__block *b, const ca__block *n) {
+  return n && n->state == CA__FREE &&
+         (n->owner == b->owner || (b->owner && !n->owner));
+}
+
+/* Returns a block to the free index of its owner (b->owner), merged with
+ * the free neighbours it may take in; returns the merged block. */
 static ca__block *ca__block_make_free(ca__arena *p, ca__block *b) {
-  if (b->next && b->next->state == CA__FREE) {
+  if (ca__mergeable(b, b->next)) {
     ca__index_remove(b->next);
     ca__block_merge_next(p, b);
   }
-  if (b->prev && b->prev->state == CA__FREE) {
+  if (ca__mergeable(b, b->prev)) {
     ca__block *prev = b->prev;
     ca__index_remove(prev);
     ca__block_merge_next(p, prev);
+    prev->owner = b->owner;
     b = prev;
   }
   b->state = CA__FREE;
@@ -75,16 +87,19 @@ static void ca__block_take(ca__arena *p, ca__block *b, uint64_t size) {
     r->state = CA__FREE;
     r->keep_out = false; /* slab records come uninitialized */
     r->freed_at = b->freed_at;
+    r->owner = b->owner;
     ca__block_link_after(b, r);
     b->size = size;
     ca__index_insert(r);
   }
   b->state = CA__LIVE;
+  b->owner = NULL;
 }
 
-/* A freed block that may be reused now: small ones park in the quick
- * lists, large ones merge with their free neighbours at once. */
+/* A freed block that any stream may reuse now: small ones park in the
+ * quick lists, large ones merge with their free neighbours at once. */
 static void ca__cache(ca__arena *p, ca__block *b) {
+  b->owner = NULL;
   if (__builtin_expect(b->keep_out, 0))
     ca__retire_gone(p, b);
   else if (b->seg->heap->large)

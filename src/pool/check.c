@@ -16,14 +16,14 @@
   } while (0)
 
 static bool ca__in_index(const ca__block *b) {
-  const ca__heap *h = b->seg->heap;
+  const ca__bins *x = ca__bins_of(b);
   const ca__block *it;
-  if (ca__is_oversize(h, b->size)) {
-    it = h->oversize;
+  if (ca__is_oversize(b->seg->heap, b->size)) {
+    it = x->oversize;
   } else {
     unsigned fl, sl;
     ca__class_of(b->size, &fl, &sl);
-    it = h->bins[fl][sl];
+    it = x->bins[fl][sl];
   }
   for (; it; it = it->link_next)
     if (it == b)
@@ -31,15 +31,33 @@ static bool ca__in_index(const ca__block *b) {
   return false;
 }
 
-static size_t ca__count_index(const ca__heap *h) {
+/* The blocks of one index; their bytes added to *bytes. */
+static size_t ca__count_index(const ca__bins *x, uint64_t *bytes) {
   size_t n = 0;
-  for (const ca__block *b = h->oversize; b; b = b->link_next)
-    n++;
+  for (const ca__block *b = x->oversize; b; b = b->link_next, n++)
+    *bytes += b->size;
   for (unsigned fl = 0; fl < CA__FL_COUNT; fl++)
     for (unsigned sl = 0; sl < CA__SL_COUNT; sl++)
-      for (const ca__block *b = h->bins[fl][sl]; b; b = b->link_next)
-        n++;
+      for (const ca__block *b = x->bins[fl][sl]; b; b = b->link_next, n++)
+        *bytes += b->size;
   return n;
+}
+
+/* The blocks of every index, shared and streams'; false when a stream's
+ * count of its bytes disagrees with its blocks. */
+static bool ca__count_indexes(const ca__arena *p, size_t *n) {
+  uint64_t bytes = 0;
+  *n = ca__count_index(&p->small.free, &bytes) +
+       ca__count_index(&p->large.free, &bytes);
+  for (unsigned i = 0; i < p->nstreams; i++) {
+    const ca__sfree *s = p->streams[i];
+    bytes = 0;
+    *n += ca__count_index(&s->bins[0], &bytes) +
+          ca__count_index(&s->bins[1], &bytes);
+    if (bytes != s->bytes)
+      return false;
+  }
+  return true;
 }
 
 static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
@@ -56,8 +74,11 @@ static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
                 (unsigned long long)b->addr);
       CA__CHECK(!b->next || b->next->prev == b, "broken neighbour links");
       CA__CHECK(b->state != CA__FREE || !b->next ||
-                    b->next->state != CA__FREE,
+                    b->next->state != CA__FREE || b->next->owner != b->owner,
                 "two free neighbours at %#llx were not merged",
+                (unsigned long long)b->addr);
+      CA__CHECK(b->state == CA__FREE || !b->owner,
+                "block %#llx not free but a stream's",
                 (unsigned long long)b->addr);
       if (b->state == CA__FREE) {
         CA__CHECK(ca__in_index(b), "free block %#llx not indexed",
@@ -91,8 +112,6 @@ static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
                   (unsigned long long)b->addr);
         unmapped += b->size;
       } else if (b->state == CA__GONE) {
-        CA__CHECK(s->has_gone, "segment %#llx hides a GONE block",
-                  (unsigned long long)s->addr);
         gone += b->size;
       } else {
         held += b->size;
@@ -125,8 +144,9 @@ static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
     CA__CHECK(p->by_addr[i - 1]->addr + p->by_addr[i - 1]->size <=
                   p->by_addr[i]->addr,
               "address index out of order at %zu", i);
-  CA__CHECK(nfree == ca__count_index(&p->small) + ca__count_index(&p->large),
-            "index holds blocks that are not free");
+  size_t indexed = 0;
+  CA__CHECK(ca__count_indexes(p, &indexed), "a stream's bytes disagree");
+  CA__CHECK(nfree == indexed, "index holds blocks that are not free");
   CA__CHECK(nlive == p->live.count, "live table size %llu != %zu",
             (unsigned long long)p->live.count, nlive);
   CA__CHECK(held == p->held_bytes, "held bytes disagree");

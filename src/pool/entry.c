@@ -97,7 +97,7 @@ static ca__block *ca__find_cached(ca__arena *p, uint64_t size) {
     ca__heap_flush(p, h);
     b = ca__find(p, size);
   }
-  if (!b && (p->held_head || p->batch_head) &&
+  if (!b && (p->held_head || p->batch_head || ca__sfree_held(p)) &&
       (ca__fence_pending(p) || ca__recover_pending(p))) {
     ca__heap_flush(p, h);
     b = ca__find(p, size);
@@ -106,6 +106,8 @@ static ca__block *ca__find_cached(ca__arena *p, uint64_t size) {
 }
 
 
+static ca__block *ca__find_cached_on(ca__arena *p, uint64_t size);
+
 /* For a request that p could not serve even after every arena gave back
  * what it could: a block from another arena's cache. A nearly full device
  * may keep its free memory in other arenas' partly used segments, which no
@@ -113,6 +115,7 @@ static ca__block *ca__find_cached(ca__arena *p, uint64_t size) {
  * it. Returns the arena locked now: the one that served *out, p released;
  * or p, locked again, with *out NULL when none could. */
 static CA__COLD ca__arena *ca__obtain_elsewhere(ca__arena *p, uint64_t size,
+                                                const uint64_t *stream,
                                                 ca__block **out) {
   ca__arena *all[CA_POOL_ARENAS];
   unsigned n = ca__arenas(p->pool, all);
@@ -125,7 +128,10 @@ static CA__COLD ca__arena *ca__obtain_elsewhere(ca__arena *p, uint64_t size,
     if (o == p)
       continue;
     ca_lock_acquire(&o->lock);
-    if (ca__live_room(&o->live) && (*out = ca__find_cached(o, size))) {
+    ca__want(o, stream);
+    if (ca__live_room(&o->live) &&
+        (*out = stream ? ca__find_cached_on(o, size)
+                       : ca__find_cached(o, size))) {
       o->stats.cache_hits++;
       ca__block_take(o, *out, size);
       return o;
@@ -133,6 +139,7 @@ static CA__COLD ca__arena *ca__obtain_elsewhere(ca__arena *p, uint64_t size,
     ca_lock_release(&o->lock);
   }
   ca_lock_acquire(&p->lock);
+  ca__want(p, stream);
   return p;
 }
 
@@ -168,10 +175,12 @@ ca__give_out(ca__arena *p, ca__block *b, uint64_t size, uint32_t tag,
   ca_lock_release(&p->lock);
 }
 
-/* A cached block for a request that names its stream: what has passed
- * comes back without a fence; on a miss the lanes close (their markers
- * are recorded on their own streams) before the pool grows, which waits
- * for pending blocks first. */
+/* A cached block for a request that names its stream: its stream's own
+ * and the shared ones, then the parked ones merged, then what has passed
+ * of the pending ones, then, last, every other stream's blocks shared
+ * behind markers on their own streams (oldest first), of which what has
+ * passed comes back at once. Never a fence: the pool grows only after
+ * waiting for pending blocks that could serve it (ca__grow). */
 static ca__block *ca__find_cached_on(ca__arena *p, uint64_t size) {
   ca__heap *h = ca__heap_for(p, size);
   ca__block *b = ca__find(p, size);
@@ -183,12 +192,9 @@ static ca__block *ca__find_cached_on(ca__arena *p, uint64_t size) {
     ca__heap_flush(p, h);
     b = ca__find(p, size);
   }
-  if (!b) {
-    ca__lanes_close(p);
-    if (ca__reap(p)) {
-      ca__heap_flush(p, h);
-      b = ca__find(p, size);
-    }
+  if (!b && ca__sfree_close_others(p) && ca__reap(p)) {
+    ca__heap_flush(p, h);
+    b = ca__find(p, size);
   }
   return b;
 }
@@ -228,20 +234,15 @@ ca__alloc(ca_pool *pool, uint64_t size, uint32_t tag, const uint64_t *stream,
     ca_lock_release(&p->lock);
     return pool->backend->oom_code; /* no host memory for its record */
   }
-  ca__block *b;
-  if (stream) {
-    ca__lane *l = ca__lane_of(p, *stream, false);
-    b = l ? ca__lane_take(p, l, rounded) : NULL;
-  } else {
-    b = ca__quick_take(p, rounded);
-  }
+  ca__want(p, stream);
+  ca__block *b = stream ? NULL : ca__quick_take(p, rounded);
   if (b) {
     p->stats.cache_hits++;
     b->state = CA__LIVE;
   } else {
     int rc = ca__obtain(p, rounded, stream != NULL, &b);
     if (rc == p->backend->oom_code) {
-      p = ca__obtain_elsewhere(p, rounded, &b);
+      p = ca__obtain_elsewhere(p, rounded, stream, &b);
       rc = b ? 0 : rc;
     }
     if (rc != 0) {
@@ -325,17 +326,22 @@ static void ca__describe(const ca__arena *p, const ca__block *b,
                  (out->page && b->addr % out->page == 0);
 }
 
-/* A block freed on `stream`: into its lane, or, with no lane to be had
- * (or no markers to close one with), among the ordinary pending frees (a
- * fence or a marker over every stream covers it too). */
+/* A block freed on `stream`: free at once among its stream's blocks,
+ * merged with its neighbours of that stream and shared ones; or, with no
+ * index to be had for the stream (or no markers to share its blocks
+ * with), among the ordinary pending frees (a fence or a marker over every
+ * stream covers it too). */
 static void ca__retire_on(ca__arena *p, ca__block *b, uint64_t stream) {
-  ca__lane *l = b->keep_out || !p->backend->mark
-                    ? NULL
-                    : ca__lane_of(p, stream, true);
-  if (l)
-    ca__lane_push(p, l, b);
-  else
+  ca__sfree *s = b->keep_out || !p->backend->mark
+                     ? NULL
+                     : ca__sfree_of(p, stream, true);
+  if (!s) {
     ca__retire(p, b);
+    return;
+  }
+  s->used = p->free_tick;
+  b->owner = s;
+  ca__block_make_free(p, b);
 }
 
 /* Takes the live block at `addr` out of use, its arena locked on return
@@ -386,6 +392,22 @@ bool ca_pool_free_on(ca_pool *pool, uint64_t addr, uint64_t stream,
   ca__retire_on(p, b, stream);
   ca_lock_release(&p->lock);
   return true;
+}
+
+void ca_pool_stream_ended(ca_pool *pool, uint64_t stream) {
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n = ca__arenas(pool, all);
+  for (unsigned i = 0; i < n; i++) {
+    ca__arena *p = all[i];
+    ca_lock_acquire(&p->lock);
+    ca__sfree *s = ca__sfree_of(p, stream, false);
+    if (s && !ca__sfree_close(p, s))
+      for (ca__block *b; (b = ca__sfree_pop(s));) {
+        ca__lru_remove(p, b->seg);
+        ca__hold(p, b);
+      }
+    ca_lock_release(&p->lock);
+  }
 }
 
 int ca_pool_device(const ca_pool *pool) { return pool->device; }
@@ -572,20 +594,26 @@ uint64_t ca_pool_empty_cache(ca_pool *pool) {
   return released;
 }
 
+/* The largest block of one index, or `largest` if that is larger. */
+static uint64_t ca__bins_largest(const ca__bins *x, uint64_t largest) {
+  for (const ca__block *b = x->oversize; b; b = b->link_next)
+    largest = b->size > largest ? b->size : largest;
+  if (!x->fl_bitmap)
+    return largest;
+  unsigned fl = 63u - (unsigned)__builtin_clzll(x->fl_bitmap);
+  unsigned sl = 31u - (unsigned)__builtin_clz(x->sl_bitmap[fl]);
+  for (const ca__block *b = x->bins[fl][sl]; b; b = b->link_next)
+    largest = b->size > largest ? b->size : largest;
+  return largest;
+}
+
+/* The largest free block, shared or a stream's. */
 static uint64_t ca__largest_free(const ca__arena *p) {
-  uint64_t largest = 0;
-  const ca__heap *heaps[2] = {&p->small, &p->large};
-  for (int i = 0; i < 2; i++) {
-    const ca__heap *h = heaps[i];
-    for (const ca__block *b = h->oversize; b; b = b->link_next)
-      largest = b->size > largest ? b->size : largest;
-    if (!h->fl_bitmap)
-      continue;
-    unsigned fl = 63u - (unsigned)__builtin_clzll(h->fl_bitmap);
-    unsigned sl = 31u - (unsigned)__builtin_clz(h->sl_bitmap[fl]);
-    for (const ca__block *b = h->bins[fl][sl]; b; b = b->link_next)
-      largest = b->size > largest ? b->size : largest;
-  }
+  uint64_t largest = ca__bins_largest(&p->small.free, 0);
+  largest = ca__bins_largest(&p->large.free, largest);
+  for (unsigned i = 0; i < p->nstreams; i++)
+    for (unsigned j = 0; j < 2; j++)
+      largest = ca__bins_largest(&p->streams[i]->bins[j], largest);
   return largest;
 }
 

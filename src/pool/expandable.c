@@ -208,8 +208,10 @@ static ca__block *ca__unmap_block(ca__arena *p, ca__block *b) {
   ca__block *tail = hi < end && mid ? ca__block_new(p, s, hi, end - hi,
                                                     CA__FREE)
                                     : NULL;
-  if (tail)
+  if (tail) {
     tail->freed_at = b->freed_at; /* as long free as the block it was */
+    tail->owner = b->owner;
+  }
   if (!mid || (hi < end && !tail) ||
       be->unmap(be->ctx, p->device, lo, hi - lo) != 0) {
     if (mid && mid != b)
@@ -225,6 +227,7 @@ static ca__block *ca__unmap_block(ca__arena *p, ca__block *b) {
     ca__index_insert(b);
   } else {
     b->state = CA__UNMAPPED;
+    b->owner = NULL;
     b->size = hi - lo;
   }
   if (tail) {
@@ -325,6 +328,12 @@ static uint64_t ca__heap_free_pages(const ca__arena *p, const ca__heap *h) {
 
 /* ---- Mapping pages for a request ---------------------------------------- */
 
+/* Whether free block b would join new pages mapped for the request being
+ * served (ca__map_at): its stream's, or shared. */
+static bool ca__joins(const ca__arena *p, const ca__block *b) {
+  return b && b->state == CA__FREE && (!b->owner || b->owner == p->want);
+}
+
 /* Where heap h serves `size` bytes by mapping the fewest new bytes: the
  * start of an UNMAPPED block, extending the free block before it. Returns
  * the UNMAPPED block and the bytes to map there, or NULL. */
@@ -339,8 +348,8 @@ static ca__block *ca__map_site(ca__arena *p, const ca__heap *h, uint64_t size,
       if (u->state != CA__UNMAPPED)
         continue;
       const ca__block *prev = u->prev, *next = u->next;
-      uint64_t before = prev->state == CA__FREE ? prev->size : 0;
-      uint64_t after = next && next->state == CA__FREE ? next->size : 0;
+      uint64_t before = ca__joins(p, prev) ? prev->size : 0;
+      uint64_t after = ca__joins(p, next) ? next->size : 0;
       uint64_t need =
           before >= size ? 0 : ca__round_up(size - before, ca__page_size(p));
       if (need > u->size && before + u->size + after >= size)
@@ -380,6 +389,7 @@ static int ca__map_at(ca__arena *p, ca__block *u, uint64_t bytes,
     ca__block_link_after(u, rest);
   }
   ca__mapped_add(p, u->seg, bytes);
+  u->owner = p->want; /* takes in only what the request may use */
   *out = ca__block_make_free(p, u);
   return 0;
 }

@@ -43,7 +43,6 @@ static uint64_t ca__gc_budget(ca__arena *p) {
 static uint64_t ca__give_back(ca__arena *p, uint64_t target, bool wait,
                               uint64_t *segments) {
   ca_lock_acquire(&p->lock);
-  ca__lanes_close(p);
   while (wait && ca__wait_oldest(p))
     ;
   ca__quick_flush(p);
@@ -63,14 +62,16 @@ static uint64_t ca__give_back(ca__arena *p, uint64_t target, bool wait,
 static uint64_t ca__release_others(ca__arena *p, uint64_t target, bool wait) {
   ca__arena *all[CA_POOL_ARENAS];
   unsigned n = ca__arenas(p->pool, all);
-  uint64_t segments = 0;
+  uint64_t segments = 0, stream;
   if (n < 2 || ca__pool_reserved(p) <= target)
     return 0;
+  const uint64_t *want = ca__wanted(p, &stream);
   ca_lock_release(&p->lock);
   for (unsigned i = 0; i < n; i++)
     if (all[i] != p)
       ca__give_back(all[i], target, wait, &segments);
   ca_lock_acquire(&p->lock);
+  ca__want(p, want);
   return segments;
 }
 

@@ -88,12 +88,14 @@ static bool ca__reap(ca__arena *p) {
 }
 
 /* Fences the device (see ca_backend.fence) and hands every pending block
- * back to the cache at once. Returns false, changing nothing, when there is
- * nothing pending or the backend cannot fence now. */
+ * back to the cache at once, and every stream's free blocks with them.
+ * Returns false, changing nothing, when there is nothing pending or the
+ * backend cannot fence now. */
 static bool ca__fence_pending(ca__arena *p) {
   if (!p->backend->fence || (!p->held_head && !p->batch_head) ||
       p->backend->fence(p->backend->ctx, p->device) != 0)
     return false;
+  ca__sfree_share_all(p);
   ca__cache_list(p, p->held_head);
   p->held_bytes -= p->open_bytes;
   p->held_head = p->held_tail = NULL;
@@ -108,11 +110,12 @@ static bool ca__fence_pending(ca__arena *p) {
 }
 
 /* On a miss: what has passed comes back; what was freed since the last
- * marker gets one, which has often passed already (the program synchronized
- * since). Returns true when blocks came back. */
+ * marker gets one, and so do the streams' free blocks, markers that have
+ * often passed already (the program synchronized since). Returns true when
+ * blocks came back. */
 static bool ca__recover_pending(ca__arena *p) {
   bool any = ca__reap(p);
-  if (ca__close_batch(p))
+  if (ca__close_batch(p) | ca__sfree_close_others(p))
     any |= ca__reap(p);
   return any;
 }
@@ -125,11 +128,13 @@ static bool ca__wait_oldest(ca__arena *p) {
   if (!p->batch_head && !ca__close_batch(p))
     return false;
   ca__batch *batch = p->batch_head;
-  uint64_t generation = p->generation;
+  uint64_t generation = p->generation, stream;
+  const uint64_t *want = ca__wanted(p, &stream);
   ca__pop_batch(p);
   ca_lock_release(&p->lock);
   int rc = p->backend->wait(p->backend->ctx, p->device, batch->marker);
   ca_lock_acquire(&p->lock);
+  ca__want(p, want);
   if (generation != p->generation) {
     p->backend->forget(p->backend->ctx, p->device, batch->marker);
     ca__slab_put(&p->batch_slab, batch);

@@ -151,16 +151,24 @@ int ca_pool_alloc(ca_pool *pool, uint64_t size, uint32_t tag, uint64_t *addr);
 bool ca_pool_free(ca_pool *pool, uint64_t addr, ca_live_block *freed);
 
 /* Stream-ordered reuse, for callers that know the stream (a framework's
- * allocator slot: docs/POOL.md). A block freed on `stream` serves the next
- * request on the same stream at once, with no marker (the stream's own
- * order puts the new work after the old), and requests on other streams
- * only once a marker recorded on `stream` alone has passed; the pool never
- * fences for them, whatever options.reuse says. `stream` is the caller's
- * handle as a number (0: the legacy stream). */
+ * allocator slot: docs/POOL.md). A block freed on `stream` is free at once
+ * among that stream's blocks, split and merged as any: it serves the next
+ * requests on the same stream with no marker (the stream's own order puts
+ * the new work after the old), and requests on other streams only once a
+ * marker recorded on `stream` alone has passed; the pool never fences for
+ * them, whatever options.reuse says. `stream` is the caller's handle as a
+ * number (0: the legacy stream). */
 int ca_pool_alloc_on(ca_pool *pool, uint64_t size, uint32_t tag,
                      uint64_t stream, uint64_t *addr);
 bool ca_pool_free_on(ca_pool *pool, uint64_t addr, uint64_t stream,
                      ca_live_block *freed);
+
+/* `stream` is about to be destroyed (call it while the handle is valid):
+ * its free blocks are shared behind a marker recorded on it now, so that
+ * they serve every stream once its last work has passed, and no later
+ * stream given the same handle finds them its own. Where no marker can be
+ * made, they wait among the ordinary pending frees. */
+void ca_pool_stream_ended(ca_pool *pool, uint64_t stream);
 
 /* The bytes of blocks, for memcheck, through the pool's backend
  * (backend.h): whether it can touch them at all; a fill of [addr, addr +

@@ -68,16 +68,17 @@ static inline unsigned ca__hash_addr(uint64_t addr) {
  * while its segment lives (they were shared with another process, or the
  * segment was freed behind the pool's back); it never merges. UNMAPPED:
  * addresses of an expandable segment with no memory behind them, whole
- * pages; two never lie side by side, and none is in any index. LANE:
- * freed on a known stream, reusable on it at once (lanes.c). */
-enum { CA__FREE = 1, CA__LIVE, CA__HELD, CA__QUICK, CA__GONE, CA__UNMAPPED,
-       CA__LANE };
+ * pages; two never lie side by side, and none is in any index. A FREE
+ * block freed on a named stream belongs to that stream's free blocks
+ * (stream_free.c) until they are shared. */
+enum { CA__FREE = 1, CA__LIVE, CA__HELD, CA__QUICK, CA__GONE, CA__UNMAPPED };
 
 typedef struct ca__segment ca__segment;
 typedef struct ca__heap ca__heap;
 typedef struct ca__arena ca__arena;
 typedef struct ca__chunk ca__chunk;
 typedef struct ca__batch ca__batch;
+typedef struct ca__sfree ca__sfree;
 
 typedef struct ca__block {
   uint64_t addr;
@@ -88,6 +89,9 @@ typedef struct ca__block {
   struct ca__block *prev, *next;           /* neighbours in the segment */
   struct ca__block *link_prev, *link_next; /* bin, oversize, held or quick */
   ca__segment *seg;
+  /* While FREE: the stream whose requests alone may take it at once (its
+   * free blocks, stream_free.c), or NULL: any request may. */
+  ca__sfree *owner;
   int state;
   /* GONE when freed: shared with another process, or pending in a lost
    * segment (one flag, so a free checks one byte it already has). */
@@ -122,7 +126,6 @@ struct ca__segment {
    * `mapped` bytes of its `size` are memory, its first page always. */
   bool expandable;
   uint64_t mapped;
-  bool has_gone; /* holds GONE blocks: "fully free" means FREE or GONE */
   bool lost;     /* freed behind the pool's back: never used or released
                     again; its records go when its last block does */
   /* The arena that owns it, and its records in the process-wide address
@@ -140,11 +143,17 @@ struct ca__batch {
   ca__batch *next;
 };
 
-struct ca__heap {
+/* One index of free blocks: size classes with a bitmap per level, and the
+ * blocks at or above max_split_size apart (bins.c). */
+typedef struct ca__bins {
   uint64_t fl_bitmap;
   uint32_t sl_bitmap[CA__FL_COUNT];
   ca__block *bins[CA__FL_COUNT][CA__SL_COUNT];
-  ca__block *oversize;    /* ascending by size */
+  ca__block *oversize; /* ascending by size */
+} ca__bins;
+
+struct ca__heap {
+  ca__bins free; /* the shared free blocks: any request may take them */
   ca__block *quick[CA__FL_COUNT][CA__SL_COUNT]; /* freed, not yet merged */
   uint64_t quick_fl_bitmap;
   uint32_t quick_sl_bitmap[CA__FL_COUNT];
@@ -153,16 +162,15 @@ struct ca__heap {
   bool expandable; /* grows by mapping pages (expandable.c) */
 };
 
-/* Blocks freed on one stream, newest first, not yet given a marker
- * (lanes.c); counted in the arena's held bytes. */
-#define CA__LANES 8u
-#define CA__LANE_MAX 64u
-typedef struct ca__lane {
+/* The free blocks of one named stream (stream_free.c): a request on that
+ * stream takes them at once, others only once they are shared. */
+#define CA__STREAMS 16u
+struct ca__sfree {
   uint64_t stream;
-  ca__block *head, *tail;
-  unsigned n;
-  uint64_t bytes;
-} ca__lane;
+  ca__bins bins[2]; /* the small heap's, the large heap's */
+  uint64_t bytes;   /* indexed here */
+  uint64_t used;    /* the arena's free_tick at its latest free */
+};
 
 typedef struct ca__slab {
   void *free;
@@ -197,8 +205,15 @@ struct ca__arena {
   ca__block *held_head, *held_tail; /* the open batch: no marker yet */
   uint64_t open_bytes;
   ca__batch *batch_head, *batch_tail; /* closed batches, oldest first */
-  uint64_t held_bytes; /* in the open batch, the closed ones and lanes */
-  ca__lane lanes[CA__LANES];
+  uint64_t held_bytes; /* in the open batch and the closed ones */
+  /* Named streams' free blocks, made when a stream first frees; the one
+   * the request being served names (NULL: none), which ca__find serves
+   * from first. */
+  ca__sfree *streams[CA__STREAMS];
+  unsigned nstreams;
+  ca__sfree *want;
+  bool want_named;
+  uint64_t want_stream;
   unsigned large_since_fence; /* large requests since the last fence */
   uint64_t quick_bytes;
   uint64_t gone_bytes; /* in GONE blocks */

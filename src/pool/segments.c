@@ -49,16 +49,18 @@ static uint64_t ca__segment_bytes(const ca__segment *s) {
   return s->expandable ? s->mapped : s->size;
 }
 
-/* Whether no byte of a plain segment is in use: one free block, or, once
- * it holds GONE blocks, nothing but FREE and GONE ones. An expandable
- * segment never is: it gives back pages instead (expandable.c). */
+/* Whether no byte of a plain segment is in use: nothing but FREE blocks
+ * (one, or a few of different streams, which do not merge) and GONE ones.
+ * Free blocks of one owner are merged, so a segment in use shows a block
+ * in use among its first few. An expandable segment never is: it gives
+ * back pages instead (expandable.c). */
 static int ca__segment_is_free(const ca__segment *s) {
-  if (!s->has_gone)
-    return s->first->state == CA__FREE && !s->first->next && !s->expandable;
+  if (s->expandable)
+    return 0;
   for (const ca__block *b = s->first; b; b = b->next)
     if (b->state != CA__FREE && b->state != CA__GONE)
       return 0;
-  return !s->expandable;
+  return 1;
 }
 
 static void ca__lru_remove(ca__arena *p, ca__segment *s) {
@@ -81,6 +83,8 @@ static void ca__lru_remove(ca__arena *p, ca__segment *s) {
  * last. The search starts from the newest end, where it nearly always
  * stops. */
 static void ca__lru_push(ca__arena *p, ca__segment *s) {
+  if (s->in_lru) /* a stream's blocks shared at once (stream_free.c) */
+    return;
   ca__segment *after = p->lru_tail;
   while (after && after->last_free > s->last_free)
     after = after->lru_prev;
@@ -215,7 +219,6 @@ static uint64_t ca__release_lru(ca__arena *p, uint64_t reserved_target) {
 /* Takes a freed block out of use for as long as its segment lives. */
 static void ca__bury(ca__arena *p, ca__block *b) {
   b->state = CA__GONE;
-  b->seg->has_gone = true;
   p->gone_bytes += b->size;
 }
 

@@ -8,7 +8,7 @@
  *  2. a block freed on A serves a request on stream B only behind an event
  *     recorded on A: the request on B gets it after the pool recorded one
  *     event on A (a created, blocking stream) and waited for it, still no
- *     stream made to wait;
+ *     stream made to wait, and no new segment;
  *  3. the bytes written through the slot are the block's (memset, copy
  *     back);
  *  4. a device the machine does not have is refused with one line (the
@@ -101,17 +101,22 @@ int main(int argc, char **argv) {
     FAIL("reuse on the same stream recorded %llu event(s) or made a stream wait",
          (unsigned long long)(k1.event_record - k0.event_record));
 
-  /* Another block keeps the segment's other half busy: B finds nothing
-   * free but A's freed block. */
-  void *other = sm(MiB, 0, b);
+  /* Freed on A, q took in the rest of its segment: B finds nothing free
+   * but A's blocks, and gets them behind one event on A, with no new
+   * segment; the rest of them, shared now, serves B again at once. */
   sf(q, MiB, 0, a);
   void *r = sm(MiB, 0, b);
+  void *other = sm(MiB, 0, b);
   mockcuda_counters k2 = counters();
-  if (r != q)
+  if (r != q || !other)
     FAIL("stream B did not get stream A's block once its event passed");
   if (k2.event_record_blocking - k1.event_record_blocking != 1)
     FAIL("%llu event(s) recorded on a created stream, want 1 (on A)",
          (unsigned long long)(k2.event_record_blocking - k1.event_record_blocking));
+  if (k2.mem_alloc != k1.mem_alloc)
+    FAIL("stream B's requests grew the pool (%llu new segment(s)) while A's "
+         "freed blocks could serve them",
+         (unsigned long long)(k2.mem_alloc - k1.mem_alloc));
   if (k2.event_record_legacy != k1.event_record_legacy ||
       k2.wait_event_other + k2.wait_event_legacy + k2.wait_event_nonblocking !=
           k1.wait_event_other + k1.wait_event_legacy + k1.wait_event_nonblocking)

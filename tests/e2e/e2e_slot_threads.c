@@ -40,6 +40,20 @@
  *     serve no one else;
  * 10. once the graph is released, the blocks the program freed go back to
  *     the pool.
+ * E2E_SLOT_MODE=faults (answered as PyTorch's allocator answers: the call
+ * succeeds, and no block is handed out before its stream's work is done):
+ * 11. a stream destroyed while a block freed on it waits: preloaded, the
+ *     library sees the destroy, and another stream's request gets the
+ *     block with no new segment, behind one event recorded on the stream
+ *     before it went; loaded alone (as PyTorch loads it) it never learns
+ *     of it, and the block stays the dead stream's, as PyTorch keeps it,
+ *     until its segment goes back to the driver (whose cuMemFree waits for
+ *     the device); no event is ever recorded on the dead handle;
+ * 12. a block freed on a stream that is capturing serves another stream
+ *     only after the capture: during it, nothing is recorded on the
+ *     capturing stream and the capture stays valid;
+ * 13. a block allocated on one thread and freed on another serves the
+ *     first thread's next request on its stream at once, with no event.
  * Last line of its own: PASS or FAIL.
  */
 #ifndef _GNU_SOURCE
@@ -51,6 +65,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -327,6 +342,104 @@ static void graph_mode(void) {
     FAIL("%llu block(s) live after every free", live_blocks());
 }
 
+/* Event records that failed (a handle the mock does not know). */
+static uint64_t failed_records(const mockcuda_counters *k) {
+  return k->event_record - k->event_record_legacy - k->event_record_per_thread -
+         k->event_record_blocking - k->event_record_nonblocking;
+}
+
+/* 11 */
+static void destroyed_stream_case(bool preloaded) {
+  CUstream a, b;
+  primary_with_streams(&a, &b, 0);
+  void *p = sm(8 * MiB, 0, a);
+  sf(p, 8 * MiB, 0, a);
+  mockcuda_counters k0, k1;
+  mockcuda_get_counters(&k0);
+  CHECK(cuStreamDestroy(a));
+  void *q = sm(8 * MiB, 0, b);
+  mockcuda_get_counters(&k1);
+  if (preloaded && (q != p || k1.mem_alloc != k0.mem_alloc ||
+                    k1.event_record_blocking - k0.event_record_blocking != 1))
+    FAIL("a destroyed stream's block: %p (want %p), %llu new segment(s), "
+         "%llu event(s) on it (want 1, before it went)", q, p,
+         (unsigned long long)(k1.mem_alloc - k0.mem_alloc),
+         (unsigned long long)(k1.event_record_blocking -
+                              k0.event_record_blocking));
+  if (!preloaded && q == p && k1.mem_free == k0.mem_free)
+    FAIL("a block of a stream destroyed unseen served another stream "
+         "without going back to the driver first");
+  if (failed_records(&k1) != failed_records(&k0))
+    FAIL("%llu event(s) recorded on a destroyed stream",
+         (unsigned long long)(failed_records(&k1) - failed_records(&k0)));
+  sf(q, 8 * MiB, 0, b);
+  CHECK(cuStreamDestroy(b));
+}
+
+/* 12 */
+static void capturing_stream_case(void) {
+  CUstream cap, other;
+  CUgraph g = NULL;
+  primary_with_streams(&cap, &other, CU_STREAM_NON_BLOCKING);
+  void *keep = sm(MiB, 0, other); /* other's stream has a block of its own */
+  void *p = sm(8 * MiB, 0, cap);
+  mockcuda_counters k0, k1;
+  mockcuda_get_counters(&k0);
+  CHECK(cuStreamBeginCapture(cap, CU_STREAM_CAPTURE_MODE_RELAXED));
+  sf(p, 8 * MiB, 0, cap);
+  void *q = sm(8 * MiB, 0, other);
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  CHECK(cuStreamIsCapturing(cap, &st));
+  CHECK(cuStreamEndCapture(cap, &g));
+  mockcuda_get_counters(&k1);
+  if (!q || q == p || st != CU_STREAM_CAPTURE_STATUS_ACTIVE ||
+      k1.capture_violations != k0.capture_violations)
+    FAIL("during a capture: another stream got %p (the capturing stream's "
+         "block %p: want another), capture %s, %llu violation(s)", q, p,
+         st == CU_STREAM_CAPTURE_STATUS_ACTIVE ? "active" : "broken",
+         (unsigned long long)(k1.capture_violations - k0.capture_violations));
+  CHECK(cuGraphDestroy(g));
+  sf(q, 8 * MiB, 0, other);
+  void *r = sm(16 * MiB, 0, other);
+  void *s = sm(8 * MiB, 0, other);
+  if (r == NULL || s != p)
+    FAIL("after the capture, another stream did not get the captured "
+         "stream's block (%p, want %p)", s, p);
+  sf(r, 16 * MiB, 0, other);
+  sf(s, 8 * MiB, 0, other);
+  sf(keep, MiB, 0, other);
+}
+
+/* 13 */
+static void *free_on(void *arg) {
+  void **block = arg;
+  sf(*block, 4 * MiB, 0, NULL);
+  return NULL;
+}
+
+static void cross_thread_case(void) {
+  CHECK(cuCtxSetCurrent(e2e_primary(0)));
+  void *p = sm(4 * MiB, 0, NULL);
+  pthread_t t;
+  pthread_create(&t, NULL, free_on, &p);
+  pthread_join(t, NULL);
+  mockcuda_counters k0, k1;
+  mockcuda_get_counters(&k0);
+  void *q = sm(4 * MiB, 0, NULL);
+  mockcuda_get_counters(&k1);
+  if (q != p || k1.event_record != k0.event_record)
+    FAIL("a block freed on another thread: %p (want %p at once), %llu "
+         "event(s)", q, p,
+         (unsigned long long)(k1.event_record - k0.event_record));
+  sf(q, 4 * MiB, 0, NULL);
+}
+
+static void faults_mode(bool preloaded) {
+  destroyed_stream_case(preloaded);
+  capturing_stream_case();
+  cross_thread_case();
+}
+
 int main(int argc, char **argv) {
   void *lib = e2e_slot_library(argc, argv);
   sm = (slot_malloc)dlsym(lib, "cudalloc_stream_malloc");
@@ -349,6 +462,8 @@ int main(int argc, char **argv) {
     record_mode();
   else if (mode && strcmp(mode, "graph") == 0)
     graph_mode();
+  else if (mode && strcmp(mode, "faults") == 0)
+    faults_mode(dlsym(RTLD_DEFAULT, "cudalloc_version") != NULL);
   else
     threads_mode();
   printf("%s " E2E_NAME " (%s)\n", failures ? "FAIL" : "PASS",

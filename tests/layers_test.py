@@ -7,16 +7,21 @@ the program reaches hooks/, hooks/ the policy/, the policy the registry/,
 the registry the pool/, the pool its backend/, the backend the driver/.
 Beside them, folders of side modules (support/, leaks/, timeline/, and the
 folders of one module each: unwind/, symbolize/, pyframes/, report/, top/)
-are called from anywhere and call only each other. This test reads every
-file of SRC_DIR and checks:
+are called from anywhere and call only each other. A folder may hold
+subfolders (policy/slot/): each is part of its folder's layer or side
+group, with its own README. This test reads every file of SRC_DIR and
+checks:
 
-  1. every file lies in a folder named below (at most LOOSE_MAX files lie
-     loose in src/), every folder has a README.md that says what it owns
-     and what it may call, and the diagram of ARCHITECTURE.md names exactly
-     the folders there are;
+  1. every file lies in a folder named below or a subfolder of one (at most
+     LOOSE_MAX files lie loose in src/), every folder and subfolder has a
+     README.md that says what it owns and what it may call, and the
+     diagram of ARCHITECTURE.md names exactly the folders there are (a
+     subfolder by its path: policy/slot/);
   2. every #include "folder/file.h" goes down the layers (to a folder of a
      lower rank), into the file's own folder, or into a side folder; a side
-     folder includes only side folders;
+     folder includes only side folders; a subfolder counts as its folder
+     (policy/slot/ is the policy layer's, of its rank, and "policy/x.h" and
+     "policy/slot/y.h" include each other freely);
   3. no include cycle between modules (a .c and its .h are one module; a
      folder whose main file includes its other .c files is one module);
   4. only support/dl.c and hooks/hooks.c call dlsym (every other look-up
@@ -65,13 +70,13 @@ def static_definitions(code):
 
 def one_unit_folders(texts):
     """Folders compiled as one unit: a .c of theirs includes another .c."""
-    return {rel.split("/")[0] for rel, text in texts.items()
+    return {os.path.dirname(rel) for rel, text in texts.items()
             if "/" in rel and rel.endswith(".c")
             and re.search(r'^#include "[^"]+\.c"', text, re.M)}
 
 
 def module(rel, units):
-    folder = rel.split("/")[0]
+    folder = os.path.dirname(rel)
     return folder if folder in units else os.path.splitext(rel)[0]
 
 
@@ -102,18 +107,20 @@ def cycle(edges):
 
 
 def diagram_folders(markdown):
-    """The folders the first drawing of ARCHITECTURE.md names."""
+    """The folders the first drawing of ARCHITECTURE.md names (a subfolder
+    by its path, policy/slot/)."""
     block = markdown.split("```", 2)[1]
-    return set(re.findall(r"(?<![\w.])([a-z_]+)/(?![\w.])", block))
+    return set(re.findall(r"(?<![\w./])([a-z_]+(?:/[a-z_]+)*)/(?![\w.])", block))
 
 
 def check_folders(src, arch, problems):
-    folders = sorted(d for d in os.listdir(src) if os.path.isdir(os.path.join(src, d)))
+    folders = sorted(os.path.relpath(os.path.join(root, d), src).replace(os.sep, "/")
+                     for root, dirs, _ in os.walk(src) for d in dirs)
     loose = sorted(f for f in os.listdir(src) if os.path.isfile(os.path.join(src, f)))
     if len(loose) > LOOSE_MAX:
         problems.append(f"{len(loose)} files loose in src/ (at most {LOOSE_MAX}): {', '.join(loose)}")
     for d in folders:
-        if d not in LAYERS and d not in SIDE:
+        if d.split("/")[0] not in LAYERS and d.split("/")[0] not in SIDE:
             problems.append(f"src/{d}/: in no layer and no side group (tests/layers_test.py)")
         readme = os.path.join(src, d, "README.md")
         if not os.path.exists(readme):
@@ -189,8 +196,8 @@ def main(argv):
         for p in problems:
             print(f"FAIL layers: {p}")
         return 1
-    print(f"PASS layers: {len(folders)} folders, each a layer or side group with its README "
-          f"and in the diagram; every include goes down the layers, within its folder or to "
+    print(f"PASS layers: {len(folders)} folders, each a layer or side group (or a subfolder of one) "
+          f"with its README and in the diagram; every include goes down the layers, within its folder or to "
           f"a side folder; no include cycle among {len(set(edges) | {m for s in edges.values() for m in s})} "
           f"modules; dlsym only in support/dl.c and hooks/hooks.c; threads only from "
           f"support/meta.c; uthash only through support/meta_hash.h; {len(statics)} static names, each in one file")

@@ -1,7 +1,7 @@
 /*
  * The out-of-memory line (a layer around the pool, concern.h): with verbose, a cuMemAlloc the pool
  * could not serve says why, in one line, once every other layer has tried.
- * (The allocator slot says its own, with advice: slot.c.)
+ * (The allocator slot says its own, with advice: policy/slot/slot.c.)
  */
 #include "concerns/concern.h"
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "cudalloc.h"
-#include "policy/slot.h"
+#include "policy/slot/slot.h"
 #include "policy/lifecycle.h"
 #include "registry/registry.h"
 #include "leaks/sites.h"

@@ -22,7 +22,7 @@
 
 CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size);
 CUresult ca_on_mem_free(CUdeviceptr dptr);
-/* What the allocator slot's policy (slot.c) shares with this one. */
+/* What the allocator slot's policy (slot/slot.c) shares with this one. */
 bool ca_intercept_enabled(void);
 /* Serves `size` bytes from `pool` through the stream-ordered chain of
  * concerns (on *stream when `stream` is not NULL: stream-ordered reuse). */

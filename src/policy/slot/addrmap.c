@@ -1,7 +1,7 @@
 /*
  * The address-keyed map (see addrmap.h).
  */
-#include "policy/addrmap.h"
+#include "policy/slot/addrmap.h"
 
 #include <stdbool.h>
 #include <string.h>

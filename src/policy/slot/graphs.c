@@ -4,12 +4,12 @@
  * in the library's own data, all under one lock (captures and releases are
  * rare; a free looks only while some graph holds blocks).
  */
-#include "policy/graphs.h"
+#include "policy/slot/graphs.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "policy/addrmap.h"
+#include "policy/slot/addrmap.h"
 #include "support/fork.h"
 
 typedef struct ca__graph {

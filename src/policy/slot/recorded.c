@@ -3,12 +3,12 @@
  * library's own data, under one lock, since record_stream is rare and a
  * free looks only when the map holds anything.
  */
-#include "policy/recorded.h"
+#include "policy/slot/recorded.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "policy/addrmap.h"
+#include "policy/slot/addrmap.h"
 #include "support/fork.h"
 
 typedef struct ca__entry {

@@ -7,7 +7,7 @@
  * pushes that context for the driver calls it makes, so the caller's
  * current context is as it was after.
  */
-#include "policy/slot.h"
+#include "policy/slot/slot.h"
 
 #include <stdint.h>
 
@@ -15,12 +15,12 @@
 #include "support/config.h"
 #include "cudalloc.h"
 #include "driver/driver.h"
-#include "policy/graphs.h"
+#include "policy/slot/graphs.h"
 #include "policy/intercept.h"
 #include "policy/lifecycle.h"
 #include "support/log.h"
 #include "support/stats.h"
-#include "policy/recorded.h"
+#include "policy/slot/recorded.h"
 #include "policy/room.h"
 #include "registry/registry.h"
 

@@ -258,15 +258,17 @@ CUresult ca_marks_make(ca_where *w, uint64_t *marker) {
   return ca_streams_record(w, ca__mark_recorded, marker);
 }
 
-/* A marker of one event, recorded on `stream` alone: what a block freed on
- * that stream waits for before another stream may have it. Never on a
- * capturing stream (the record would join the graph), nor while any
- * capture the library saw is under way. */
-CUresult ca_marks_make_on(ca_where *w, CUstream stream, uint64_t *marker) {
+typedef struct ca__mark_on_arg {
+  ca_where *w;
+  uint64_t *marker;
+} ca__mark_on_arg;
+
+/* ca_marks_make_on's work, on a stream known to live. */
+static CUresult ca__mark_on_live(CUstream stream, void *arg) {
   const ca_driver_api *d = ca_driver();
+  ca_where *w = ((ca__mark_on_arg *)arg)->w;
+  uint64_t *marker = ((ca__mark_on_arg *)arg)->marker;
   CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (!ca__has_events(d))
-    return CUDA_ERROR_NOT_SUPPORTED;
   if (ca_capture_active() ||
       (d->stream_is_capturing != NULL &&
        (d->stream_is_capturing(stream, &st) != CUDA_SUCCESS ||
@@ -288,6 +290,18 @@ CUresult ca_marks_make_on(ca_where *w, CUstream stream, uint64_t *marker) {
     ca__marker_close(m, 1); /* the event may be what failed */
   pthread_mutex_unlock(&ca__marks_lock);
   return r;
+}
+
+/* A marker of one event, recorded on `stream` alone: what a block freed on
+ * that stream waits for before another stream may have it. Never on a
+ * capturing stream (the record would join the graph), nor while any
+ * capture the library saw is under way, nor on a stream not known to live
+ * (ca_streams_on). */
+CUresult ca_marks_make_on(ca_where *w, CUstream stream, uint64_t *marker) {
+  if (!ca__has_events(ca_driver()))
+    return CUDA_ERROR_NOT_SUPPORTED;
+  ca__mark_on_arg arg = {w, marker};
+  return ca_streams_on(stream, ca__mark_on_live, &arg);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -31,6 +31,22 @@ typedef struct ca__fence_rec {
   CUevent event;
 } ca__fence_rec;
 
+/* Every stream the program created that has not been destroyed, blocking
+ * or not, with its context: the streams a marker may be recorded on
+ * alone (ca_streams_on). The driver crashes on a destroyed stream's handle
+ * (cuStreamIsCapturing: driver_facts.txt), so a stream made or destroyed
+ * where the hooks cannot see (the library loaded as a plug-in only) is
+ * never touched. Under ca__streams_lock. */
+typedef struct ca__alive_rec {
+  CUstream stream;
+  CUcontext ctx;
+  int device;
+  bool primary;
+} ca__alive_rec;
+
+static ca__alive_rec *ca__alive;
+static size_t ca__nalive, ca__alive_cap;
+
 static ca__fence_rec *ca__fences;
 static size_t ca__nfences, ca__fences_cap;
 /* Guards the fence events; taken after ca__streams_lock, never held across
@@ -50,6 +66,7 @@ static void ca__streams_parent(void) {
 }
 static void ca__streams_child(void) {
   ca__nstreams = 0;
+  ca__nalive = 0;
   ca__streams_lost = false;
   ca__nfences = 0;
   pthread_mutex_unlock(&ca__fences_lock);
@@ -89,8 +106,27 @@ static void ca__stream_put(const ca_stream *rec) {
 
 static void ca__fence_new_stream(const ca_stream *rec);
 
+/* Under the write lock. A handle met again is a stream that died unseen
+ * (its context destroyed through a path we do not hook): the new one
+ * takes its place. */
+static void ca__alive_put(const ca_stream *rec) {
+  ca__alive_rec a = {rec->stream, rec->ctx, rec->device, rec->primary};
+  for (size_t i = 0; i < ca__nalive; i++)
+    if (ca__alive[i].stream == rec->stream) {
+      ca__alive[i] = a;
+      return;
+    }
+  if (ca__nalive == ca__alive_cap) {
+    ca__alive_rec *v = ca_grow(ca__alive, &ca__alive_cap, sizeof(*v));
+    if (v == NULL)
+      return; /* not known: never marked alone */
+    ca__alive = v;
+  }
+  ca__alive[ca__nalive++] = a;
+}
+
 void ca_streams_created(CUstream stream, unsigned int flags) {
-  if (!(flags & CU_STREAM_NON_BLOCKING) || stream == NULL)
+  if (stream == NULL)
     return;
   ca_stream rec = {.stream = stream, .device = -1};
   /* cuStreamCreate made it in the current context, which is there. */
@@ -99,11 +135,18 @@ void ca_streams_created(CUstream stream, unsigned int flags) {
     return;
   ca__streams_register();
   rec.primary = ca_driver_is_primary(rec.device, rec.ctx);
+  if (!(flags & CU_STREAM_NON_BLOCKING)) {
+    pthread_rwlock_wrlock(&ca__streams_lock);
+    ca__alive_put(&rec);
+    pthread_rwlock_unlock(&ca__streams_lock);
+    return;
+  }
   const ca_driver_api *d = ca_driver();
   if (d->event_create == NULL ||
       d->event_create(&rec.tie, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
     rec.tie = NULL;
   pthread_rwlock_wrlock(&ca__streams_lock);
+  ca__alive_put(&rec);
   ca__stream_put(&rec);
   ca__fence_new_stream(&rec);
   pthread_rwlock_unlock(&ca__streams_lock);
@@ -129,7 +172,27 @@ CUresult ca_streams_destroy(CUstream stream, bool v1) {
         d->event_destroy(ca__streams[i].tie);
     }
     ca__nstreams = j;
+    for (size_t i = 0; i < ca__nalive; i++)
+      if (ca__alive[i].stream == stream)
+        ca__alive[i] = ca__alive[--ca__nalive];
   }
+  pthread_rwlock_unlock(&ca__streams_lock);
+  return r;
+}
+
+CUresult ca_streams_on(CUstream stream, CUresult (*fn)(CUstream, void *),
+                       void *arg) {
+  if (stream == NULL || stream == CU_STREAM_LEGACY ||
+      stream == CU_STREAM_PER_THREAD)
+    return fn(stream, arg);
+  ca__streams_register();
+  pthread_rwlock_rdlock(&ca__streams_lock);
+  CUresult r = CUDA_ERROR_INVALID_HANDLE;
+  for (size_t i = 0; i < ca__nalive; i++)
+    if (ca__alive[i].stream == stream) {
+      r = fn(stream, arg);
+      break;
+    }
   pthread_rwlock_unlock(&ca__streams_lock);
   return r;
 }
@@ -144,6 +207,12 @@ void ca_streams_bury(const ca_grave *g) {
       ca__streams[j++] = *s;
   }
   ca__nstreams = j;
+  j = 0;
+  for (size_t i = 0; i < ca__nalive; i++)
+    if (!ca_grave_holds(g, ca__alive[i].device, ca__alive[i].ctx,
+                        ca__alive[i].primary))
+      ca__alive[j++] = ca__alive[i];
+  ca__nalive = j;
   pthread_mutex_lock(&ca__fences_lock);
   size_t kept = 0;
   for (size_t i = 0; i < ca__nfences; i++)

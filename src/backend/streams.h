@@ -57,6 +57,14 @@ typedef struct ca_stream {
 /* After a successful create. */
 void ca_streams_created(CUstream stream, unsigned int flags);
 
+/* Runs fn(stream, arg) while `stream` is known to live: the legacy and
+ * per-thread default streams, or one the program created, as the hooks
+ * saw, and has not destroyed (held from being destroyed meanwhile).
+ * CUDA_ERROR_INVALID_HANDLE, calling nothing, for any other: the driver
+ * crashes on a destroyed stream's handle. */
+CUresult ca_streams_on(CUstream stream, CUresult (*fn)(CUstream, void *),
+                       void *arg);
+
 /* Destroys `stream` with the real cuStreamDestroy_v2 (`v1`: the plain
  * cuStreamDestroy export) and, when that succeeds, forgets it. A marker
  * or fence being recorded holds the destroy back until its events are

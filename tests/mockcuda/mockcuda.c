@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -206,7 +207,33 @@ CUresult mock_need_ctx_stream(CUstream hs, int ptsz, CUresult arg_rc, CUcontext 
   return rc;
 }
 
+/* Streams destroyed with cuStreamDestroy, until their address names a new
+ * one: the real driver crashes on such a handle (cuStreamIsCapturing on a
+ * destroyed stream: SIGSEGV, driver 580 on an H200, 2026-12-04), so the
+ * mock ends the process there too, saying why. */
+#define MOCK_GRAVES 64
+static CUstream g_graves[MOCK_GRAVES];
+static unsigned g_ngraves;
+
+static void mock_grave_set(CUstream s, bool dead) {
+  for (unsigned i = 0; i < MOCK_GRAVES; i++)
+    if (g_graves[i] == s)
+      g_graves[i] = NULL;
+  if (dead)
+    g_graves[g_ngraves++ % MOCK_GRAVES] = s;
+}
+
+static void mock_grave_check(CUstream s) {
+  for (unsigned i = 0; s && i < MOCK_GRAVES; i++)
+    if (g_graves[i] == s) {
+      fprintf(stderr, "mockcuda: a call on destroyed stream %p: the real "
+                      "driver crashes here\n", (void *)s);
+      abort();
+    }
+}
+
 static CUresult mock_stream_get(CUstream s, int ptsz, CUstream *out) {
+  mock_grave_check(s);
   if (s == NULL)
     *out = ptsz ? &t_ptds : &g_legacy;
   else if (s == CU_STREAM_LEGACY)
@@ -741,6 +768,7 @@ static CUresult mock_stream_create(CUstream *ph, unsigned int flags, const char 
   if (rc == CUDA_SUCCESS && !(s = calloc(1, sizeof *s)))
     rc = CUDA_ERROR_OUT_OF_MEMORY;
   if (rc == CUDA_SUCCESS) {
+    mock_grave_set(s, false);
     s->kind = MOCK_STREAM_USER;
     s->flags = flags;
     s->ctx = c;
@@ -769,6 +797,7 @@ static CUresult mock_stream_destroy(CUstream s, const char *what) {
   if (rc == CUDA_SUCCESS && !mock_obj_find(s, MOCK_OBJ_STREAM))
     rc = CUDA_ERROR_INVALID_HANDLE;
   if (rc == CUDA_SUCCESS) {
+    mock_grave_set(s, true);
     mock_capture_forget(s);
     mock_obj_unlink(&s->hdr);
     free(s);

@@ -25,8 +25,8 @@ error (a missing torchvision included).
 --slot plugs cudalloc into PyTorch's allocator slot first
 (cudalloc.torch.use(): nothing preloaded, PyTorch's cache replaced);
 --plug PATH plugs the library PATH instead, whose functions are
-slot_floor_alloc and slot_floor_free (tests/bench/slot_floor.c, the floor
-bench-gpu.sh sets the slot beside).
+NAME_alloc and NAME_free for libNAME.so (tests/bench/slot_floor.c, the floor
+bench-gpu.sh sets the slot beside; tests/bench/slot_trace.c, the recorder).
 
 Usage: resnet_step.py [--model resnet50|resnet152] [--amp none|bf16]
                       [--steps 20] [--warmup 5] [--batch 64]
@@ -79,12 +79,17 @@ def plug_slot():
 
 def plug_library(path):
     """The library `path` in PyTorch's allocator slot, before any tensor is
-    made: its slot_floor_alloc and slot_floor_free, plugged as
-    cudalloc.torch.use() plugs cudalloc's, with nothing else of PyTorch's
-    answered by it (memory_stats and the like say nothing under it)."""
+    made: its NAME_alloc and NAME_free, NAME its file's (libslot_floor.so:
+    slot_floor_alloc; libslot_trace.so, the recorder: slot_trace_alloc),
+    plugged as cudalloc.torch.use() plugs cudalloc's, with nothing else of
+    PyTorch's answered by it (memory_stats and the like say nothing under
+    it)."""
     import torch
+    name = os.path.basename(path)
+    name = name[3:] if name.startswith("lib") else name
+    name = name.split(".so")[0]
     alloc = torch.cuda.memory.CUDAPluggableAllocator(
-        os.path.abspath(path), "slot_floor_alloc", "slot_floor_free")
+        os.path.abspath(path), name + "_alloc", name + "_free")
     torch.cuda.memory.change_current_allocator(alloc)
 
 

@@ -57,6 +57,20 @@ def run_case(case):
     return times, peak, args.memory_source
 
 
+def pool_figures(case):
+    """Under cudalloc, what its pool held at the case's peaks and the driver
+    calls it made for the case (warm-up included): what the peak in use
+    and the step time are made of. Peaks start again for the next case."""
+    import cudalloc
+    s = cudalloc.stats(0)
+    print("slot_steps: %s pool: requested peak %.2f GiB, reserved peak %.2f "
+          "GiB, %d segments asked of the driver, %d given back (all cases "
+          "so far)" % (case, s["requested_bytes"]["peak"] / 2.0 ** 30,
+                       s["reserved_bytes"]["peak"] / 2.0 ** 30,
+                       s["backend_allocs"], s["backend_frees"]), flush=True)
+    cudalloc.reset_peak_stats()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cases", nargs="+", choices=sorted(STEPS), metavar="CASE",
@@ -82,6 +96,8 @@ def main():
                  max(times)))
         print("slot_steps: %s peak in use %.2f GiB (%s)"
               % (case, peak / 2.0 ** 30, source), flush=True)
+        if args.slot:
+            pool_figures(case)
         # The case's model, optimizer and batch went with run_case's frame;
         # collect what cycles hold, then give the cache back for the next.
         gc.collect()

@@ -7,10 +7,13 @@
 # same for counting live bytes by site (bench_sites: what stacks add). Then the
 # memory the pool reserves for real training loops: allocation traces of
 # ResNet-50/152 training steps and the GPT-2 varying-length loop recorded on
-# an H200 (tests/bench/traces, see
-# tests/bench/trace_alloc.c), replayed by bench_replay, with plain and with
-# expandable segments, and on one named stream as through the allocator slot
-# (safe+stream: the lanes), and the least any placement that 2 MiB-aligned
+# an H200 (tests/bench/traces, see tests/bench/trace_alloc.c), and, through
+# PyTorch's allocator slot with each call's stream (tests/bench/slot_trace.c),
+# the GPT-2 step bench-gpu.sh times and a ResNet-50 step fed from a side
+# stream with record_stream (tests/bench/sidestream_step.py), replayed by
+# bench_replay, with plain and with expandable segments, and with each
+# request and free on its stream as through the allocator slot
+# (+stream: streams' free blocks), and the least any placement that 2 MiB-aligned
 # blocks over 1 MiB, as the driver does, could reserve for the same trace.
 # Both repeat exactly. Then the instructions the library adds to a cached
 # cuMemAlloc and cuMemFree through its hooks (bench_hooks over the mock
@@ -75,14 +78,15 @@ done
 echo
 echo "== memory reserved for real training loops (bench_replay, traces of 6 steps)"
 for trace in tests/bench/traces/*.trace.gz; do
-  for reuse in immediate safe immediate+expandable safe+expandable safe+stream; do
-    printf '%-16s %-20s ' "$(basename "$trace" .trace.gz)" "$reuse"
+  for reuse in immediate safe immediate+expandable safe+expandable safe+stream \
+    safe+expandable+stream; do
+    printf '%-19s %-22s ' "$(basename "$trace" .trace.gz)" "$reuse"
     replay=$(zcat "$trace" | build/tests/bench/bench_replay - "$reuse")
     sed -n 's/^bench_replay: peak requested \([0-9.]*\) GiB.*reserved \([0-9.]*\) GiB.*/held \1 GiB, reserved \2 GiB/p' <<<"$replay" | tr -d '\n'
     sed -n 's/^bench_replay: overhead \([0-9.]*%\).*/ (+\1)/p' <<<"$replay"
   done
   # The same for any placement: it depends on the trace alone.
-  printf '%-16s %-20s %s\n' "$(basename "$trace" .trace.gz)" "driver's alignment" \
+  printf '%-19s %-22s %s\n' "$(basename "$trace" .trace.gz)" "driver's alignment" \
     "$(sed -n 's/^bench_replay: blocks over 1 MiB .* at least \([0-9.]*\) GiB.*/reserved at least \1 GiB, by any placement/p' <<<"$replay")"
 done
 

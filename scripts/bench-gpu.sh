@@ -1039,6 +1039,30 @@ each case's memory freed and the cache emptied before the next"
     "expandable segments, its peak ≤ 0.95× PyTorch's with them; memcheck's step ≤ 1.3×" \
     "the slot's. The slot's step against the floor's is what cudalloc itself costs" \
     "over what any allocator in the slot pays (PyTorch's bookkeeping)."
+  slot_pairs
+}
+
+# What one tensor's allocation and free cost the host (tests/bench/slot_pair.py):
+# PyTorch's caching allocator, the floor in the slot (PyTorch's bookkeeping
+# around any plug-in) and cudalloc in the slot; one line each.
+slot_pairs() {
+  local k us
+  md
+  md "### slot: one 4 KiB tensor made and dropped (tests/bench/slot_pair.py, best of 3 x 200,000)"
+  md
+  md "| setting | µs per allocation and free |"
+  md "| --- | --- |"
+  for k in caching floor slot; do
+    case $k in
+    caching) CMD=("$python" "$root/tests/bench/slot_pair.py") ;;
+    floor) CMD=("$python" "$root/tests/bench/slot_pair.py" --plug "$bin/libslot_floor.so") ;;
+    slot) CMD=(env CUDALLOC_LIBRARY="$lib" CUDALLOC_CONF=leak_report:0
+      "$python" "$root/tests/bench/slot_pair.py" --slot) ;;
+    esac
+    run_cmd slot 300
+    us=$(pick 's/^slot_pair: .* \([0-9.]*\) us per .*/\1/p')
+    md "| $(slot_name "$k") | $us |"
+  done
 }
 
 # ---------------------------------------------------------------------------

@@ -71,6 +71,16 @@ def pool_figures(case):
     cudalloc.reset_peak_stats()
 
 
+def torch_figures(torch, case):
+    """Under PyTorch's own allocator, what it reserved and handed out at
+    the case's peaks, beside pool_figures' for cudalloc."""
+    print("slot_steps: %s pool: requested peak %.2f GiB, reserved peak %.2f "
+          "GiB (PyTorch's allocator)"
+          % (case, torch.cuda.max_memory_allocated() / 2.0 ** 30,
+             torch.cuda.max_memory_reserved() / 2.0 ** 30), flush=True)
+    torch.cuda.reset_peak_memory_stats()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cases", nargs="+", choices=sorted(STEPS), metavar="CASE",
@@ -98,6 +108,8 @@ def main():
               % (case, peak / 2.0 ** 30, source), flush=True)
         if args.slot:
             pool_figures(case)
+        elif not args.plug:
+            torch_figures(torch, case)
         # The case's model, optimizer and batch went with run_case's frame;
         # collect what cycles hold, then give the cache back for the next.
         gc.collect()

@@ -9,7 +9,10 @@ nothing preloaded (tests/gpu/torch_slot.py says what each mode runs).
                  each under PyTorch's allocator and through the slot: the
                  losses must be equal
   slot_cupy      CuPy under cudalloc.cupy.use(): out of memory raises
-                 CuPy's error; one of CuPy's own test modules passes as it
+                 CuPy's error; blocks of streams CuPy destroyed, unseen by
+                 the library, wait in the pool and the default stream's
+                 requests are served after (the driver crashes on a dead
+                 stream's handle); one of CuPy's own test modules passes as it
                  passes under CuPy's pool (GPU_CHECK_CUPY_TESTS names CuPy's
                  tests folder, default ../shared/suites/frameworks/cupy_tests/tests)
 
@@ -98,6 +101,7 @@ def cupy_tests_dir(check):
 
 def slot_cupy(check):
     check.together(lambda: slot_row(check, "slot_cupy_oom", ["cupy_oom"], quiet=False),
+                   lambda: slot_row(check, "slot_cupy_dead_stream", ["cupy_dead_stream"]),
                    lambda: slot_cupy_module(check))
 
 

@@ -28,6 +28,13 @@ Modes (the last line is "torch_slot: PASS ..." or "torch_slot: FAIL: <why>"):
   cupy_oom            CuPy under cudalloc.cupy.use(): a request past the
                       device raises CuPy's OutOfMemoryError, and CuPy keeps
                       working after it
+  cupy_dead_stream    CuPy under cudalloc.cupy.use(): blocks freed on
+                      streams CuPy then destroys (the library, loaded as a
+                      plug-in, never sees it: the driver crashes on a
+                      destroyed stream's handle) wait in the pool; requests
+                      on the default stream that only their memory can
+                      serve are served, with the right values, and the
+                      process lives
 
 Usage: torch_slot.py MODE [MODEL OUT.json] [--native] [--bare]
 """
@@ -303,6 +310,33 @@ def cupy_oom():
           flush=True)
 
 
+def cupy_dead_stream():
+    import gc
+    import cupy
+    cudalloc.cupy.use()
+    n = 16 << 20  # 64 MiB of float32
+    for i in range(8):
+        s = cupy.cuda.Stream(non_blocking=i % 2 == 0)
+        with s:
+            a = cupy.arange(n, dtype=cupy.float32)
+            a += 1
+        s.synchronize()
+        del a
+        del s  # CuPy destroys the stream; its block waits in the pool
+        gc.collect()
+    free, total = cupy.cuda.runtime.memGetInfo()
+    # Enough 64 MiB blocks on the default stream that the pool must take
+    # the dead streams' memory or grow past it.
+    blocks = [cupy.full(n, float(k), dtype=cupy.float32) for k in range(24)]
+    for k, b in enumerate(blocks):
+        if float(b[n - 1]) != float(k) or float(b[0]) != float(k):
+            fail("block %d holds %s, not %d" % (k, float(b[0]), k))
+    print("%s: PASS cupy_dead_stream: 8 streams destroyed with their blocks "
+          "cached, %d blocks served after on the default stream (%d MiB "
+          "free of %d before)" % (NAME, len(blocks), free >> 20, total >> 20),
+          flush=True)
+
+
 def main(argv):
     if len(argv) < 2:
         sys.exit(__doc__)
@@ -319,6 +353,8 @@ def main(argv):
         graph()
     elif mode == "cupy_oom":
         cupy_oom()
+    elif mode == "cupy_dead_stream":
+        cupy_dead_stream()
     else:
         sys.exit(__doc__)
 

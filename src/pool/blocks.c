@@ -37,13 +37,16 @@ static inline bool ca__mergeable(const ca__block *b, const ca__block *n) {
 }
 
 /* Returns a block to the free index of its owner (b->owner), merged with
- * the free neighbours it may take in; returns the merged block. */
+ * the free neighbours it may take in; returns the merged block. A stream's
+ * block that takes in a shared neighbour may meet another block of its
+ * stream behind it, which a shared block between them kept apart: hence
+ * the loops. */
 static ca__block *ca__block_make_free(ca__arena *p, ca__block *b) {
-  if (ca__mergeable(b, b->next)) {
+  while (ca__mergeable(b, b->next)) {
     ca__index_remove(b->next);
     ca__block_merge_next(p, b);
   }
-  if (ca__mergeable(b, b->prev)) {
+  while (ca__mergeable(b, b->prev)) {
     ca__block *prev = b->prev;
     ca__index_remove(prev);
     ca__block_merge_next(p, prev);

@@ -68,6 +68,29 @@ static void splits_and_merges_on_its_stream(void **state) {
   fixture_free(fx);
 }
 
+/* A shared block between two of a stream's free blocks keeps them apart
+ * until the stream frees next to it: then the stream's block takes in the
+ * shared one and the stream's block behind it, all three one block. */
+static void takes_in_a_shared_block_and_what_lies_behind_it(void **state) {
+  (void)state;
+  ca_pool_options opt = default_options();
+  opt.reuse = CA_REUSE_IMMEDIATE;
+  fixture *fx = fixture_new(1024 * MiB, opt, true);
+  uint64_t a = alloc_on(fx, 4 * MiB, S1), b = alloc_on(fx, 4 * MiB, S1);
+  uint64_t c = alloc_on(fx, 4 * MiB, S1), d = alloc_on(fx, 4 * MiB, S1);
+  assert_true(ca_pool_free_on(fx->pool, c, S1, NULL));
+  assert_true(ca_pool_free(fx->pool, b, NULL)); /* shared, beside c */
+  assert_consistent(fx);
+  assert_true(ca_pool_free_on(fx->pool, a, S1, NULL));
+  assert_consistent(fx);
+  assert_int_equal(alloc_on(fx, 12 * MiB, S1), a);
+  assert_int_equal(fx->fake.reserves, 1);
+  assert_true(ca_pool_free_on(fx->pool, a, S1, NULL));
+  assert_true(ca_pool_free_on(fx->pool, d, S1, NULL));
+  assert_consistent(fx);
+  fixture_free(fx);
+}
+
 /* Another stream gets the block only once a marker recorded on the
  * freeing stream has passed: a request that finds nothing else shares
  * that stream's blocks under such a marker and, as any miss does before
@@ -245,6 +268,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(reuses_on_the_same_stream_at_once),
       cmocka_unit_test(splits_and_merges_on_its_stream),
+      cmocka_unit_test(takes_in_a_shared_block_and_what_lies_behind_it),
       cmocka_unit_test(another_stream_waits_for_a_marker_on_the_first),
       cmocka_unit_test(a_stream_without_markers_keeps_its_blocks),
       cmocka_unit_test(more_streams_than_indexes),

@@ -15,7 +15,11 @@
  * back from each other; one splits the threads over two pools (two
  * contexts of one device) that share the device's limit, which the device
  * must never see passed. Every thread also asks the process-wide address
- * index for its own blocks while the others change it. The last tests let
+ * index for its own blocks while the others change it. Two runs name a
+ * stream for most requests and free each block on its own stream, from
+ * whichever thread holds it then, as an allocator slot does: streams'
+ * free blocks are shared behind markers while other threads allocate,
+ * wait and give memory back. The last tests let
  * contention alone spread threads, and check that threads stop counting on
  * their arena when they exit.
  */
@@ -42,6 +46,7 @@
 
 typedef struct slot {
   uint64_t addr, size, stamp;
+  uint64_t stream; /* named at allocation, freed on; 0: the plain path */
 } slot;
 
 typedef struct worker {
@@ -52,6 +57,7 @@ typedef struct worker {
   int failures; /* a stamp overwritten, a free refused, an unexpected error */
   int refused;  /* allocations refused as out of memory, under a limit */
   bool may_refuse;
+  bool streams; /* most requests name one of a few streams */
 } worker;
 
 static pthread_barrier_t round_start, round_end;
@@ -96,13 +102,18 @@ static void step(worker *w) {
   slot *s = &w->slots[next_random(&w->rng) % SLOTS];
   if (s->addr) {
     if (!stamp_intact(s) || !bounds_right(s, s->addr + s->size / 2) ||
-        !ca_pool_free(w->pool, s->addr, NULL))
+        !(s->stream ? ca_pool_free_on(w->pool, s->addr, s->stream, NULL)
+                    : ca_pool_free(w->pool, s->addr, NULL)))
       w->failures++;
     s->addr = 0;
     return;
   }
   s->size = random_size(&w->rng);
-  int rc = ca_pool_alloc(w->pool, s->size, 0, &s->addr);
+  uint64_t pick = next_random(&w->rng) % 4;
+  s->stream = w->streams && pick ? 0x5000u + pick : 0;
+  int rc = s->stream
+               ? ca_pool_alloc_on(w->pool, s->size, 0, s->stream, &s->addr)
+               : ca_pool_alloc(w->pool, s->size, 0, &s->addr);
   if (rc != 0) {
     if (rc == CA_FAKE_OOM && w->may_refuse)
       w->refused++;
@@ -190,8 +201,10 @@ static void *run_device(void *arg) {
 }
 
 /* Runs THREADS workers over `npools` pools (1 or 2) of one fake device of
- * 8 GiB, made with `opt`, the threads taking the pools in turn. */
-static void run_threads(ca_pool_options opt, bool may_refuse, int npools) {
+ * 8 GiB, made with `opt`, the threads taking the pools in turn; with
+ * `streams`, most requests name a stream. */
+static void run_threads_on(ca_pool_options opt, bool may_refuse, int npools,
+                           bool streams) {
   static ca_fake_backend fake;
   ca_fake_init(&fake, 8ull << 30, true, true);
   fake.auto_pass = false;
@@ -207,7 +220,7 @@ static void run_threads(ca_pool_options opt, bool may_refuse, int npools) {
   for (int t = 0; t < THREADS; t++) {
     workers[t] = (worker){.id = t, .pool = pools[t % npools],
                           .rng = 1234u + (uint64_t)t,
-                          .may_refuse = may_refuse};
+                          .may_refuse = may_refuse, .streams = streams};
     pthread_create(&threads[t], NULL, run_worker, &workers[t]);
   }
   for (int r = 0; r < ROUNDS; r++) {
@@ -240,6 +253,24 @@ static void run_threads(ca_pool_options opt, bool may_refuse, int npools) {
   ca_fake_fini(&fake);
   pthread_barrier_destroy(&round_start);
   pthread_barrier_destroy(&round_end);
+}
+
+static void run_threads(ca_pool_options opt, bool may_refuse, int npools) {
+  run_threads_on(opt, may_refuse, npools, false);
+}
+
+/* Three streams and the plain path through one pool, blocks freed on their
+ * own stream from the thread that holds them, under room enough and then
+ * under a limit far below what the threads ask for. */
+static void eight_threads_on_streams_keep_the_pool_consistent(void **state) {
+  (void)state;
+  ca_pool_options opt = {.max_split_size = 32u << 20, .gc_threshold = 0.5,
+                         .reuse = CA_REUSE_SAFE};
+  run_threads_on(opt, false, 1, true);
+  static ca_budget budget;
+  budget = (ca_budget){.limit = 96u << 20};
+  opt.budget = &budget;
+  run_threads_on(opt, true, 1, true);
 }
 
 static void eight_threads_keep_the_pool_consistent(void **state) {
@@ -451,6 +482,7 @@ int main(void) {
       /* First: in its child, no thread may have been counted yet. */
       cmocka_unit_test(out_of_keys_leaves_other_keys_alone),
       cmocka_unit_test(eight_threads_keep_the_pool_consistent),
+      cmocka_unit_test(eight_threads_on_streams_keep_the_pool_consistent),
       cmocka_unit_test(eight_threads_share_a_tight_limit),
       cmocka_unit_test(two_pools_of_a_device_share_its_limit),
       cmocka_unit_test(contending_threads_spread_over_arenas),

@@ -18,15 +18,16 @@
  * leak_scan:1; 0 as under leak_scan:0). +expandable: as under
  * expandable_segments:1, the fake mapping 2 MiB pages into ranges.
  * +stream: every request and free names a stream, as through the
- * allocator slot (ca_pool_alloc_on, ca_pool_free_on: the lanes). Where the
+ * allocator slot (ca_pool_alloc_on, ca_pool_free_on: each stream's free
+ * blocks, docs/POOL.md). Where the
  * trace has a stream column (slot_trace.c records one), each names its
  * own: the trace's number + 1, so that a trace of the default stream alone
  * replays as one without the column, whose operations all name stream 1.
  * A block recorded on another stream (`r` lines: Tensor.record_stream) is
- * freed to its own lane at once, as cudalloc's slot does it: there its
+ * freed on its own stream at once, as cudalloc's slot does it: there its
  * stream waits for the other's work (an event) before the block is reused,
  * so reuse on its own stream needs no delay, and reuse elsewhere waits for
- * the lane's marker anyway.
+ * the marker its stream's blocks are shared behind anyway.
  * +held (with +stream): PyTorch's own allocator instead: such a block's
  * free is held back LAG operations, as PyTorch keeps the block until an
  * event recorded on the other stream at the free has passed (the fake
@@ -104,9 +105,10 @@ static int mark_now(void *ctx, int device, uint64_t *marker) {
   return rc;
 }
 
-/* The lanes' markers (one stream's work) are made by mark_on, which the
- * fake serves without going through backend.mark: stamped here too, or
- * they would pass at once rather than LAG operations later. */
+/* Markers of one stream's work (sharing its free blocks) are made by
+ * mark_on, which the fake serves without going through backend.mark:
+ * stamped here too, or they would pass at once rather than LAG operations
+ * later. */
 static int mark_on_now(void *ctx, int device, uint64_t stream,
                        uint64_t *marker) {
   int rc = fake_mark_on(ctx, device, stream, marker);
@@ -365,8 +367,8 @@ int main(int argc, char **argv) {
          safe ? "safe" : "immediate", expandable ? ", expandable segments" : "",
          !streams ? ""
          : streams_named > 1
-             ? ", each operation on its own stream (the slot's lanes)"
-             : ", one named stream (the slot's lanes)");
+             ? ", each operation on its own stream (the slot's way)"
+             : ", one named stream (the slot's way)");
   if (streams && held)
     printf(", recorded blocks' frees held back");
   if (safe)

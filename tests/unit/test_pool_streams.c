@@ -188,6 +188,24 @@ static void a_stream_that_ends_shares_its_blocks(void **state) {
   fixture_free(fx);
 }
 
+/* A stream that ends while it may take no marker (capturing): its blocks
+ * wait among the ordinary pending frees, for a marker over every stream,
+ * and no later stream given its handle finds them its own. */
+static void a_stream_that_ends_without_a_marker_holds_its_blocks(void **state) {
+  (void)state;
+  fixture *fx = streams_fixture();
+  uint64_t a = alloc_on(fx, 8 * MiB, S1);
+  assert_true(ca_pool_free_on(fx->pool, a, S1, NULL));
+  fx->fake.refuse_sync = true;
+  ca_pool_stream_ended(fx->pool, S1);
+  fx->fake.refuse_sync = false;
+  assert_int_equal(fx->fake.marks_on, 0);
+  assert_int_equal(stats_of(fx).pending_free_bytes, 20 * MiB);
+  assert_true(alloc_on(fx, 8 * MiB, S1) != a || fx->fake.marks > 0);
+  assert_consistent(fx);
+  fixture_free(fx);
+}
+
 /* A fence (a plain request's miss) orders every stream's work: the
  * streams' blocks are shared at once, with no marker of theirs. */
 static void a_fence_shares_every_stream(void **state) {
@@ -274,6 +292,7 @@ int main(void) {
       cmocka_unit_test(more_streams_than_indexes),
       cmocka_unit_test(empty_cache_takes_stream_blocks_too),
       cmocka_unit_test(a_stream_that_ends_shares_its_blocks),
+      cmocka_unit_test(a_stream_that_ends_without_a_marker_holds_its_blocks),
       cmocka_unit_test(a_fence_shares_every_stream),
       cmocka_unit_test(mapped_pages_join_only_usable_blocks),
       cmocka_unit_test(mixes_with_plain_frees_and_survives_a_reset),

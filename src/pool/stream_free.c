@@ -90,11 +90,16 @@ static bool ca__sfree_held(const ca__arena *p) {
 }
 
 /* Shares every stream's blocks at once: a fence just ordered all later
- * work after the work queued before it, on every stream. */
+ * work after the work queued before it, on every stream (or the device
+ * was waited for). A block keeps how long it has been free, which trading
+ * idle pages weighs. */
 static void ca__sfree_share_all(ca__arena *p) {
   for (unsigned i = 0; i < p->nstreams; i++)
-    for (ca__block *b; (b = ca__sfree_pop(p->streams[i]));)
-      ca__block_make_free(p, b);
+    for (ca__block *b; (b = ca__sfree_pop(p->streams[i]));) {
+      uint64_t freed_at = b->freed_at;
+      ca__block *m = ca__block_make_free(p, b);
+      m->freed_at = freed_at < m->freed_at ? freed_at : m->freed_at;
+    }
 }
 
 /* The stream, not `except` nor one in `tried` (a mask of p->streams),

@@ -282,6 +282,93 @@ static void without_markers_no_stream_holds_a_block(void **state) {
   fixture_free(fx);
 }
 
+/* A random walk of requests and frees on five streams and the plain path,
+ * with the device catching up now and then, streams that capture for a
+ * while or end, and the cache given back: the pool's invariants hold after
+ * every step, and every live block lies in memory the fake handed out. */
+static uint64_t walk_random(uint64_t *rng) {
+  *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+  return *rng >> 33;
+}
+
+static void random_walk(bool expandable, bool fences) {
+  ca_pool_options opt = default_options();
+  opt.reuse = CA_REUSE_SAFE;
+  opt.expandable = expandable;
+  opt.max_split_size = expandable ? UINT64_MAX : 64 * MiB;
+  opt.segment_head = CA_GRANULE;
+  fixture *fx = calloc(1, sizeof(*fx));
+  assert_non_null(fx);
+  ca_fake_init(&fx->fake, 1024 * MiB, true, false);
+  if (expandable)
+    ca_fake_enable_ranges(&fx->fake);
+  fx->fake.auto_pass = false;
+  if (fences)
+    fx->fake.backend.fence = ca_fake_fence;
+  fx->pool = ca_pool_create(&fx->fake.backend, 0, &opt);
+  assert_non_null(fx->pool);
+  struct {
+    uint64_t addr, size, stream;
+  } live[64] = {{0}};
+  uint64_t rng = expandable ? 42 : 7;
+  for (int step = 0; step < 20000; step++) {
+    int i = (int)(walk_random(&rng) % 64);
+    unsigned what = (unsigned)(walk_random(&rng) % 100);
+    if (what < 2) {
+      fx->fake.passed = (uint64_t)fx->fake.marks;
+    } else if (what < 3) {
+      fx->fake.refuse_sync = !fx->fake.refuse_sync;
+    } else if (what < 4) {
+      ca_pool_stream_ended(fx->pool, 0x7000u + walk_random(&rng) % 5);
+    } else if (what < 5 && !fx->fake.refuse_sync) {
+      fx->fake.passed = (uint64_t)fx->fake.marks;
+      ca_pool_empty_cache(fx->pool);
+    } else if (live[i].addr) {
+      bool ok = live[i].stream
+                    ? ca_pool_free_on(fx->pool, live[i].addr, live[i].stream,
+                                      NULL)
+                    : ca_pool_free(fx->pool, live[i].addr, NULL);
+      assert_true(ok);
+      live[i].addr = 0;
+    } else {
+      uint64_t size = 256ull << (walk_random(&rng) % 18) |
+                      (walk_random(&rng) % 4096);
+      unsigned pick = (unsigned)(walk_random(&rng) % 6);
+      uint64_t stream = pick ? 0x7000u + pick - 1 : 0;
+      uint64_t addr = 0;
+      int rc = stream ? ca_pool_alloc_on(fx->pool, size, 0, stream, &addr)
+                      : ca_pool_alloc(fx->pool, size, 0, &addr);
+      if (rc == 0) {
+        assert_true(ca_fake_owns(&fx->fake, 0, addr, size));
+        live[i].addr = addr;
+        live[i].size = size;
+        live[i].stream = stream;
+      }
+    }
+    char why[256] = "";
+    if (!ca_pool_check(fx->pool, why, sizeof(why)))
+      fail_msg("step %d: pool inconsistent: %s", step, why);
+  }
+  fx->fake.refuse_sync = false;
+  for (int i = 0; i < 64; i++)
+    if (live[i].addr)
+      assert_true(live[i].stream ? ca_pool_free_on(fx->pool, live[i].addr,
+                                                   live[i].stream, NULL)
+                                 : ca_pool_free(fx->pool, live[i].addr, NULL));
+  fx->fake.passed = (uint64_t)fx->fake.marks;
+  ca_pool_empty_cache(fx->pool);
+  assert_int_equal(stats_of(fx).reserved_bytes.current, 0);
+  fixture_free(fx);
+}
+
+static void a_random_walk_keeps_the_pool_consistent(void **state) {
+  (void)state;
+  for (int expandable = 0; expandable < 2; expandable++) {
+    random_walk(expandable, true);
+    random_walk(expandable, false); /* streams shared by markers alone */
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(reuses_on_the_same_stream_at_once),
@@ -297,6 +384,7 @@ int main(void) {
       cmocka_unit_test(mapped_pages_join_only_usable_blocks),
       cmocka_unit_test(mixes_with_plain_frees_and_survives_a_reset),
       cmocka_unit_test(without_markers_no_stream_holds_a_block),
+      cmocka_unit_test(a_random_walk_keeps_the_pool_consistent),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

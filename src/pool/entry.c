@@ -105,8 +105,29 @@ static ca__block *ca__find_cached(ca__arena *p, uint64_t size) {
   return b;
 }
 
-
-static ca__block *ca__find_cached_on(ca__arena *p, uint64_t size);
+/* A cached block for a request that names its stream: its stream's own
+ * and the shared ones, then the parked ones merged, then what has passed
+ * of the pending ones, then, last, every other stream's blocks shared
+ * behind markers on their own streams (oldest first), of which what has
+ * passed comes back at once. Never a fence: the pool grows only after
+ * waiting for pending blocks that could serve it (ca__grow). */
+static ca__block *ca__find_cached_on(ca__arena *p, uint64_t size) {
+  ca__heap *h = ca__heap_for(p, size);
+  ca__block *b = ca__find(p, size);
+  if (!b && h->quick_fl_bitmap) {
+    ca__heap_flush(p, h);
+    b = ca__find(p, size);
+  }
+  if (!b && p->batch_head && ca__reap(p)) {
+    ca__heap_flush(p, h);
+    b = ca__find(p, size);
+  }
+  if (!b && ca__sfree_close_others(p) && ca__reap(p)) {
+    ca__heap_flush(p, h);
+    b = ca__find(p, size);
+  }
+  return b;
+}
 
 /* For a request that p could not serve even after every arena gave back
  * what it could: a block from another arena's cache. A nearly full device
@@ -173,30 +194,6 @@ ca__give_out(ca__arena *p, ca__block *b, uint64_t size, uint32_t tag,
   ca__stat_add(&p->stats.blocks, 1);
   *addr = b->addr;
   ca_lock_release(&p->lock);
-}
-
-/* A cached block for a request that names its stream: its stream's own
- * and the shared ones, then the parked ones merged, then what has passed
- * of the pending ones, then, last, every other stream's blocks shared
- * behind markers on their own streams (oldest first), of which what has
- * passed comes back at once. Never a fence: the pool grows only after
- * waiting for pending blocks that could serve it (ca__grow). */
-static ca__block *ca__find_cached_on(ca__arena *p, uint64_t size) {
-  ca__heap *h = ca__heap_for(p, size);
-  ca__block *b = ca__find(p, size);
-  if (!b && h->quick_fl_bitmap) {
-    ca__heap_flush(p, h);
-    b = ca__find(p, size);
-  }
-  if (!b && p->batch_head && ca__reap(p)) {
-    ca__heap_flush(p, h);
-    b = ca__find(p, size);
-  }
-  if (!b && ca__sfree_close_others(p) && ca__reap(p)) {
-    ca__heap_flush(p, h);
-    b = ca__find(p, size);
-  }
-  return b;
 }
 
 /* Finds or makes a free block of at least `size` bytes, out of every index

@@ -38,31 +38,49 @@ static void ca__release_batch(ca__arena *p, ca__batch *batch) {
   ca__slab_put(&p->batch_slab, batch);
 }
 
-/* Closes the open batch under a new marker. Returns false, leaving the
- * batch open, when there is nothing to close or no marker may be made now
- * (a stream capture): the blocks then simply wait longer. */
-static bool ca__close_batch(ca__arena *p) {
-  if (!p->held_head || !p->backend->mark)
-    return false;
-  ca__batch *batch = ca__slab_get(&p->batch_slab);
+/* An empty batch under a new marker: recorded on *stream alone (the
+ * backend's mark_on, where it has one), or after the work on every stream
+ * (stream NULL). NULL, nothing made, when the host is out of memory or no
+ * marker may be made now (a stream capture). */
+static ca__batch *ca__batch_marked(ca__arena *p, const uint64_t *stream) {
+  const ca_backend *be = p->backend;
   uint64_t marker = 0;
+  ca__batch *batch = be->mark ? ca__slab_get(&p->batch_slab) : NULL;
   if (!batch)
-    return false;
-  if (p->backend->mark(p->backend->ctx, p->device, &marker) != 0) {
+    return NULL;
+  int rc = stream && be->mark_on
+               ? be->mark_on(be->ctx, p->device, *stream, &marker)
+               : be->mark(be->ctx, p->device, &marker);
+  if (rc != 0) {
     ca__slab_put(&p->batch_slab, batch);
-    return false;
+    return NULL;
   }
-  *batch = (ca__batch){.marker = marker,
-                       .head = p->held_head,
-                       .tail = p->held_tail,
-                       .bytes = p->open_bytes};
-  p->held_head = p->held_tail = NULL;
-  p->open_bytes = 0;
+  *batch = (ca__batch){.marker = marker};
+  return batch;
+}
+
+/* Puts a filled batch behind the closed ones: they pass in the order made. */
+static void ca__batch_queue(ca__arena *p, ca__batch *batch) {
   if (p->batch_tail)
     p->batch_tail->next = batch;
   else
     p->batch_head = batch;
   p->batch_tail = batch;
+}
+
+/* Closes the open batch under a new marker. Returns false, leaving the
+ * batch open, when there is nothing to close or no marker may be made now
+ * (a stream capture): the blocks then simply wait longer. */
+static bool ca__close_batch(ca__arena *p) {
+  ca__batch *batch = p->held_head ? ca__batch_marked(p, NULL) : NULL;
+  if (!batch)
+    return false;
+  batch->head = p->held_head;
+  batch->tail = p->held_tail;
+  batch->bytes = p->open_bytes;
+  p->held_head = p->held_tail = NULL;
+  p->open_bytes = 0;
+  ca__batch_queue(p, batch);
   return true;
 }
 

@@ -49,21 +49,16 @@ static ca__block *ca__sfree_pop(ca__sfree *s) {
  * Returns false, changing nothing, when no marker may be made now (the
  * stream is capturing) or the host is out of memory; true when s is
  * empty then. */
+static ca__batch *ca__batch_marked(ca__arena *p, const uint64_t *stream);
+static void ca__batch_queue(ca__arena *p, ca__batch *batch);
+
 static bool ca__sfree_close(ca__arena *p, ca__sfree *s) {
-  const ca_backend *be = p->backend;
-  uint64_t marker = 0;
   if (!s->bytes)
     return true;
-  ca__batch *batch = be->mark ? ca__slab_get(&p->batch_slab) : NULL;
+  ca__batch *batch = ca__batch_marked(p, &s->stream);
   if (!batch)
     return false;
-  int rc = be->mark_on ? be->mark_on(be->ctx, p->device, s->stream, &marker)
-                       : be->mark(be->ctx, p->device, &marker);
-  if (rc != 0) {
-    ca__slab_put(&p->batch_slab, batch);
-    return false;
-  }
-  *batch = (ca__batch){.marker = marker, .bytes = s->bytes};
+  batch->bytes = s->bytes;
   for (ca__block *b; (b = ca__sfree_pop(s));) {
     ca__lru_remove(p, b->seg);
     b->state = CA__HELD;
@@ -73,11 +68,7 @@ static bool ca__sfree_close(ca__arena *p, ca__sfree *s) {
       batch->tail = b;
   }
   p->held_bytes += batch->bytes;
-  if (p->batch_tail)
-    p->batch_tail->next = batch;
-  else
-    p->batch_head = batch;
-  p->batch_tail = batch;
+  ca__batch_queue(p, batch);
   return true;
 }
 

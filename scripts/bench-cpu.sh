@@ -13,8 +13,10 @@
 # stream with record_stream (tests/bench/sidestream_step.py), replayed by
 # bench_replay, with plain and with expandable segments, and with each
 # request and free on its stream as through the allocator slot
-# (+stream: streams' free blocks), and the least any placement that 2 MiB-aligned
-# blocks over 1 MiB, as the driver does, could reserve for the same trace.
+# (+stream: streams' free blocks), the least any placement that 2 MiB-aligned
+# blocks over 1 MiB, as the driver does, could reserve for the same trace,
+# and what PyTorch's caching allocator's placement reserves for it
+# (tests/bench/pytorch_policy.py, a model checked against the H200).
 # Both repeat exactly. Then the instructions the library adds to a cached
 # cuMemAlloc and cuMemFree through its hooks (bench_hooks over the mock
 # driver; exact too). Last, what the range check
@@ -88,6 +90,9 @@ for trace in tests/bench/traces/*.trace.gz; do
   # The same for any placement: it depends on the trace alone.
   printf '%-19s %-22s %s\n' "$(basename "$trace" .trace.gz)" "driver's alignment" \
     "$(sed -n 's/^bench_replay: blocks over 1 MiB .* at least \([0-9.]*\) GiB.*/reserved at least \1 GiB, by any placement/p' <<<"$replay")"
+  # The peer: PyTorch's caching allocator's placement on the same trace.
+  printf '%-19s %-22s %s\n' "$(basename "$trace" .trace.gz)" "PyTorch's placement" \
+    "$(python3 tests/bench/pytorch_policy.py "$trace" | sed -n 's/^pytorch_policy: [^ ]* peak requested \([0-9.]*\) GiB, reserved \([0-9.]*\) GiB, overhead \(.*\)/held \1 GiB, reserved \2 GiB (+\3)/p')"
 done
 
 echo

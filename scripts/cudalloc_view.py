@@ -8,12 +8,14 @@ lines too).
 
 cudalloc view --torch-snapshot OUT.pickle TRACE: the same trace as a PyTorch
 memory snapshot (the dict torch.cuda.memory._dump_snapshot pickles), for
-PyTorch's memory viewer, whatever the program was.
+PyTorch's memory viewer and torch.cuda._memory_viz, whatever the program
+was: the pool's segments and what they cache, as PyTorch's own show.
 
 An existing OUT is never written over unless --force says so. Standard
 library only.
 """
 import argparse
+import bisect
 import html
 import json
 import os
@@ -22,15 +24,52 @@ import re
 import sys
 
 
+TRACE_VERSION = 2  # timeline/trace.h's CA_TRACE_VERSION: segments recorded
+
+
 def load(path):
     """The trace's events. The array's closing bracket is optional (a
-    process that died mid-run left none)."""
+    process that died mid-run left none); a last event cut short (it died
+    while writing it) is refused, naming the line."""
     with open(path, encoding="utf-8", errors="replace") as f:
         text = f.read()
     try:
         return json.loads(text)
     except ValueError:
+        pass
+    try:
         return json.loads(text.rstrip().rstrip(",") + "\n]")
+    except ValueError as e:
+        lines = text.rstrip().split("\n")
+        if e.lineno >= len(lines) and not lines[-1].rstrip().endswith(("}", "},", "]")):
+            n = len(lines)
+            raise ValueError(
+                "cut off in the middle of line %d (the program was killed while writing "
+                "it?); the %d lines before it are whole: head -n %d %s > whole.json, "
+                "then view whole.json" % (n, n - 1, n - 1, path)) from None
+        raise ValueError("not a cudalloc trace (%s)" % e) from None
+
+
+def trace_version(events):
+    """The trace's format: its "cudalloc_trace" event's, else 1 (allocations
+    alone, before segments were recorded)."""
+    for e in events:
+        if e.get("ph") == "M" and e.get("name") == "cudalloc_trace":
+            return int((e.get("args") or {}).get("version", 0))
+    return 1
+
+
+def check_version(events, snapshot):
+    """Refuses a trace this view cannot read right: a newer format, or, for
+    a snapshot, one without the pool's segments."""
+    version = trace_version(events)
+    if version > TRACE_VERSION:
+        raise ValueError("written by a newer cudalloc (trace format %d; this view reads "
+                         "up to %d): view it with that version" % (version, TRACE_VERSION))
+    if snapshot and version < TRACE_VERSION:
+        raise ValueError("written by an older cudalloc (trace format %d, which records no "
+                         "segments, so a snapshot would show no cache): record it again "
+                         "with this version, or view it as a page" % version)
 
 
 # Frames that allocate on someone else's behalf: the CUDA runtime and
@@ -69,9 +108,7 @@ def timeline(events, nsites):
     for sid, frames in stacks.items():
         site_of[sid] = label(frames, sid)
         frames_of.setdefault(site_of[sid], frames)
-    order = sorted((e for e in events if e.get("ph") in ("b", "e") and "ts" in e),
-                   key=lambda e: e["ts"])
-    for e in order:
+    for e in allocations(events):
         key = (e.get("pid"), e.get("id"))
         if e["ph"] == "b":
             args = e.get("args") or {}
@@ -125,7 +162,8 @@ def timeline(events, nsites):
             "startup": (t0 - started[0]) / 1e6 if started and changes else None,
             "instants": [[(e["ts"] - t0) / 1e6, e.get("name", "")] for e in events
                          if e.get("ph") == "i" and "ts" in e
-                         and e.get("name") != "program start"]}
+                         and e.get("name") not in ("program start", "segment map",
+                                                   "segment unmap")]}
 
 
 # A frame as the library names it: "fn file:line (module+0x..)", "fn
@@ -143,51 +181,128 @@ def torch_frame(text):
             "name": m.group("name")}
 
 
+def allocations(events):
+    """The allocations' async slices, in time order (a trace's file order
+    where times tie: a segment's reservation before the block it serves)."""
+    return sorted((e for e in events if e.get("ph") in ("b", "e") and "ts" in e
+                   and e.get("name", "allocation") == "allocation"), key=lambda e: e["ts"])
+
+
+def torch_block(addr, size, requested, state, frames):
+    return {"address": addr, "size": size, "requested_size": requested, "state": state,
+            "frames": frames}
+
+
+def torch_segment(device, addr, size, blocks, expandable):
+    """A segment of PyTorch's snapshot: `blocks` (address, size, frames) are
+    the live ones inside it; the bytes between them are its cache."""
+    tiled, at = [], addr
+    for a, n, frames in sorted(blocks, key=lambda b: b[0]):
+        n = min(n, addr + size - a)
+        if a > at:
+            tiled.append(torch_block(at, a - at, 0, "inactive", []))
+        tiled.append(torch_block(a, n, n, "active_allocated", frames))
+        at = a + n
+    if at < addr + size:
+        tiled.append(torch_block(at, addr + size - at, 0, "inactive", []))
+    held = sum(b["size"] for b in tiled if b["state"] == "active_allocated")
+    return {"address": addr, "total_size": size, "allocated_size": held,
+            "active_size": held, "requested_size": held, "device": device, "stream": 0,
+            "segment_type": "small" if size <= (2 << 20) else "large",
+            "segment_pool_id": (0, 0), "is_expandable": expandable,
+            "frames": tiled[0]["frames"] if len(tiled) == 1 else [], "blocks": tiled}
+
+
+def mapped_runs(pages):
+    """Maximal runs of mapped pages, from (address, bytes) mappings: the
+    segments an expandable range shows as, as PyTorch's do."""
+    runs = []
+    for a, n in sorted(pages.items()):
+        if runs and runs[-1][0] + runs[-1][1] == a:
+            runs[-1][1] += n
+        else:
+            runs.append([a, n])
+    return runs
+
+
 def torch_snapshot(events):
     """The trace as a PyTorch memory snapshot: each device's allocations and
-    frees as trace entries (a free is requested and completed at once: the
-    program's view), and, as the snapshot's state, the blocks live at the
-    trace's end, each a segment of its own (the trace holds no segment
-    layout). Frames innermost first, as PyTorch's."""
+    frees (a free is requested and completed at once: the program's view)
+    and the pool's segments reserved, released, mapped and unmapped, as
+    trace entries; as the snapshot's state, the segments the pool held at
+    the trace's end, the live blocks and the cache between them tiling
+    each (a live block of no recorded segment, one of its own). Frames
+    innermost first, as PyTorch's."""
     stacks = {}
     for e in events:
         args = e.get("args") or {}
         if e.get("ph") == "M" and e.get("name") == "cudalloc_stack":
             stacks[args.get("id")] = [torch_frame(f) for f in args.get("frames") or []]
-    traces, live = {}, {}
-    for e in sorted((e for e in events if e.get("ph") in ("b", "e") and "ts" in e),
-                    key=lambda e: e["ts"]):
-        key = (e.get("pid"), e.get("id"))
-        if e["ph"] == "b":
-            args = e.get("args") or {}
-            block = {"addr": int(str(e.get("id")), 0), "size": int(args.get("bytes", 0)),
-                     "device": int(args.get("device", 0)),
-                     "frames": stacks.get(args.get("stack"), [])}
-            live[key] = block
-            actions = ("alloc",)
-        elif key in live:
-            block = live.pop(key)
-            actions = ("free_requested", "free_completed")
-        else:
-            continue
-        for action in actions:
-            traces.setdefault(block["device"], []).append({
-                "action": action, "addr": block["addr"], "size": block["size"],
-                "stream": 0, "time_us": int(e["ts"]), "frames": block["frames"],
-                "compile_context": "", "user_metadata": ""})
-    segments = []
+    traces, live, segments, pages = {}, {}, {}, {}
+
+    def entry(device, action, addr, size, ts, frames):
+        traces.setdefault(device, []).append({
+            "action": action, "addr": addr, "size": size, "stream": 0, "time_us": int(ts),
+            "frames": frames, "compile_context": "", "user_metadata": ""})
+
+    for e in sorted((e for e in events if "ts" in e and (
+            e.get("ph") in ("b", "e") or e.get("name") in ("segment map", "segment unmap"))),
+            key=lambda e: e["ts"]):
+        args, name = e.get("args") or {}, e.get("name", "allocation")
+        if name in ("segment map", "segment unmap"):
+            device, addr, size = int(args.get("device", 0)), int(str(args.get("addr")), 0), \
+                int(args.get("bytes", 0))
+            mapped = pages.setdefault(device, {})
+            page = 2 << 20
+            for a in range(addr, addr + size, page):
+                if name == "segment map":
+                    mapped[a] = min(page, addr + size - a)
+                else:
+                    mapped.pop(a, None)
+            entry(device, name.replace(" ", "_"), addr, size, e["ts"], [])
+        elif name == "segment":
+            key = (e.get("pid"), e.get("id"))
+            if e["ph"] == "b":
+                device, addr, size = (int(args.get("device", 0)), int(str(e.get("id")), 0),
+                                      int(args.get("bytes", 0)))
+                segments[key] = (device, addr, size)
+                entry(device, "segment_alloc", addr, size, e["ts"], [])
+            elif key in segments:
+                device, addr, size = segments.pop(key)
+                entry(device, "segment_free", addr, size, e["ts"], [])
+        elif name == "allocation":
+            key = (e.get("pid"), e.get("id"))
+            if e["ph"] == "b":
+                block = {"addr": int(str(e.get("id")), 0), "size": int(args.get("bytes", 0)),
+                         "device": int(args.get("device", 0)),
+                         "frames": stacks.get(args.get("stack"), [])}
+                live[key] = block
+                actions = ("alloc",)
+            elif key in live:
+                block = live.pop(key)
+                actions = ("free_requested", "free_completed")
+            else:
+                continue
+            for action in actions:
+                entry(block["device"], action, block["addr"], block["size"], e["ts"],
+                      block["frames"])
+    held = [(d, a, n, False) for d, a, n in segments.values()]
+    held += [(d, a, n, True) for d, mapped in pages.items() for a, n in mapped_runs(mapped)]
+    held.sort()
+    inside = {i: [] for i in range(len(held))}
+    alone = []
     for b in sorted(live.values(), key=lambda b: (b["device"], b["addr"])):
-        size = b["size"]
-        segments.append({
-            "address": b["addr"], "total_size": size, "allocated_size": size,
-            "active_size": size, "requested_size": size, "device": b["device"],
-            "stream": 0, "segment_type": "small" if size <= (1 << 20) else "large",
-            "segment_pool_id": (0, 0), "is_expandable": False, "frames": b["frames"],
-            "blocks": [{"address": b["addr"], "size": size, "requested_size": size,
-                        "state": "active_allocated", "frames": b["frames"]}]})
-    ndev = max(list(traces) + [b["device"] for b in live.values()] + [0]) + 1
-    return {"segments": segments,
-            "device_traces": [traces.get(d, []) for d in range(ndev)],
+        i = bisect.bisect_right(held, (b["device"], b["addr"], float("inf"), True)) - 1
+        if i >= 0 and held[i][0] == b["device"] and b["addr"] < held[i][1] + held[i][2]:
+            inside[i].append((b["addr"], b["size"], b["frames"]))
+        else:
+            alone.append(torch_segment(b["device"], b["addr"], b["size"],
+                                       [(b["addr"], b["size"], b["frames"])], False))
+    snap_segments = [torch_segment(d, a, n, inside[i], x) for i, (d, a, n, x) in enumerate(held)]
+    snap_segments = sorted(snap_segments + alone, key=lambda s: (s["device"], s["address"]))
+    devices = list(traces) + [s["device"] for s in snap_segments] + [0]
+    return {"segments": snap_segments,
+            "device_traces": [traces.get(d, []) for d in range(max(devices) + 1)],
             "allocator_settings": {"allocator": "cudalloc (from its trace_path)"},
             "external_annotations": []}
 
@@ -298,9 +413,12 @@ def write_snapshot(path, snap, replaced):
     with open(path, "wb") as f:
         pickle.dump(snap, f)
     entries = sum(len(t) for t in snap["device_traces"])
-    print("cudalloc view: %s%s: a PyTorch memory snapshot, %d trace entries, %d blocks "
-          "live at the end (open it at pytorch.org/memory_viz)" % (
-              path, " (replaced)" if replaced else "", entries, len(snap["segments"])))
+    segs = snap["segments"]
+    print("cudalloc view: %s%s: a PyTorch memory snapshot, %d trace entries; at the end "
+          "%d segments, %d bytes reserved, %d in live blocks (open it at "
+          "pytorch.org/memory_viz)" % (
+              path, " (replaced)" if replaced else "", entries, len(segs),
+              sum(s["total_size"] for s in segs), sum(s["allocated_size"] for s in segs)))
     return 0
 
 
@@ -323,6 +441,7 @@ def main(argv):
         return 2
     try:
         events = load(a.trace)
+        check_version(events, bool(a.torch_snapshot))
         if a.torch_snapshot:
             return write_snapshot(out, torch_snapshot(events), replaced)
         data = timeline(events, max(1, a.sites))

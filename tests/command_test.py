@@ -61,7 +61,8 @@ def program(path, mode=0o755):
 def check_view_force(tmp):
     trace = os.path.join(tmp, "t.json")
     with open(trace, "w") as f:  # one 1 MiB allocation, freed
-        json.dump([{"ph": "b", "id": "0x1", "pid": 1, "ts": 0, "args": {"bytes": 1 << 20}},
+        json.dump([{"name": "cudalloc_trace", "ph": "M", "pid": 1, "args": {"version": 2}},
+                   {"ph": "b", "id": "0x1", "pid": 1, "ts": 0, "args": {"bytes": 1 << 20}},
                    {"ph": "e", "id": "0x1", "pid": 1, "ts": 10}], f)
     first = cudalloc("view", trace, cwd=tmp)
     expect(first.returncode == 0 and os.path.getsize(os.path.join(tmp, "mem.html")) > 0,

@@ -14,6 +14,7 @@
 #include "backend/marks.h"
 #include "backend/streams.h"
 #include "support/nvtx.h"
+#include "timeline/trace.h"
 
 /* ------------------------------------------------------------------------ */
 /* Context deaths                                                            */
@@ -321,15 +322,18 @@ static int ca__cuda_reserve(void *ctx, int device, uint64_t size,
     return CUDA_ERROR_OUT_OF_MEMORY;
   ca__call c = {.kind = CA__RESERVE, .size = size};
   CUresult r = ca__run(ctx, device, &c);
-  if (r == CUDA_SUCCESS)
+  if (r == CUDA_SUCCESS) {
     *addr = c.addr;
+    ca_trace_memory(device, c.addr, size, CA_TRACE_SEGMENT);
+  }
   return (int)r;
 }
 
 static int ca__cuda_release(void *ctx, int device, uint64_t addr,
                             uint64_t size) {
-  (void)size;
   ca_nvtx_heap_remove(addr);
+  /* Recorded first: once released, the address may be another's. */
+  ca_trace_memory(device, addr, size, CA_TRACE_RELEASE);
   ca__call c = {.kind = CA__RELEASE, .addr = addr};
   return (int)ca__run(ctx, device, &c);
 }
@@ -436,7 +440,10 @@ static int ca__cuda_map(void *ctx, int device, uint64_t addr, uint64_t size) {
   if (ca_capture_seen())
     return CA_BACKEND_BUSY;
   ca__call c = {.kind = CA__MAP, .addr = addr, .size = size};
-  return (int)ca__run(ctx, device, &c);
+  CUresult r = ca__run(ctx, device, &c);
+  if (r == CUDA_SUCCESS)
+    ca_trace_memory(device, addr, size, CA_TRACE_MAP);
+  return (int)r;
 }
 
 static int ca__cuda_unmap(void *ctx, int device, uint64_t addr,
@@ -444,7 +451,10 @@ static int ca__cuda_unmap(void *ctx, int device, uint64_t addr,
   if (ca_capture_seen())
     return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   ca__call c = {.kind = CA__UNMAP, .addr = addr, .size = size};
-  return (int)ca__run(ctx, device, &c);
+  CUresult r = ca__run(ctx, device, &c);
+  if (r == CUDA_SUCCESS)
+    ca_trace_memory(device, addr, size, CA_TRACE_UNMAP);
+  return (int)r;
 }
 
 /* A capture may not take the bytes' work into its graph: refused during

@@ -31,7 +31,7 @@ typedef struct ca__event {
   uint64_t addr, bytes;
   uint32_t stack;
   int16_t device;
-  uint8_t is_free;
+  uint8_t kind; /* ca_trace_kind */
 } ca__event;
 
 #define CA__RING (1u << 18) /* 10 MiB: over a second of 200k allocations */
@@ -75,7 +75,7 @@ static uint64_t ca__trace_ns(void) {
 /* ---- Producers -------------------------------------------------------------- */
 
 static void ca__push(int device, uint64_t addr, uint64_t bytes, uint32_t stack,
-                     bool is_free) {
+                     ca_trace_kind kind) {
   uint64_t pos = __atomic_load_n(&ca__head, __ATOMIC_RELAXED);
   for (;;) {
     ca__event *e = &ca__ring[pos & (CA__RING - 1)];
@@ -89,7 +89,7 @@ static void ca__push(int device, uint64_t addr, uint64_t bytes, uint32_t stack,
         e->bytes = bytes;
         e->stack = stack;
         e->device = (int16_t)device;
-        e->is_free = is_free;
+        e->kind = (uint8_t)kind;
         __atomic_store_n(&e->seq, pos + 1, __ATOMIC_RELEASE);
         return;
       }
@@ -104,12 +104,17 @@ static void ca__push(int device, uint64_t addr, uint64_t bytes, uint32_t stack,
 
 void ca_trace_alloc_slow(int device, uint64_t addr, uint64_t bytes, uint32_t stack) {
   if (ca__allocations)
-    ca__push(device, addr, bytes, stack, false);
+    ca__push(device, addr, bytes, stack, CA_TRACE_ALLOC);
 }
 
 void ca_trace_free_slow(int device, uint64_t addr, uint64_t bytes) {
   if (ca__allocations)
-    ca__push(device, addr, bytes, 0, true);
+    ca__push(device, addr, bytes, 0, CA_TRACE_FREE);
+}
+
+void ca_trace_memory_slow(int device, uint64_t addr, uint64_t bytes, ca_trace_kind kind) {
+  if (ca__allocations)
+    ca__push(device, addr, bytes, 0, kind);
 }
 
 /* ---- The file ------------------------------------------------------------------ */
@@ -200,6 +205,8 @@ bool ca_trace_start(const char *path_template, bool allocations, uint64_t start_
     ca__pid = (int)getpid();
     ca__put("[{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":", ca__pid);
     ca__put_string(program_invocation_short_name);
+    ca__put("}},\n{\"name\":\"cudalloc_trace\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"version\":%d",
+            ca__pid, CA_TRACE_VERSION);
     ca__put("}},\n{\"name\":\"program start\",\"ph\":\"i\",\"s\":\"p\",\"ts\":%" PRIu64
             ",\"pid\":%d}", ca__now_us(start_ns), ca__pid);
     ca__trace_flush();
@@ -250,10 +257,10 @@ static void ca__put_peak(int device, uint64_t ns, const char *what, uint64_t byt
 /* Under the lock: the event's bytes in its device's level; a new peak
  * written when the last was a millisecond ago. */
 static void ca__count_event(const ca__event *e) {
-  if (e->device < 0 || e->device >= CA__DEVICES)
+  if (e->device < 0 || e->device >= CA__DEVICES || e->kind > CA_TRACE_FREE)
     return;
   ca__level *l = &ca__levels[e->device];
-  if (e->is_free) {
+  if (e->kind == CA_TRACE_FREE) {
     l->live -= e->bytes < l->live ? e->bytes : l->live; /* dropped events */
     return;
   }
@@ -281,8 +288,28 @@ static void ca__write_peaks(void) {
   }
 }
 
+/* The pool's memory: a segment as an async slice of its own name, pages
+ * as instants (an unmapping need not match one mapping). */
+static void ca__write_memory(const ca__event *e) {
+  if (e->kind == CA_TRACE_SEGMENT || e->kind == CA_TRACE_RELEASE) {
+    ca__put(",\n{\"name\":\"segment\",\"cat\":\"cudalloc_segment\",\"ph\":\"%s\",\"id\":\"0x%" PRIx64
+            "\",\"ts\":%" PRIu64 ",\"pid\":%d,\"tid\":1,\"args\":{\"device\":%d,\"bytes\":%" PRIu64
+            "}}", e->kind == CA_TRACE_SEGMENT ? "b" : "e", e->addr, ca__now_us(e->ns), ca__pid,
+            (int)e->device, e->bytes);
+    return;
+  }
+  ca__put(",\n{\"name\":\"%s\",\"ph\":\"i\",\"s\":\"p\",\"ts\":%" PRIu64 ",\"pid\":%d,"
+          "\"args\":{\"device\":%d,\"addr\":\"0x%" PRIx64 "\",\"bytes\":%" PRIu64 "}}",
+          e->kind == CA_TRACE_MAP ? "segment map" : "segment unmap", ca__now_us(e->ns), ca__pid,
+          (int)e->device, e->addr, e->bytes);
+}
+
 static void ca__write_event(const ca__event *e, ca_trace_namer name) {
-  if (e->is_free) {
+  if (e->kind > CA_TRACE_FREE) {
+    ca__write_memory(e);
+    return;
+  }
+  if (e->kind == CA_TRACE_FREE) {
     ca__put(",\n{\"name\":\"allocation\",\"cat\":\"cudalloc\",\"ph\":\"e\",\"id\":\"0x%" PRIx64
             "\",\"ts\":%" PRIu64 ",\"pid\":%d,\"tid\":0}", e->addr, ca__now_us(e->ns), ca__pid);
     return;

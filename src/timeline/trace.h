@@ -11,7 +11,14 @@
  *     given back by the collection threshold, context deaths;
  *   - with trace_allocations:1, each pooled or passed-through allocation as
  *     an async slice from its allocation to its free, with its bytes and
- *     stack id, and each stack's frames once, as a metadata event.
+ *     stack id, and each stack's frames once, as a metadata event; and the
+ *     pool's own memory as the backend gets and gives it: each segment as
+ *     an async slice ("segment") from its reservation to its release, and
+ *     each mapping and unmapping of an expandable segment's pages as an
+ *     instant event ("segment map", "segment unmap") with its address and
+ *     bytes, so that a reader sees the cache, not only the blocks.
+ * The first events name the format: metadata "cudalloc_trace", args
+ * {"version": CA_TRACE_VERSION}; a reader refuses versions it does not know.
  *
  * An allocation or a free costs one slot of a ring (a compare-and-swap and
  * a few stores, no lock, no system call); the watcher thread drains the
@@ -27,6 +34,20 @@
 
 extern bool ca_trace_recording; /* set once, before the first event */
 
+/* 2: segments, maps and unmaps recorded; 1 (no "cudalloc_trace" event):
+ * allocations alone. */
+#define CA_TRACE_VERSION 2
+
+/* What an event records. */
+typedef enum ca_trace_kind {
+  CA_TRACE_ALLOC,
+  CA_TRACE_FREE,
+  CA_TRACE_SEGMENT, /* a segment reserved */
+  CA_TRACE_RELEASE, /* a segment given back */
+  CA_TRACE_MAP,     /* pages of an expandable segment mapped */
+  CA_TRACE_UNMAP,   /* ... and unmapped */
+} ca_trace_kind;
+
 /* Starts the trace into `path_template` ("%p": the pid): false (one line
  * said why) when the file cannot be made. `allocations`: the async slices.
  * `start_ns` (CLOCK_MONOTONIC): when the program started, written as the
@@ -36,6 +57,7 @@ bool ca_trace_start(const char *path_template, bool allocations, uint64_t start_
 
 void ca_trace_alloc_slow(int device, uint64_t addr, uint64_t bytes, uint32_t stack);
 void ca_trace_free_slow(int device, uint64_t addr, uint64_t bytes);
+void ca_trace_memory_slow(int device, uint64_t addr, uint64_t bytes, ca_trace_kind kind);
 
 static inline void ca_trace_alloc(int device, uint64_t addr, uint64_t bytes,
                                   uint32_t stack) {
@@ -47,6 +69,14 @@ static inline void ca_trace_alloc(int device, uint64_t addr, uint64_t bytes,
 static inline void ca_trace_free(int device, uint64_t addr, uint64_t bytes) {
   if (__builtin_expect(__atomic_load_n(&ca_trace_recording, __ATOMIC_ACQUIRE), 0))
     ca_trace_free_slow(device, addr, bytes);
+}
+
+/* The backend: the pool's memory as the driver gave or took it (a
+ * segment's reservation or release, pages mapped or unmapped). */
+static inline void ca_trace_memory(int device, uint64_t addr, uint64_t bytes,
+                                   ca_trace_kind kind) {
+  if (__builtin_expect(__atomic_load_n(&ca_trace_recording, __ATOMIC_ACQUIRE), 0))
+    ca_trace_memory_slow(device, addr, bytes, kind);
 }
 
 /* From the watcher: a device's counters now, and instant events. */

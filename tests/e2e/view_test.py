@@ -41,8 +41,8 @@ def check_trace(tmp):
         events = json.loads(text)
     except ValueError as e:
         raise CheckFailed(f"the trace is not one JSON array: {e}", [r])
-    begins = [e for e in events if e.get("ph") == "b"]
-    ends = [e for e in events if e.get("ph") == "e"]
+    begins = [e for e in events if e.get("ph") == "b" and e.get("name") == "allocation"]
+    ends = [e for e in events if e.get("ph") == "e" and e.get("name") == "allocation"]
     stacks = {e["args"]["id"]: e["args"]["frames"] for e in events
               if e.get("ph") == "M" and e.get("name") == "cudalloc_stack"}
     want = STEPS * (1 + SCRATCH)
@@ -85,7 +85,8 @@ def check_events(tmp):
            f"reserved peaks {reserved[:3]} beside the sampled {sampled[:3]}", r)
     live, peak = 0, (0, 0)
     sizes = {}
-    for e in sorted((e for e in events if e.get("ph") in ("b", "e")), key=lambda e: e["ts"]):
+    for e in sorted((e for e in events if e.get("ph") in ("b", "e") and
+                     e.get("name") == "allocation"), key=lambda e: e["ts"]):
         if e["ph"] == "b":
             sizes[e["id"]] = e["args"]["bytes"]
             live += sizes[e["id"]]
@@ -137,7 +138,8 @@ SEGMENT_KEYS = {"address", "total_size", "allocated_size", "active_size", "reque
 BLOCK_KEYS = {"address", "size", "requested_size", "state", "frames"}
 ENTRY_KEYS = {"action", "addr", "size", "stream", "time_us", "frames", "compile_context",
               "user_metadata"}
-ACTIONS = {"segment_alloc", "alloc", "free_requested", "free_completed", "segment_free"}
+ACTIONS = {"segment_alloc", "alloc", "free_requested", "free_completed", "segment_free",
+           "segment_map", "segment_unmap"}
 
 
 def snapshot_problems(snap):
@@ -194,13 +196,97 @@ def check_snapshot(tmp):
     count = {a: sum(e["action"] == a for e in entries) for a in ACTIONS}
     expect(0 < count["alloc"] < STEPS * (1 + SCRATCH) and
            count["free_requested"] == count["free_completed"], f"trace entries {count}", r)
-    expect(snap["segments"] and
-           len(snap["segments"]) == count["alloc"] - count["free_completed"],
-           f"{len(snap['segments'])} blocks live at the end, trace says "
-           f"{count['alloc'] - count['free_completed']}", r)
+    blocks = [b for seg in snap["segments"] for b in seg["blocks"]]
+    held = [b for b in blocks if b["state"] == "active_allocated"]
+    expect(snap["segments"] and len(held) == count["alloc"] - count["free_completed"] and
+           count["segment_alloc"] == len(snap["segments"]) and
+           any(b["state"] == "inactive" for b in blocks),
+           f"{len(held)} blocks live at the end in {len(snap['segments'])} segments "
+           f"({count['segment_alloc']} reserved), trace says "
+           f"{count['alloc'] - count['free_completed']} live", r)
     names = {e["frames"][0]["name"] for e in entries if e["frames"]}
     expect(names == {"keep_step", "scratch_step"}, f"innermost frames {names}", r)
-    return f"{len(entries)} entries, {len(snap['segments'])} live blocks, sites {sorted(names)}"
+    return f"{len(entries)} entries, {len(held)} live blocks, sites {sorted(names)}"
+
+
+def snapshot_of(tmp, name, conf):
+    """A whole run's trace and its snapshot: (run, events, snapshot)."""
+    import pickle
+    path = os.path.join(tmp, name + ".%p.json")
+    r = run("growth", f"{conf},trace_path:{path}")
+    real = path.replace("%p", str(r.pid))
+    out = os.path.join(tmp, name + ".pickle")
+    v = subprocess.run(["sh", COMMAND, "view", "--torch-snapshot", out, real],
+                       capture_output=True, text=True)
+    expect(v.returncode == 0, f"cudalloc view --torch-snapshot exited {v.returncode}: "
+           f"{v.stderr.strip()}", r)
+    with open(real) as f:
+        events = json.load(f)
+    with open(out, "rb") as f:
+        return r, events, pickle.load(f)
+
+
+def check_segments(tmp):
+    """The pool's cache as PyTorch's tools read it: a program that freed
+    every block leaves segments of inactive blocks, whose bytes are what
+    the pool's own reserved counter says at the end, plain and with
+    expandable segments (their mapped pages, segment_map entries)."""
+    said = []
+    for name, conf in (("plain", "verbose:0"), ("expandable", "expandable_segments:1")):
+        r, events, snap = snapshot_of(tmp, name, conf)
+        why = snapshot_problems(snap)
+        expect(not why, f"{name}: not PyTorch's snapshot schema: {why}", r)
+        segs = snap["segments"]
+        reserved = sum(s["total_size"] for s in segs)
+        allocated = sum(s["allocated_size"] for s in segs)
+        last = max((e for e in events if e.get("ph") == "C" and "allocated" in
+                    (e.get("args") or {})), key=lambda e: e["ts"])["args"]
+        actions = {e["action"] for e in snap["device_traces"][0]}
+        expect(segs and allocated == 0 and reserved == last["reserved"] > 0 and
+               all(b["state"] == "inactive" for s in segs for b in s["blocks"]),
+               f"{name}: {len(segs)} segments, {reserved} bytes reserved, {allocated} in "
+               f"blocks; the pool said {last}", r)
+        # Expandable segments serve the large heap; the small one keeps its
+        # 2 MiB segments.
+        expandable = name == "expandable"
+        kinds = [(s["is_expandable"], s["total_size"]) for s in segs]
+        expect(any(x for x, _ in kinds) == expandable and
+               all(n <= 2 << 20 for x, n in kinds if expandable and not x) and
+               ("segment_map" in actions) == expandable and "segment_alloc" in actions,
+               f"{name}: segments (expandable, bytes) {kinds}, actions {actions}", r)
+        said.append(f"{name}: {len(segs)} segments, {reserved} bytes cached")
+    return "; ".join(said)
+
+
+def check_bad_traces(tmp):
+    """A trace cut in the middle of an event, an older one (no segments) for
+    a snapshot, a newer one: one line each naming what is wrong, exit 1, no
+    output written."""
+    r, path, text = traced(tmp)
+    cut = os.path.join(tmp, "cut-mid.json")
+    with open(cut, "w") as f:
+        f.write(text[: text.rfind('"bytes"')])
+    old = os.path.join(tmp, "old.json")
+    with open(old, "w") as f:
+        f.write("\n".join(l for l in text.split("\n") if '"cudalloc_trace"' not in l and
+                          '"segment' not in l))
+    new = os.path.join(tmp, "new.json")
+    with open(new, "w") as f:
+        f.write(text.replace('"version":2', '"version":99'))
+    said = []
+    for trace, snapshot, want in ((cut, False, "cut off in the middle of line"),
+                                  (old, True, "older cudalloc"), (new, False, "newer cudalloc")):
+        out = os.path.join(tmp, os.path.basename(trace) + (".pickle" if snapshot else ".html"))
+        argv = ["--torch-snapshot", out] if snapshot else ["-o", out]
+        v = subprocess.run(["sh", COMMAND, "view", *argv, trace], capture_output=True, text=True)
+        expect(v.returncode == 1 and want in v.stderr and v.stderr.count("\n") == 1 and
+               not os.path.exists(out), f"{os.path.basename(trace)}: exit {v.returncode}, "
+               f"said {v.stderr!r}, {'wrote' if os.path.exists(out) else 'no'} {out}", r)
+        said.append(v.stderr.strip())
+    o = subprocess.run(["sh", COMMAND, "view", "-o", os.path.join(tmp, "old.html"), old],
+                       capture_output=True, text=True)
+    expect(o.returncode == 0, f"an older trace as a page: exit {o.returncode}: {o.stderr}", r)
+    return " | ".join(said)
 
 
 def check_overwrite(tmp):
@@ -318,7 +404,8 @@ def check_startup(tmp):
     r, path, text = traced(tmp)
     events = json.loads(text)
     start = [e["ts"] for e in events if e.get("ph") == "i" and e.get("name") == "program start"]
-    first = min((e["ts"] for e in events if e.get("ph") == "b"), default=None)
+    first = min((e["ts"] for e in events if e.get("ph") == "b" and
+                 e.get("name") == "allocation"), default=None)
     expect(len(start) == 1 and first is not None and start[0] <= first,
            f"program start {start}, first allocation at {first}", r)
     data = view_module().timeline(events, 8)
@@ -332,7 +419,7 @@ def check_startup(tmp):
 
 CHECKS = {"naming": check_naming, "startup": check_startup, "trace": check_trace, "events": check_events, "unfinished": check_unfinished,
           "refused": check_refused, "page": check_page, "snapshot": check_snapshot,
-          "overwrite": check_overwrite}
+          "overwrite": check_overwrite, "segments": check_segments, "bad_traces": check_bad_traces}
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv, CHECKS, "view"))

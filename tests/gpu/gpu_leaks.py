@@ -16,7 +16,10 @@
                      all, and --fixed none; the group of kept outputs shows
                      the Python line that made them (train's model(x));
                      its trace, cut halfway, as a PyTorch memory snapshot
-                     that PyTorch's own _memory_viz reads, naming that line
+                     that PyTorch's own _memory_viz reads, naming that line;
+                     a training's snapshot from PyTorch's own memory history
+                     and from cudalloc's trace, both read by _memory_viz and
+                     each showing its allocator's cache (segments)
   reset_leak         cudaDeviceReset in mid-program (tests/gpu/reset_leak.cu):
                      reported at the reset, correct after it
 
@@ -374,7 +377,8 @@ def torch_leak(check):
             lambda: torch_growth(check, "leak_torch_growth", False),
             lambda: torch_growth(check, "leak_torch_growth_fixed", True),
             lambda: torch_python_frames(check),
-            lambda: torch_snapshot(check))
+            lambda: torch_snapshot(check),
+            lambda: torch_snapshot_pair(check))
     finally:
         if torch_env is None:
             del os.environ["PYTORCH_NO_CUDA_MEMORY_CACHING"]
@@ -419,6 +423,36 @@ def torch_snapshot(check):
             r.why.append("%s: %s" % (step, exit_problem(run) or "no '%s' in its output" % want))
     r.verdict("PyTorch's _memory_viz reads the snapshot of the trace cut halfway and names "
               + frame)
+
+
+def torch_snapshot_pair(check):
+    """The same training under PyTorch's own allocator, its memory history
+    dumped as its snapshot, and under the library with trace_path (PyTorch's
+    caching off: the pool serves each tensor), made a snapshot by `cudalloc
+    view --torch-snapshot`; PyTorch's _memory_viz reads both, and each must
+    show its allocator's cache once the model is dropped (reserved bytes
+    beyond those allocated: the pool's segments, no longer only its live
+    blocks). The row's note puts their segments and bytes side by side."""
+    row = "leak_torch_snapshot_pair"
+    theirs = os.path.join(check.logs, row + ".pytorch.pickle")
+    trace = os.path.join(check.logs, row + ".trace.json")
+    ours = os.path.join(check.logs, row + ".cudalloc.pickle")
+    script = [sys.executable, "tests/gpu/torch_snapshot_pair.py"]
+    facts = ""
+    r = LeakRun(check, row, "torch", "trace_path:" + trace, script + ["train"])
+    if r.skipped:
+        return
+    for step, c, conf, want in [
+            ("pytorch", script + ["train", theirs], None, "wrote"),
+            ("view", ["sh", "scripts/cudalloc", "view", "--torch-snapshot", ours, "--force", trace],
+             None, "a PyTorch memory snapshot"),
+            ("read", script + ["read", theirs, ours], None, "torch_snapshot_pair: PASS")]:
+        run = check.run("%s_%s" % (row, step), c, conf=conf)
+        if run.rc != 0 or not run.grep(re.escape(want)):
+            r.why.append("%s: %s" % (step, exit_problem(run) or "no '%s' in its output" % want))
+        if step == "read":
+            facts = "; ".join(l.split(": ", 1)[1] for l in run.grep(r"^torch_snapshot_pair: \w+ \d"))
+    r.verdict("PyTorch's _memory_viz reads both snapshots; each shows its cache", facts)
 
 
 def torch_exit_suppressed(check):

@@ -25,8 +25,9 @@ cudalloc's report at exit runs, the kept tensors are gone and it
 (truthfully) finds no leak. Two ways to see the growth anyway: the report
 asked for at the end of training, as here, or CUDALLOC_CONF=growth_report:1,
 whose report at exit names the sites whose live memory grew step after step
-(one snapshot per mark), freed or not. Both go through scripts/cudalloc.py,
-the library's Python helper; without cudalloc the script just trains.
+(one snapshot per mark), freed or not. Both go through the package
+`cudalloc` (`pip install .`, or scripts/python on PYTHONPATH), the library's
+Python helper; without cudalloc the script just trains.
 """
 import argparse
 import os
@@ -35,8 +36,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
-import cudalloc  # noqa: E402  the library's Python helper
+import cudalloc
 
 FEATURES, HIDDEN, CLASSES = 512, 1024, 256
 BATCH = 1024  # one output is BATCH x CLASSES floats: exactly 1 MiB

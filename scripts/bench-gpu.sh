@@ -124,6 +124,8 @@ CA_GPU_TAG=bench-gpu
 # The programs measured must see no setting but the one a run gives them.
 unset LD_PRELOAD CUDALLOC_CONF PYTORCH_NO_CUDA_MEMORY_CACHING PYTORCH_CUDA_ALLOC_CONF
 export PYTHONDONTWRITEBYTECODE=1
+# The package `cudalloc`, for the steps that plug it into PyTorch's slot.
+export PYTHONPATH="$root/scripts/python${PYTHONPATH:+:$PYTHONPATH}"
 
 # open_folders: the build folder and the results folder, made absolute;
 # from then on everything printed also goes to bench-gpu.log.

@@ -13,6 +13,8 @@ ca__present() {
   case "$1" in
     uthash-dev) ca__have_header uthash.h ;;
     libcmocka-dev) ca__have_header cmocka.h ;;
+    python3-pip) python3 -m pip --version >/dev/null 2>&1 ;;
+    python3-venv) python3 -c 'import ensurepip, venv' >/dev/null 2>&1 ;;
     *) command -v "$1" >/dev/null 2>&1 ;;
   esac
 }
@@ -25,7 +27,7 @@ ca__cuda_h() {
 }
 
 # What scripts/test.sh needs beyond the build's own (ca_ensure_deps' base).
-CA_TEST_DEPS="libcmocka-dev clang valgrind python3 pkg-config tmux chromium"
+CA_TEST_DEPS="libcmocka-dev clang valgrind python3 python3-pip python3-venv pkg-config tmux chromium"
 
 # The Debian packages among the arguments that are not here, on one line
 # (empty when all are).

@@ -49,11 +49,11 @@ CA_GPU_ANSWERS='## Answers a pooled block cannot give as the driver does'
 ca_gpu_tree_files() {
   (
     cd "$1" || exit
-    find src include examples tests/gpu tests/mockcuda -type f ! -name '.*' \
+    find src include examples tests/gpu tests/mockcuda scripts/python -type f ! -name '.*' \
       ! -name '*.pyc' ! -path '*/__pycache__/*' 2>/dev/null
     find tests -type f -name CMakeLists.txt 2>/dev/null
     for f in CMakeLists.txt tests/probe_compare.py tests/bench/*.py scripts/gpu-check.sh \
-      scripts/gpu-lib.sh scripts/cudalloc scripts/cudalloc.py scripts/cudalloc_view.py; do
+      scripts/gpu-lib.sh scripts/cudalloc; do
       [[ -f $f ]] && echo "$f"
     done
   ) | LC_ALL=C sort -u

@@ -21,13 +21,11 @@ Usage: gpt2_step.py [--steps 15] [--warmup 3] [--batch 8] [--seq 512]
 """
 
 import argparse
-import os
 import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from resnet_step import add_plug_options, memory_in_use, plug  # noqa: E402
+from resnet_step import add_plug_options, memory_in_use, plug
 
 
 def train_steps(args):

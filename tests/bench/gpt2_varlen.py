@@ -30,14 +30,11 @@ Usage: gpt2_varlen.py [--batches 8] [--train 16] [--gen 2] [--tokens 128]
 """
 
 import argparse
-import os
 import random
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "..", "scripts"))
-import cudalloc  # noqa: E402
+import cudalloc
 
 
 def peaks(torch, dev):

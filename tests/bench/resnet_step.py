@@ -71,8 +71,6 @@ def memory_in_use(torch, dev):
 
 def plug_slot():
     """cudalloc in PyTorch's allocator slot, before any tensor is made."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                    "..", "..", "scripts"))
     import cudalloc
     cudalloc.torch.use()
 

@@ -13,12 +13,9 @@ Usage: slot_pair.py [--pairs N] [--slot | --plug PATH]
 NAME_alloc and NAME_free, as resnet_step.py plugs them.)
 """
 import argparse
-import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import resnet_step  # noqa: E402
+import resnet_step
 
 
 def main():

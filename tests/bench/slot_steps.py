@@ -35,9 +35,8 @@ import os
 import statistics
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gpt2_step  # noqa: E402
-import resnet_step  # noqa: E402
+import gpt2_step
+import resnet_step
 
 # Each case's (timed steps, warm-up steps).
 STEPS = {"gpt2": (15, 3), "resnet50": (20, 5), "resnet152": (15, 4)}

@@ -42,10 +42,9 @@ import os
 import stat
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import leak_report_test as lr  # noqa: E402  (the runner and the parsers)
+import leak_report_test as lr
 
-from leak_report_test import CheckFailed, expect, lines_of, one_report, read_file, run  # noqa: E402
+from leak_report_test import CheckFailed, expect, lines_of, one_report, read_file, run
 
 FULL_SUMMARY = f"SUMMARY: {lr.LEAKED_BYTES} bytes leaked in {lr.LEAKED_COUNT} allocations"
 ONE_MIB_SUMMARY = "SUMMARY: 1048576 bytes leaked in 1 allocations"

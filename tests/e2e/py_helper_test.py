@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""py_helper_test.py [CHECK...]: scripts/cudalloc.py, the Python helper, in
+"""py_helper_test.py [CHECK...]: the Python helper (the package cudalloc), in
 front of the mock driver.
 
 A Python program reaches the mock libcuda.so.1 through ctypes, as a
@@ -19,14 +19,13 @@ import sys
 from leak_report_test import MOCK_DIR, PRELOAD, CheckFailed, expect, main
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPTS = os.path.join(HERE, "..", "..", "scripts")
+PACKAGE = os.path.join(HERE, "..", "..", "scripts", "python")  # the package `cudalloc`
 STEPS = 20
 
 PROGRAM = r'''
 import ctypes, json, sys
-sys.path.insert(0, sys.argv[1])
 import cudalloc
-steps = int(sys.argv[2])
+steps = int(sys.argv[1])
 print("loaded=%d version=%s" % (cudalloc.loaded(), cudalloc.version()))
 cuda = ctypes.CDLL("libcuda.so.1")
 dev, ctx = ctypes.c_int(), ctypes.c_void_p()
@@ -69,10 +68,11 @@ class PyRun:
 
 def run_py(conf, preload=True):
     env = {k: v for k, v in os.environ.items() if not k.startswith("E2E_")}
-    env.update(LD_LIBRARY_PATH=MOCK_DIR, CUDALLOC_CONF=conf, PYTHONDONTWRITEBYTECODE="1")
+    env.update(LD_LIBRARY_PATH=MOCK_DIR, CUDALLOC_CONF=conf, PYTHONDONTWRITEBYTECODE="1",
+               PYTHONPATH=PACKAGE)
     if preload:
         env["LD_PRELOAD"] = PRELOAD
-    proc = subprocess.run([sys.executable, "-c", PROGRAM, SCRIPTS, str(STEPS)], env=env,
+    proc = subprocess.run([sys.executable, "-c", PROGRAM, str(STEPS)], env=env,
                           capture_output=True, text=True, timeout=60)
     r = PyRun(conf, preload, proc)
     if r.rc != 0:

@@ -23,7 +23,7 @@ import tempfile
 from leak_report_test import MOCK_DIR, PRELOAD, CheckFailed, expect, main
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPTS = os.path.join(HERE, "..", "..", "scripts")
+PACKAGE = os.path.join(HERE, "..", "..", "scripts", "python")  # the package `cudalloc`
 
 TORCH_STANDIN = r'''
 import ctypes, types
@@ -99,7 +99,6 @@ cuda = types.SimpleNamespace(Device=Device, get_current_stream=get_current_strea
 # A context and two streams of the mock, as the framework would have.
 PROLOGUE = r'''
 import ctypes, gc, sys
-sys.path.insert(0, sys.argv[1])
 import cudalloc
 cuda = ctypes.CDLL("libcuda.so.1")
 dev, ctx = ctypes.c_int(), ctypes.c_void_p()
@@ -211,12 +210,12 @@ def run_program(tmp, name, standin, program):
     parts = PRELOAD.split(":")
     env = {k: v for k, v in os.environ.items() if not k.startswith("E2E_")}
     env.update(LD_LIBRARY_PATH=MOCK_DIR, CUDALLOC_LIBRARY=parts[-1],
-               CUDALLOC_CONF="leak_scan:0", PYTHONPATH=tmp,
+               CUDALLOC_CONF="leak_scan:0", PYTHONPATH=tmp + os.pathsep + PACKAGE,
                PYTHONDONTWRITEBYTECODE="1", ASAN_OPTIONS="detect_leaks=0")
     env.pop("LD_PRELOAD", None)
     if len(parts) > 1:  # a sanitizer's runtime must still come first
         env["LD_PRELOAD"] = ":".join(parts[:-1])
-    proc = subprocess.run([sys.executable, "-c", program, SCRIPTS], env=env,
+    proc = subprocess.run([sys.executable, "-c", program], env=env,
                           capture_output=True, text=True, timeout=60)
 
     class R:

@@ -29,7 +29,7 @@ its subcommand). So `cudalloc top --once`, `cudalloc --help`,
 `cd build && cpack -G DEB` and `CUDALLOC_CONF=help:1 cudalloc run -- true`
 are commands; `scripts/cudalloc` (a program's file), `python3`,
 `cudalloc view` (a subcommand), `CUDALLOC_CONF=help:1` (a setting: no
-program) and `scripts/cudalloc.py` (a module) are names. Each runs once,
+program) and `scripts/python/cudalloc` (a package) are names. Each runs once,
 where first quoted, in README order, after what README runs first: its
 set-up block (scripts/demo.sh builds the copy) and its `export` lines (the
 environment the everyday commands assume); a command quoted again, or one

@@ -359,10 +359,9 @@ def check_page(tmp):
 
 
 def view_module():
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                    "scripts"))
-    import cudalloc_view
-    return cudalloc_view
+    """cudalloc's viewer, from the package (PYTHONPATH: the checks' env)."""
+    from cudalloc import view
+    return view
 
 
 def check_naming(tmp):

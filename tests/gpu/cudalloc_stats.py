@@ -5,18 +5,16 @@ Shared by the Python GPU checks (torch_cnn.py, cupy_check.py, jax_check.py,
 torch_ipc.py, cupy_ipc.py).
 Why: when the library is only preloaded, the Python program itself is the one
 place that can ask the pool what it served, the way any user program would:
-through scripts/cudalloc.py, the library's Python helper, which reads them
+through the package cudalloc, the library's Python helper, which reads them
 as the library writes them (cudalloc_get_stats_json).
 
 Standard library only.
 """
 
-import os
 import sys
 import traceback
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-from cudalloc import stats as get_stats  # noqa: E402
+from cudalloc import stats as get_stats
 
 
 def pooled_line(stats):

@@ -17,11 +17,8 @@ allocs / 10. Last line: "cupy_check: PASS" or "cupy_check: FAIL: <why>".
 Usage: cupy_check.py [--expect plain|pooled|any]
 """
 
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import cudalloc_stats  # noqa: E402
+import cudalloc_stats
 
 NAME = "cupy_check"
 

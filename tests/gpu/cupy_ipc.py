@@ -22,11 +22,9 @@ Usage: cupy_ipc.py [--pool] [--timeout SECONDS]
 
 import faulthandler
 import multiprocessing as mp
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import cudalloc_stats  # noqa: E402
+import cudalloc_stats
 
 NAME = "cupy_ipc"
 fail = cudalloc_stats.failer(NAME)

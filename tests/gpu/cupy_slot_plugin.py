@@ -3,10 +3,6 @@ CuPy's allocator (cudalloc.cupy.use()) before any test runs, so that one of
 CuPy's own test modules runs through the slot (tests/gpu/gpu_slot.py)."""
 
 import os
-import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "..", "scripts"))
 
 
 def pytest_configure(config):

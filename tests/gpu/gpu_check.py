@@ -371,7 +371,6 @@ def main():
     # Keep tests/gpu free of __pycache__, here and in the Python checks run.
     sys.dont_write_bytecode = True
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import gpu_general
     import gpu_group
     import gpu_identity

@@ -22,7 +22,6 @@ import tempfile
 import time
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpu_check  # noqa: E402
 
 NAME = "gpu_check_test"

@@ -27,8 +27,7 @@ import sys
 
 from gpu_general import run_check
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import probe_compare  # noqa: E402  (tests/probe_compare.py, shared with the mock's test)
+import probe_compare  # tests/probe_compare.py, shared with the mock's test (PYTHONPATH)
 
 
 def ipc_check(check):

@@ -124,7 +124,7 @@ def slot_cupy_module(check):
         return
 
     def one(mode):
-        env = slot_env(check, {"PYTHONPATH": plugin_dir,
+        env = slot_env(check, {"PYTHONPATH": plugin_dir + os.pathsep + os.environ.get("PYTHONPATH", ""),
                                "CUPY_SLOT": "1" if mode == "slot" else "0"})
         return check.run("slot_cupy_module_" + mode, cmd, env=env, limit=240)
 

@@ -21,11 +21,9 @@ Usage: jax_check.py [--expect plain|pooled|any]
 """
 
 import os
-import sys
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cudalloc_stats  # noqa: E402
 
 NAME = "jax_check"

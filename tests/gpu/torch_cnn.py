@@ -29,12 +29,10 @@ Usage: torch_cnn.py OUT.json [--expect plain|pooled|any] [--steps 20]
 import json
 import math
 import os
-import sys
 
 # Must be set before cuBLAS initializes for deterministic algorithms.
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cudalloc_stats  # noqa: E402
 
 NAME = "torch_cnn"

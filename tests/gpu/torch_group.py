@@ -38,7 +38,6 @@ import time
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cudalloc_stats  # noqa: E402
 
 NAME = "torch_group"

@@ -30,8 +30,7 @@ import faulthandler
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import cudalloc_stats  # noqa: E402
+import cudalloc_stats
 
 NAME = "torch_ipc"
 fail = cudalloc_stats.failer(NAME)

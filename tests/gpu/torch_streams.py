@@ -35,13 +35,11 @@ Usage: torch_streams.py OUT.json [--expect plain|pooled|any] [--steps 300]
 import json
 import math
 import os
-import sys
 import time
 
 # Must be set before cuBLAS initializes for deterministic algorithms.
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cudalloc_stats  # noqa: E402
 
 NAME = "torch_streams"

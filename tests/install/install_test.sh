@@ -19,7 +19,7 @@ cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" 2>&1 ||
   fail "cmake --install: $(tail -n 3 "$tmp/install.log")"
 libdir=$(dirname "$(find "$prefix" -name 'libcudalloc.so' | head -n 1)")
 [ -f "$libdir/libcudalloc.so" ] || fail "no libcudalloc.so installed"
-for f in bin/cudalloc libexec/cudalloc/cudalloc-top include/cudalloc.h share/cudalloc/python/cudalloc.py share/doc/cudalloc/LEAKS.md; do
+for f in bin/cudalloc libexec/cudalloc/cudalloc-top include/cudalloc.h share/cudalloc/python/cudalloc/__init__.py share/doc/cudalloc/LEAKS.md; do
   [ -e "$prefix/$f" ] || fail "$f not installed"
 done
 

@@ -1,13 +1,14 @@
 """cudalloc from Python: the library's public API (include/cudalloc.h)
-without writing ctypes, and without building anything.
+without writing ctypes.
 
-The library is preloaded into the process (LD_PRELOAD=.../libcudalloc.so);
-this module finds its functions among the process's symbols. Where it is
-not loaded, every call does nothing and says so by its result (loaded()
-is False, stats() and version() are None), so a script can call them
-unconditionally:
+Installed with `pip install .` (the package, the `cudalloc` command, and the
+built libcudalloc.so and cudalloc-top inside it), or, from a source tree,
+with scripts/python on PYTHONPATH. The library is preloaded into the process
+(`cudalloc run`, or LD_PRELOAD=.../libcudalloc.so); this module finds its
+functions among the process's symbols. Where it is not loaded, every call
+does nothing and says so by its result (loaded() is False, stats() and
+version() are None), so a script can call them unconditionally:
 
-    import sys; sys.path.insert(0, "<cudalloc>/scripts")
     import cudalloc
     for step in range(steps):
         train_step()
@@ -24,12 +25,13 @@ allocator slot, first thing, before the framework allocates device memory:
 Both hand each allocation's stream to the library, which then reuses freed
 blocks in stream order without fences (docs/COMPATIBILITY.md says what of
 PyTorch works through the slot). The library is CUDALLOC_LIBRARY, else the
-preloaded one, else the one installed beside this file (../../../lib) or
-the source tree's build/.
+preloaded one, else the one inside this package (pip), else the one
+installed beside it (P/share/cudalloc/python/cudalloc -> P/lib), else the
+source tree's build/.
 
-`python3 -m cudalloc` (with scripts/ on PYTHONPATH, or from scripts/) says
-whether the library is loaded in that interpreter and which version.
-Standard library only; Python 3.6 and later.
+`python3 -m cudalloc` says whether the library is loaded in that interpreter
+and which version; `python3 -m cudalloc run|top|view ...` is the `cudalloc`
+command. Standard library only; Python 3.6 and later.
 """
 
 import ctypes
@@ -71,8 +73,9 @@ def _preloaded_path():
 
 def library_path():
     """The libcudalloc.so a framework's slot loads: CUDALLOC_LIBRARY, else
-    the one already in the process, else the one installed beside this file
-    (P/share/cudalloc/python -> P/lib), else the source tree's build/."""
+    the one already in the process, else the one inside this package (a
+    wheel's), else the one installed beside it (P/share/cudalloc/python/
+    cudalloc -> P/lib), else the source tree's build/."""
     env = os.environ.get("CUDALLOC_LIBRARY")
     if env:
         return env
@@ -80,7 +83,7 @@ def library_path():
     if found:
         return found
     here = os.path.dirname(os.path.abspath(__file__))
-    for rel in ("../../../lib", "../../../lib64", "../build"):
+    for rel in ("lib", "../../../../lib", "../../../../lib64", "../../../build"):
         path = os.path.normpath(os.path.join(here, rel, "libcudalloc.so"))
         if os.path.exists(path):
             return path
@@ -401,11 +404,3 @@ def empty_cache():
     given back, or None when the library is not loaded."""
     fn = _function("cudalloc_empty_cache", ctypes.c_uint64, [])
     return fn() if fn else None
-
-
-if __name__ == "__main__":
-    if loaded():
-        print("cudalloc %s is loaded in this process" % version())
-    else:
-        print("cudalloc is not loaded in this process: run with "
-              "LD_PRELOAD=<build>/libcudalloc.so")

@@ -15,6 +15,11 @@ nothing preloaded (tests/gpu/torch_slot.py says what each mode runs).
                  stream's handle); one of CuPy's own test modules passes as it
                  passes under CuPy's pool (GPU_CHECK_CUPY_TESTS names CuPy's
                  tests folder, default ../shared/suites/frameworks/cupy_tests/tests)
+  slot_wheel     the wheel `pip wheel` builds from this tree, installed with
+                 pip install --no-deps into the machine's PyTorch
+                 environment: the slot_torch rows again with no PYTHONPATH
+                 and no CUDALLOC_LIBRARY, the package and the library both
+                 the wheel's; uninstalled after
 
 Each row's program must end with "torch_slot: PASS" (or pytest's summary)
 and exit 0; the library is loaded only by the helper (CUDALLOC_LIBRARY).
@@ -61,14 +66,51 @@ def slot_row(check, row, args, result="PASS", limit=120, env=None, quiet=True):
     return run
 
 
-def slot_torch(check):
+def slot_torch(check, prefix="slot", **how):
     check.together(
-        lambda: slot_row(check, "slot_backward", ["backward"]),
-        lambda: slot_row(check, "slot_memory", ["memory"]),
-        lambda: slot_row(check, "slot_record_stream", ["record_stream"]),
-        lambda: slot_row(check, "slot_record_stream_bare", ["record_stream", "--bare"],
-                         result="INFO"),
-        lambda: slot_row(check, "slot_graph", ["graph"]))
+        lambda: slot_row(check, prefix + "_backward", ["backward"], **how),
+        lambda: slot_row(check, prefix + "_memory", ["memory"], **how),
+        lambda: slot_row(check, prefix + "_record_stream", ["record_stream"], **how),
+        lambda: slot_row(check, prefix + "_record_stream_bare", ["record_stream", "--bare"],
+                         result="INFO", **how),
+        lambda: slot_row(check, prefix + "_graph", ["graph"], **how))
+
+
+def slot_wheel(check):
+    """The slot_torch rows through the wheel: built by pip from this tree
+    (the in-tree backend, CMake), installed with pip install --no-deps into
+    the machine's PyTorch environment (this Python's), run with neither
+    PYTHONPATH nor CUDALLOC_LIBRARY, so that the package and the library can
+    only be the wheel's (wheel_install says where they were found); then
+    uninstalled, leaving the environment as it was."""
+    row = "wheel_install"
+    wheels = os.path.join(check.out, "wheel")
+    pip = [sys.executable, "-m", "pip"]
+    where = "import cudalloc; print('wheel_install:', cudalloc.__file__, cudalloc.library_path())"
+    bare = {"PYTHONPATH": "", "CUDALLOC_LIBRARY": ""}
+    had = check.run(row + "_before", pip + ["show", "cudalloc"]).rc == 0
+    steps = [("build", pip + ["wheel", "--no-deps", "--no-index", "-w", wheels, check.root], {}),
+             ("pip", pip + ["install", "--no-deps", "--no-index", "--force-reinstall",
+                            "--find-links", wheels, "cudalloc"], bare),
+             ("where", [sys.executable, "-c", where], bare)]
+    why, run = ["cudalloc was installed in the environment before"] if had else [], None
+    for step, cmd, env in steps if not why else []:
+        run = check.run("%s_%s" % (row, step), cmd, env=env, limit=300)
+        if run.rc != 0:
+            why.append("%s: %s" % (step, exit_problem(run) or "exit status %d" % run.rc))
+            break
+    found = run.last(r"^wheel_install: ")[len("wheel_install: "):] if not why else ""
+    if not why and not all(p.startswith(sys.prefix) and "site-packages" in p
+                           for p in found.split()):
+        why.append("the package or the library is not the wheel's: " + found)
+    check.record(row, "torch", "slot (wheel)", "-", "-", "FAIL" if why else "PASS",
+                 "; ".join(why) or found)
+    try:
+        if not why:
+            slot_torch(check, "wheel_slot", env=bare)
+    finally:
+        if not had:
+            check.run(row + "_uninstall", pip + ["uninstall", "-y", "cudalloc"])
 
 
 def slot_train(check, model):
@@ -148,4 +190,5 @@ CHECKS = {
     "slot_torch": (slot_torch, True),
     "slot_training": (slot_training, True),
     "slot_cupy": (slot_cupy, True),
+    "slot_wheel": (slot_wheel, True),
 }

@@ -58,14 +58,30 @@ def _metadata(version):
             "License-File: LICENSE\nRequires-Python: >=3.6\n" % (version, SUMMARY))
 
 
+def _cmake():
+    """The first cmake on PATH that runs. A Python environment's bin/ may
+    come first with PyPI's `cmake`, a console script whose module pip's
+    build isolation hides: it fails on any command (measured: PyTorch's
+    environment on the GPU machine)."""
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        exe = os.path.join(folder or ".", "cmake")
+        if os.path.isfile(exe) and os.access(exe, os.X_OK) and subprocess.run(
+                [exe, "--version"], stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL).returncode == 0:
+            return exe
+    raise RuntimeError("cudalloc: no cmake on PATH runs (cmake 3.18 or later; on Debian: "
+                       "apt-get install cmake)")
+
+
 def _build(work):
     """Configures and builds the two binaries in `work`; their paths."""
     build = os.path.join(work, "build")
-    configure = ["cmake", "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
+    cmake = _cmake()
+    configure = [cmake, "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
                  "-DCUDALLOC_BUILD_TESTS=OFF", "-DCUDALLOC_BUILD_BENCH=OFF",
                  "-DCUDALLOC_BUILD_EXAMPLES=OFF"] + shlex.split(os.environ.get("CMAKE_ARGS", ""))
     jobs = str(os.cpu_count() or 2)
-    for cmd in (configure, ["cmake", "--build", build, "--target", "cudalloc", "cudalloc-top",
+    for cmd in (configure, [cmake, "--build", build, "--target", "cudalloc", "cudalloc-top",
                             "-j", jobs]):
         subprocess.run(cmd, check=True, stdout=sys.stderr)
     lib = os.path.realpath(os.path.join(build, "libcudalloc.so"))
@@ -86,18 +102,23 @@ def _record_line(name, data):
     return "%s,sha256=%s,%d" % (name, digest, len(data))
 
 
-def _write_wheel(directory, files):
+def _dist_info():
+    """The wheel's .dist-info folder: its name, and its files but RECORD."""
     version = _version()
-    tag = _tag()
     dist = "cudalloc-%s.dist-info" % version
-    name = "cudalloc-%s-%s.whl" % (version, tag)
     meta = [(dist + "/METADATA", _metadata(version).encode()),
             (dist + "/WHEEL", ("Wheel-Version: 1.0\nGenerator: cudalloc_wheel\n"
-                               "Root-Is-Purelib: false\nTag: %s\n" % tag).encode()),
+                               "Root-Is-Purelib: false\nTag: %s\n" % _tag()).encode()),
             (dist + "/entry_points.txt",
              b"[console_scripts]\ncudalloc = cudalloc.__main__:main\n")]
     with open(os.path.join(ROOT, "LICENSE"), "rb") as f:
         meta.append((dist + "/licenses/LICENSE", f.read()))
+    return dist, meta
+
+
+def _write_wheel(directory, files):
+    dist, meta = _dist_info()
+    name = "cudalloc-%s-%s.whl" % (_version(), _tag())
     record = []
     with zipfile.ZipFile(os.path.join(directory, name), "w", zipfile.ZIP_DEFLATED) as z:
         for arc, path, executable in files:
@@ -121,6 +142,17 @@ def _write_wheel(directory, files):
 
 def get_requires_for_build_wheel(config_settings=None):
     return []
+
+
+def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
+    """The metadata alone, without building: else pip builds twice."""
+    dist, meta = _dist_info()
+    for arc, data in meta:
+        path = os.path.join(metadata_directory, arc)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+    return dist
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):

@@ -8,6 +8,7 @@
 # CUDALLOC_LIBRARY): --version, `run` on a leaking program over the mock
 # driver (the leak report), `run` of the environment's Python importing the
 # package, `view` of the run's trace, `top --once`, `python -m cudalloc`.
+# A broken cmake first on PATH is passed by; the build runs once.
 # Prints PASS or the first FAIL; exit status 1 on a failure.
 set -u
 src=$1 mock=$2 leaks=$3
@@ -19,8 +20,15 @@ fail() { echo "FAIL wheel: $*"; exit 1; }
 # checkout's own build folders or caches can help.
 mkdir "$tmp/src" && (cd "$src" && tar cf - --exclude='./build*' --exclude=./.git .) |
   (cd "$tmp/src" && tar xf -) || fail "cannot copy the source tree"
-python3 -m pip wheel --no-deps --no-index -w "$tmp/dist" "$tmp/src" >"$tmp/wheel.log" 2>&1 ||
-  fail "pip wheel: $(tail -n 5 "$tmp/wheel.log")"
+# A Python environment's bin/ first on PATH with PyPI's cmake, whose
+# console script cannot import its module under pip's build isolation (as
+# PyTorch's environment on the GPU machine): the backend must pass it by.
+mkdir "$tmp/env-bin" && printf '#!/bin/sh\necho "ModuleNotFoundError: No module named cmake" >&2\nexit 1\n' \
+  >"$tmp/env-bin/cmake" && chmod +x "$tmp/env-bin/cmake"
+PATH="$tmp/env-bin:$PATH" python3 -m pip wheel -v --no-deps --no-index -w "$tmp/dist" "$tmp/src" \
+  >"$tmp/wheel.log" 2>&1 || fail "pip wheel: $(tail -n 5 "$tmp/wheel.log")"
+builds=$(grep -c 'Build files have been written' "$tmp/wheel.log")
+[ "$builds" = 1 ] || fail "pip wheel configured $builds build(s): want 1 (metadata without a build)"
 whl=$(ls "$tmp"/dist/cudalloc-*.whl 2>/dev/null | head -n 1)
 case ${whl##*/} in
 cudalloc-*-py3-none-manylinux_*_"$(uname -m)".whl) ;;

@@ -58,16 +58,23 @@ def _metadata(version):
             "License-File: LICENSE\nRequires-Python: >=3.6\n" % (version, SUMMARY))
 
 
-def _cmake():
-    """The first cmake on PATH that runs. A Python environment's bin/ may
-    come first with PyPI's `cmake`, a console script whose module pip's
-    build isolation hides: it fails on any command (measured: PyTorch's
-    environment on the GPU machine)."""
-    for folder in os.environ.get("PATH", "").split(os.pathsep):
+def _tool_env():
+    """The environment CMake runs in: the caller's, less what pip's build
+    isolation adds for the backend's own Python (PYTHONPATH to a site that
+    hides the environment's packages, PYTHONNOUSERSITE). A Python
+    environment's bin/ may come first on PATH with PyPI's `cmake`, a console
+    script that imports its module from those packages: under them it fails
+    on any command (measured: PyTorch's environment on the GPU machine)."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE")}
+
+
+def _cmake(env):
+    """The first cmake on PATH that runs."""
+    for folder in env.get("PATH", "").split(os.pathsep):
         exe = os.path.join(folder or ".", "cmake")
         if os.path.isfile(exe) and os.access(exe, os.X_OK) and subprocess.run(
-                [exe, "--version"], stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL).returncode == 0:
+                [exe, "--version"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                env=env).returncode == 0:
             return exe
     raise RuntimeError("cudalloc: no cmake on PATH runs (cmake 3.18 or later; on Debian: "
                        "apt-get install cmake)")
@@ -76,14 +83,15 @@ def _cmake():
 def _build(work):
     """Configures and builds the two binaries in `work`; their paths."""
     build = os.path.join(work, "build")
-    cmake = _cmake()
+    env = _tool_env()
+    cmake = _cmake(env)
     configure = [cmake, "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
                  "-DCUDALLOC_BUILD_TESTS=OFF", "-DCUDALLOC_BUILD_BENCH=OFF",
                  "-DCUDALLOC_BUILD_EXAMPLES=OFF"] + shlex.split(os.environ.get("CMAKE_ARGS", ""))
     jobs = str(os.cpu_count() or 2)
     for cmd in (configure, [cmake, "--build", build, "--target", "cudalloc", "cudalloc-top",
                             "-j", jobs]):
-        subprocess.run(cmd, check=True, stdout=sys.stderr)
+        subprocess.run(cmd, check=True, stdout=sys.stderr, env=env)
     lib = os.path.realpath(os.path.join(build, "libcudalloc.so"))
     return lib, os.path.join(build, "cudalloc-top")
 

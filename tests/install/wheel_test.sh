@@ -8,7 +8,7 @@
 # CUDALLOC_LIBRARY): --version, `run` on a leaking program over the mock
 # driver (the leak report), `run` of the environment's Python importing the
 # package, `view` of the run's trace, `top --once`, `python -m cudalloc`.
-# A broken cmake first on PATH is passed by; the build runs once.
+# PyPI's cmake and a broken one first on PATH; the build runs once.
 # Prints PASS or the first FAIL; exit status 1 on a failure.
 set -u
 src=$1 mock=$2 leaks=$3
@@ -20,15 +20,22 @@ fail() { echo "FAIL wheel: $*"; exit 1; }
 # checkout's own build folders or caches can help.
 mkdir "$tmp/src" && (cd "$src" && tar cf - --exclude='./build*' --exclude=./.git .) |
   (cd "$tmp/src" && tar xf -) || fail "cannot copy the source tree"
-# A Python environment's bin/ first on PATH with PyPI's cmake, whose
-# console script cannot import its module under pip's build isolation (as
-# PyTorch's environment on the GPU machine): the backend must pass it by.
-mkdir "$tmp/env-bin" && printf '#!/bin/sh\necho "ModuleNotFoundError: No module named cmake" >&2\nexit 1\n' \
-  >"$tmp/env-bin/cmake" && chmod +x "$tmp/env-bin/cmake"
-PATH="$tmp/env-bin:$PATH" python3 -m pip wheel -v --no-deps --no-index -w "$tmp/dist" "$tmp/src" \
+# Ahead on PATH, as a Python environment's bin/ with PyPI's cmake (PyTorch's
+# on the GPU machine): a console script whose module pip's build isolation
+# hides (its PYTHONPATH names pip's build site), and a cmake that never
+# runs. The backend must run the first, outside the isolation, and pass the
+# second by.
+real=$(command -v cmake) || fail "no cmake"
+mkdir "$tmp/env-bin" "$tmp/broken-bin" &&
+  printf '#!/bin/sh\ncase ${PYTHONPATH:-} in *pip-build-env*)\n  echo "ModuleNotFoundError: No module named cmake" >&2; exit 1 ;;\nesac\ntouch %s\nexec %s "$@"\n' \
+    "$tmp/env-cmake-ran" "$real" >"$tmp/env-bin/cmake" && printf '#!/bin/sh\nexit 1\n' >"$tmp/broken-bin/cmake" &&
+  chmod +x "$tmp/env-bin/cmake" "$tmp/broken-bin/cmake" || fail "cannot make the stand-in cmakes"
+PATH="$tmp/broken-bin:$tmp/env-bin:$PATH" python3 -m pip wheel -v --no-deps --no-index -w "$tmp/dist" "$tmp/src" \
   >"$tmp/wheel.log" 2>&1 || fail "pip wheel: $(tail -n 5 "$tmp/wheel.log")"
 builds=$(grep -c 'Build files have been written' "$tmp/wheel.log")
 [ "$builds" = 1 ] || fail "pip wheel configured $builds build(s): want 1 (metadata without a build)"
+[ -e "$tmp/env-cmake-ran" ] ||
+  fail "the environment's cmake, first on PATH that runs, was not the one used (pip's isolation kept?)"
 whl=$(ls "$tmp"/dist/cudalloc-*.whl 2>/dev/null | head -n 1)
 case ${whl##*/} in
 cudalloc-*-py3-none-manylinux_*_"$(uname -m)".whl) ;;

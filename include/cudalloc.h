@@ -124,6 +124,20 @@ CUDALLOC_API void cudalloc_print_report(void);
  * measured per iteration. Costs one pass over the allocation sites. */
 CUDALLOC_API void cudalloc_mark(void);
 
+/* The allocation timeline on demand (what trace_path writes from the
+ * start, with trace_allocations:1; docs/LEAKS.md): starts writing it into
+ * `path` ("%p": the process id; created 0600, never through a link) unless
+ * one is being written already, and returns 0 either way, -1 when the file
+ * cannot be made (one line says why). cudalloc_trace_file() names the file
+ * being written (NULL when none is); cudalloc_trace_flush() writes what was
+ * recorded so far into it now (the library's watcher otherwise does every
+ * 100 ms). Started so, it holds what happens from then on: blocks and
+ * segments made before are not in it. The Python helper answers PyTorch's
+ * memory history and snapshot calls through the slot with these. */
+CUDALLOC_API int cudalloc_trace_start(const char *path);
+CUDALLOC_API const char *cudalloc_trace_file(void);
+CUDALLOC_API void cudalloc_trace_flush(void);
+
 /* A framework's allocator slot: PyTorch's pluggable allocator
  * (torch.cuda.memory.CUDAPluggableAllocator(path, "cudalloc_stream_malloc",
  * "cudalloc_stream_free"), or cudalloc.torch.use() from the Python helper)

@@ -72,6 +72,9 @@ typedef struct ca_layer_env {
   /* The live pooled block that starts at `addr`, and its pool (memcheck
    * reads the block a free names); NULL where none is asked. */
   bool (*block)(uint64_t addr, ca_pool **pool, ca_live_block *out);
+  /* A trace was started at run time (cudalloc_trace_start), without
+   * trace_path: its layer joins the chains composed since. */
+  bool traced;
 } ca_layer_env;
 
 /* An NVTX tool told of blocks: `add` once a block is handed out (the ask

@@ -1,15 +1,18 @@
 /*
  * The timeline's events (a layer around the pool, concern.h): with trace_path, each pooled
  * allocation and free is recorded, once the watcher has started the trace
- * (until then, and after it stops, the check is one load).
+ * (until then, and after it stops, the check is one load); also once
+ * cudalloc_trace_start has started one.
  */
 #include "concerns/concern.h"
 
 #include "timeline/trace.h"
 
+/* With trace_path, or once a trace was started at run time
+ * (cudalloc_trace_start: the chains are composed again then). */
 static bool ca__trace_events_wanted(const ca_layer_env *env, ca_path path) {
   (void)path;
-  return env->cfg->trace_path[0] != '\0';
+  return env->cfg->trace_path[0] != '\0' || env->traced;
 }
 
 static int ca__trace_events_alloc(const ca_layer *self, ca_ask *ask) {

@@ -11,6 +11,7 @@
 #include "registry/registry.h"
 #include "leaks/sites.h"
 #include "support/stats.h"
+#include "timeline/trace.h"
 
 #define CA__STR2(x) #x
 #define CA__STR(x) CA__STR2(x)
@@ -63,6 +64,17 @@ void cudalloc_print_report(void) {
 }
 
 void cudalloc_mark(void) { ca_sites_mark(); }
+
+int cudalloc_trace_start(const char *path) {
+  return path && *path && ca_lifecycle_trace_begin(path) ? 0 : -1;
+}
+
+const char *cudalloc_trace_file(void) { return ca_trace_file(); }
+
+void cudalloc_trace_flush(void) {
+  if (ca_trace_file())
+    ca_lifecycle_trace_flush();
+}
 
 /* One request of the slot; NULL when it failed, after one line ending
  * with `then`. */

@@ -153,10 +153,16 @@ static ca_layer_env ca__env;
 static ca_chain ca__chains[2];
 static const ca_layer *_Atomic ca__tops[2];
 static pthread_once_t ca__chains_once = PTHREAD_ONCE_INIT;
+/* ... and composed again, once, when a trace starts at run time: beside
+ * the first, which calls in progress may still be walking. */
+static ca_layer_env ca__env_traced;
+static ca_chain ca__chains_traced[2];
+static pthread_once_t ca__traced_once = PTHREAD_ONCE_INIT;
+
+static const ca_layer ca__bottom = {
+    .name = "pool", .alloc = ca__pool_alloc, .free = ca__pool_free};
 
 static void ca__compose_chains(void) {
-  static const ca_layer bottom = {
-      .name = "pool", .alloc = ca__pool_alloc, .free = ca__pool_free};
   ca__env = (ca_layer_env){.cfg = ca_config_get(),
                            .oom = CUDA_ERROR_OUT_OF_MEMORY,
                            .make_room = ca_room_make,
@@ -167,7 +173,7 @@ static void ca__compose_chains(void) {
                            .block = ca__live_block};
   const ca_layer *tops[2];
   for (int p = CA_PATH_SYNC; p <= CA_PATH_ORDERED; p++)
-    tops[p] = ca_compose(&ca__chains[p], &ca__env, (ca_path)p, &bottom);
+    tops[p] = ca_compose(&ca__chains[p], &ca__env, (ca_path)p, &ca__bottom);
   if (ca__env.cfg->verbose >= 2) {
     char sync[128], ordered[128];
     ca_chain_describe(&ca__chains[CA_PATH_SYNC], sync, sizeof(sync));
@@ -178,6 +184,19 @@ static void ca__compose_chains(void) {
   for (int p = CA_PATH_SYNC; p <= CA_PATH_ORDERED; p++)
     atomic_store_explicit(&ca__tops[p], tops[p], memory_order_release);
 }
+
+static void ca__compose_traced(void) {
+  pthread_once(&ca__chains_once, ca__compose_chains);
+  ca__env_traced = ca__env;
+  ca__env_traced.traced = true;
+  for (int p = CA_PATH_SYNC; p <= CA_PATH_ORDERED; p++)
+    atomic_store_explicit(&ca__tops[p],
+                          ca_compose(&ca__chains_traced[p], &ca__env_traced, (ca_path)p,
+                                     &ca__bottom),
+                          memory_order_release);
+}
+
+void ca_intercept_trace_started(void) { pthread_once(&ca__traced_once, ca__compose_traced); }
 
 static inline const ca_layer *ca__chain(ca_path path) {
   const ca_layer *top =

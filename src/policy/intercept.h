@@ -24,6 +24,10 @@ CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size);
 CUresult ca_on_mem_free(CUdeviceptr dptr);
 /* What the allocator slot's policy (slot/slot.c) shares with this one. */
 bool ca_intercept_enabled(void);
+
+/* A trace was started at run time (cudalloc_trace_start): the chains of
+ * layers around the pool are composed again, once, with its layer. */
+void ca_intercept_trace_started(void);
 /* Serves `size` bytes from `pool` through the stream-ordered chain of
  * concerns (on *stream when `stream` is not NULL: stream-ordered reuse). */
 CUresult ca_intercept_pooled(ca_pool *pool, size_t size,

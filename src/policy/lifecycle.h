@@ -33,4 +33,13 @@ void ca_lifecycle_context_gone(void *ctx, ca_pool *pool, int device);
 void ca_lifecycle_report(ca_report_event event, bool leaks, bool stats,
                          const ca_reach_roots *roots);
 
+/* Starts the timeline into `path` ("%p": the pid) with every allocation,
+ * as trace_path does, where none is being written yet (true then too), and
+ * the watcher that writes it; false when the file cannot be made (one line
+ * said why). On the program's thread. */
+bool ca_lifecycle_trace_begin(const char *path);
+
+/* Writes what the timeline recorded so far to its file, now. */
+void ca_lifecycle_trace_flush(void);
+
 #endif /* CA_LIFECYCLE_H */

@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
+#include "policy/intercept.h"
 #include "support/config.h"
 #include "support/fork.h"
 #include "support/group.h"
@@ -32,6 +33,7 @@ static sem_t ca__signal_sem;
 static struct sigaction ca__program_sigusr1;
 static atomic_bool ca__sigusr1_ours;
 static atomic_bool ca__used_seen;
+static atomic_bool ca__watching; /* the watcher was started (in this process) */
 
 static void ca__on_sigusr1(int sig, siginfo_t *info, void *uctx) {
   int saved = errno;
@@ -56,10 +58,11 @@ static void ca__on_sigusr1(int sig, siginfo_t *info, void *uctx) {
 static void *ca__watch(void *arg) {
   (void)arg;
   bool publish = ca_config_get()->publish_stats && ca_publish_open(); /* made already */
-  bool trace = __atomic_load_n(&ca_trace_recording, __ATOMIC_ACQUIRE);
   bool group = ca_group_joined();
-  unsigned tick_ms = group ? 20 : trace ? 100 : 1000;
   for (unsigned tick = 0;; tick++) {
+    /* A trace may start later (cudalloc_trace_start): read at each tick. */
+    bool trace = __atomic_load_n(&ca_trace_recording, __ATOMIC_ACQUIRE);
+    unsigned tick_ms = group ? 20 : trace ? 100 : 1000;
     bool second = tick % (1000 / tick_ms) == 0;
     bool tenth = tick_ms <= 100 && tick % (100 / tick_ms) == 0;
     bool traced = trace && tenth;
@@ -79,8 +82,7 @@ static void *ca__watch(void *arg) {
     until.tv_nsec += (long)tick_ms * 1000000;
     until.tv_sec += until.tv_nsec / 1000000000;
     until.tv_nsec %= 1000000000;
-    int rc = publish || trace || group ? sem_timedwait(&ca__signal_sem, &until)
-                                       : sem_wait(&ca__signal_sem);
+    int rc = sem_timedwait(&ca__signal_sem, &until); /* a trace may start meanwhile */
     if (rc == 0)
       ca_lifecycle_report_all(CA_EVENT_SIGNAL, false, ca_config_get()->stats_signal, NULL);
   }
@@ -94,7 +96,7 @@ static void ca__start_watcher(bool sigusr1) {
   sigset_t all, old;
   pthread_t thread;
   void *stack; /* the watcher's for good */
-  if (sem_init(&ca__signal_sem, 0, 0) != 0)
+  if (atomic_exchange(&ca__watching, true) || sem_init(&ca__signal_sem, 0, 0) != 0)
     return;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -125,6 +127,7 @@ static void ca__forget_in_child(void) {
   if (atomic_exchange(&ca__sigusr1_ours, false))
     sigaction(SIGUSR1, &ca__program_sigusr1, NULL);
   atomic_store(&ca__used_seen, false);
+  atomic_store(&ca__watching, false);
 }
 
 static const ca_fork_handlers ca__lifecycle_fork = {
@@ -154,3 +157,16 @@ void ca_lifecycle_device_used(void) {
   if (cfg->memcheck)
     ca_lifecycle_memcheck_at_exit();
 }
+
+bool ca_lifecycle_trace_begin(const char *path) {
+  if (__atomic_load_n(&ca_trace_recording, __ATOMIC_ACQUIRE))
+    return true;
+  ca_lifecycle_device_used(); /* its watcher, if it wants one, first */
+  if (!ca_trace_start(path, true, ca_lifecycle_start_ns))
+    return false;
+  ca_intercept_trace_started();
+  ca__start_watcher(false); /* none yet: one to write the trace */
+  return true;
+}
+
+void ca_lifecycle_trace_flush(void) { ca_trace_drain(ca_report_stack_lines); }

@@ -52,6 +52,7 @@ static size_t ca__out_len;
 static uint64_t *ca__named; /* a bit per stack id whose frames were written */
 static size_t ca__named_words;
 static int ca__pid;
+static char ca__path[600]; /* the file, once open */
 
 /* Each device's requested bytes live, as the events tell them, and their
  * peak: written at most once a millisecond of the events' own time while
@@ -189,6 +190,8 @@ static int ca__open(const char *template) {
   if (fd < 0)
     ca_log("trace_path:%s: cannot write the trace there (%s): no trace", path,
            strerror(errno));
+  else
+    memcpy(ca__path, path, n + 1);
   return fd;
 }
 
@@ -400,4 +403,8 @@ void ca_trace_forget(void) {
     close(ca__fd);
   ca__fd = -1;
   ca__out_len = 0;
+}
+
+const char *ca_trace_file(void) {
+  return __atomic_load_n(&ca_trace_recording, __ATOMIC_ACQUIRE) ? ca__path : NULL;
 }

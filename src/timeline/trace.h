@@ -101,4 +101,7 @@ void ca_trace_finish(ca_trace_namer name);
 /* In a forked child: stops without writing (the parent's file). */
 void ca_trace_forget(void);
 
+/* The file being written ("%p" expanded), or NULL when none is. */
+const char *ca_trace_file(void);
+
 #endif /* CA_TRACE_H */

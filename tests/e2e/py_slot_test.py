@@ -45,6 +45,8 @@ def _refusing(name):
         raise RuntimeError("CUDAPluggableAllocator does not yet support " + name)
     return fn
 _C = types.SimpleNamespace(
+    _cuda_memorySnapshot=_refusing("getSnapshot"),
+    _cuda_record_memory_history=_refusing("recordHistory"),
     _cuda_memoryStats=_refusing("getDeviceStats"),
     _cuda_resetPeakMemoryStats=_refusing("resetPeakStats"),
     _cuda_resetAccumulatedMemoryStats=_refusing("resetAccumulatedStats"),
@@ -62,9 +64,26 @@ class _Graph(object):
         calls.append(("capture_end",))
     def reset(self):
         calls.append(("reset",))
+# torch.cuda.memory's history and snapshot functions, as PyTorch 2.11 has
+# them: each calls torch._C at the call.
+import pickle, sys as _sys
+def _record_memory_history(enabled="all", context="all", stacks="all",
+                           max_entries=_sys.maxsize, device=None):
+    _C._cuda_record_memory_history(enabled, context, stacks, max_entries, False,
+                                   False, False)
+def _snapshot(device=None):
+    return _C._cuda_memorySnapshot(None)
+def memory_snapshot(mempool_id=None):
+    return _C._cuda_memorySnapshot(mempool_id)["segments"]
+def _dump_snapshot(filename="dump_snapshot.pickle"):
+    s = _snapshot()
+    with open(filename, "wb") as f:
+        pickle.dump(s, f)
 cuda = types.SimpleNamespace(memory=types.SimpleNamespace(
     CUDAPluggableAllocator=CUDAPluggableAllocator,
-    change_current_allocator=change_current_allocator),
+    change_current_allocator=change_current_allocator,
+    _record_memory_history=_record_memory_history, _snapshot=_snapshot,
+    memory_snapshot=memory_snapshot, _dump_snapshot=_dump_snapshot),
     graphs=types.SimpleNamespace(CUDAGraph=_Graph), current_stream=lambda: _current[0])
 _current = [None]
 '''
@@ -175,6 +194,39 @@ print("graph_calls=%s" % ",".join(c[0] for c in torch.calls if c[0] in
 a.free(q, 1 << 20, 0, s1)  # r stays: reported at exit
 '''
 
+# PyTorch's documented recipe for memory snapshots, through the slot.
+HISTORY_PROGRAM = PROLOGUE + r'''
+import os, pickle, torch
+a = cudalloc.torch.use()
+try:
+    torch.cuda.memory.memory_snapshot()
+    print("before=answered")
+except RuntimeError as e:
+    print("before=%s" % e)
+torch.cuda.memory._record_memory_history(max_entries=100000)
+blocks = [a.alloc(n << 20, 0, s1) for n in (1, 4, 32)]
+for p, n in zip(blocks, (1, 4, 32)):
+    a.free(p, n << 20, 0, s1)
+kept = a.alloc(2 << 20, 0, s1)
+torch.cuda.memory._dump_snapshot(sys.argv[1])
+torch.cuda.memory._record_memory_history(enabled=None)
+after = a.alloc(8 << 20, 0, s1)  # history off: in the segments, no entry
+segments = torch.cuda.memory.memory_snapshot()
+with open(sys.argv[1], "rb") as f:
+    snap = pickle.load(f)
+entries = snap["device_traces"][0]
+print("actions=%s" % ",".join(sorted(set(e["action"] for e in entries))))
+print("allocs=%s" % ",".join(str(e["size"] >> 20) for e in entries if e["action"] == "alloc"))
+held = lambda segs: sorted(b["size"] >> 20 for s in segs for b in s["blocks"]
+                           if b["state"] == "active_allocated")
+print("held=%s" % ",".join(map(str, held(snap["segments"]))))
+print("cached=%d" % (sum(s["total_size"] for s in snap["segments"]) >
+                     sum(s["allocated_size"] for s in snap["segments"])))
+print("reserved_matches=%d" % (sum(s["total_size"] for s in snap["segments"]) ==
+                               cudalloc.stats(0)["reserved_bytes"]["current"]))
+print("held_later=%s" % ",".join(map(str, held(segments))))
+'''
+
 CUPY_PROGRAM = PROLOGUE + r'''
 import cupy
 cupy.state["stream"] = s1.value
@@ -202,7 +254,7 @@ print("reported=%d" % cudalloc.report())  # r is live: listed
 '''
 
 
-def run_program(tmp, name, standin, program):
+def run_program(tmp, name, standin, program, args=()):
     pkg = os.path.join(tmp, name)
     os.makedirs(pkg, exist_ok=True)
     with open(os.path.join(pkg, "__init__.py"), "w") as f:
@@ -215,7 +267,7 @@ def run_program(tmp, name, standin, program):
     env.pop("LD_PRELOAD", None)
     if len(parts) > 1:  # a sanitizer's runtime must still come first
         env["LD_PRELOAD"] = ":".join(parts[:-1])
-    proc = subprocess.run([sys.executable, "-c", program], env=env,
+    proc = subprocess.run([sys.executable, "-c", program] + list(args), env=env,
                           capture_output=True, text=True, timeout=60)
 
     class R:
@@ -272,6 +324,31 @@ def check_torch(tmp):
             "a graph's blocks kept until reset()" % r.kv["slot"])
 
 
+def check_history(tmp):
+    """PyTorch's memory history and snapshot through the slot, by its own
+    recipe (_record_memory_history, run, _dump_snapshot, history off),
+    which PyTorch implements for its own allocator only: the snapshot holds
+    the pool's segments (their bytes the pool's reserved ones), the live
+    blocks and the cache between them, every allocation and free made while
+    history was on and none after it; memory_snapshot() after it has the
+    later block; before any history, one line says what to do."""
+    out = os.path.join(tmp, "snapshot.pickle")
+    r = run_program(tmp, "torch", TORCH_STANDIN, HISTORY_PROGRAM, [out])
+    expect("_record_memory_history" in r.kv.get("before", ""),
+           "memory_snapshot() before any history said %r" % r.kv.get("before"), r)
+    expect(r.kv.get("actions") == "alloc,free_completed,free_requested,segment_alloc",
+           "the entries' actions: %s" % r.kv.get("actions"), r)
+    expect(r.kv.get("allocs") == "1,4,32,2", "the entries' allocations (MiB): %s, want "
+           "1,4,32,2 (none before or after the history)" % r.kv.get("allocs"), r)
+    expect(r.kv.get("held") == "2", "the live blocks (MiB): %s, want 2" % r.kv.get("held"), r)
+    expect(r.kv.get("cached") == "1" and r.kv.get("reserved_matches") == "1",
+           "the segments hold no cache, or not the pool's reserved bytes", r)
+    expect(r.kv.get("held_later") == "2,8",
+           "memory_snapshot() after the history: %s, want 2,8" % r.kv.get("held_later"), r)
+    return ("_dump_snapshot: %s; live %s MiB; memory_snapshot() later %s MiB" % (
+        r.kv["actions"], r.kv["held"], r.kv["held_later"]))
+
+
 def check_cupy(tmp):
     """cudalloc.cupy.use(): CuPy's allocator, its current stream each time."""
     r = run_program(tmp, "cupy", CUPY_STANDIN, CUPY_PROGRAM)
@@ -286,7 +363,7 @@ def check_cupy(tmp):
     return "allocator installed, same-stream reuse, the live block in report()"
 
 
-CHECKS = {"torch": check_torch, "cupy": check_cupy}
+CHECKS = {"torch": check_torch, "history": check_history, "cupy": check_cupy}
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv, CHECKS, "py_slot"))

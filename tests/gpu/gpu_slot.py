@@ -4,7 +4,8 @@ nothing preloaded (tests/gpu/torch_slot.py says what each mode runs).
   slot_torch     backward passes on autograd's thread, gradients against
                  float64; PyTorch's memory functions; record_stream racing a
                  reuse (and the same race without it, INFO: the hazard it
-                 guards); torch.cuda.graph capture and replay
+                 guards); torch.cuda.graph capture and replay; PyTorch's
+                 memory-snapshot recipe, as written, read by _memory_viz
   slot_training  ResNet-50 and GPT-2 small, 20 seeded deterministic steps
                  each under PyTorch's allocator and through the slot: the
                  losses must be equal
@@ -73,7 +74,10 @@ def slot_torch(check, prefix="slot", **how):
         lambda: slot_row(check, prefix + "_record_stream", ["record_stream"], **how),
         lambda: slot_row(check, prefix + "_record_stream_bare", ["record_stream", "--bare"],
                          result="INFO", **how),
-        lambda: slot_row(check, prefix + "_graph", ["graph"], **how))
+        lambda: slot_row(check, prefix + "_graph", ["graph"], **how),
+        lambda: slot_row(check, prefix + "_history",
+                         ["history", os.path.join(check.out, prefix + "_history.pickle")],
+                         **how))
 
 
 def slot_wheel(check):

@@ -25,6 +25,14 @@ Modes (the last line is "torch_slot: PASS ..." or "torch_slot: FAIL: <why>"):
   graph               torch.cuda.graph under the slot: 10 replays give the
                       eager results, and tensors allocated between replays
                       (of the sizes the capture freed) keep their values
+  history OUT         PyTorch's documented memory-snapshot recipe, as
+                      written, through the slot: _record_memory_history,
+                      a few training steps, _dump_snapshot(OUT), history
+                      off; PyTorch's _memory_viz reads OUT (stats, trace,
+                      segments), whose segments hold exactly the bytes
+                      torch.cuda.memory_reserved() says and a cache beside
+                      the live blocks, and whose trace has the steps'
+                      allocations and frees; memory_snapshot() answers
   cupy_oom            CuPy under cudalloc.cupy.use(): a request past the
                       device raises CuPy's OutOfMemoryError, and CuPy keeps
                       working after it
@@ -36,7 +44,7 @@ Modes (the last line is "torch_slot: PASS ..." or "torch_slot: FAIL: <why>"):
                       serve are served, with the right values, and the
                       process lives
 
-Usage: torch_slot.py MODE [MODEL OUT.json] [--native] [--bare]
+Usage: torch_slot.py MODE [MODEL OUT.json | OUT.pickle] [--native] [--bare]
 """
 
 import json
@@ -227,6 +235,50 @@ def memory():
           % (NAME, got, reserved, cuda.memory_reserved()), flush=True)
 
 
+def history(out):
+    import pickle
+    import torch
+    from torch.cuda import _memory_viz as viz
+    plug(torch)
+    # The recipe (pytorch.org/docs/stable/torch_cuda_memory.html), as written.
+    torch.cuda.memory._record_memory_history(max_entries=100000)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(),
+                                torch.nn.Linear(4096, 1024)).cuda()
+    opt = torch.optim.Adam(model.parameters())
+    for _ in range(3):
+        loss = model(torch.randn(256, 1024, device="cuda")).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    torch.cuda.memory._dump_snapshot(out)
+    torch.cuda.memory._record_memory_history(enabled=None)
+    reserved, allocated = torch.cuda.memory_reserved(), torch.cuda.memory_allocated()
+    with open(out, "rb") as f:
+        snap = pickle.load(f)
+    stats = viz.segsum(snap)
+    entries = viz.trace(snap)
+    viz.segments(snap, format_flamegraph=str)
+    segs = snap["segments"]
+    total = sum(s["total_size"] for s in segs)
+    held = sum(s["allocated_size"] for s in segs)
+    actions = {e["action"] for e in snap["device_traces"][0]}
+    if "total_reserved" not in stats or " entries" not in entries:
+        fail("_memory_viz did not read the snapshot: %r" % stats[:200])
+    if total != reserved:
+        fail("the snapshot's segments hold %d bytes, memory_reserved() says %d" % (total, reserved))
+    if not held or held > allocated or held >= total:
+        fail("live blocks %d of %d bytes reserved (memory_allocated %d): want a cache beside them"
+             % (held, total, allocated))
+    if not {"segment_alloc", "alloc", "free_completed"} <= actions:
+        fail("the trace's actions %s" % sorted(actions))
+    if sum(len(s["blocks"]) for s in torch.cuda.memory.memory_snapshot()) < len(segs):
+        fail("memory_snapshot() answered no blocks")
+    print("%s: PASS history: %d segments, %d bytes reserved (memory_reserved too), %d in live "
+          "blocks, %d trace entries; _memory_viz stats, trace, segments read it"
+          % (NAME, len(segs), total, held, len(snap["device_traces"][0])), flush=True)
+
+
 def record_stream(bare):
     import torch
     plug(torch)
@@ -346,6 +398,8 @@ def main(argv):
         train(argv[2], argv[3], "--native" in argv)
     elif mode == "memory":
         memory()
+    elif mode == "history" and len(argv) >= 3:
+        history(argv[2])
     elif mode == "record_stream":
         record_stream("--bare" in argv)
     elif mode == "graph":

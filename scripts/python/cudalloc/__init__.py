@@ -38,6 +38,8 @@ import ctypes
 import json
 import os
 import sys
+import tempfile
+import time
 
 __all__ = ["loaded", "version", "stats", "report", "print_stats", "mark",
            "empty_cache", "reset_peak_stats", "library_path", "torch", "cupy"]
@@ -279,6 +281,87 @@ class _Torch(object):
                        tensor.device.index, stream.cuda_stream)
         _torch.Tensor.record_stream = record_stream
         _follow_graphs(_torch)
+        for name, fn in (("_cuda_record_memory_history", _record_history),
+                         ("_cuda_record_memory_history_legacy", _record_history_legacy),
+                         ("_cuda_memorySnapshot", _memory_snapshot)):
+            if hasattr(C, name):
+                setattr(C, name, fn)
+
+
+# PyTorch's memory history and snapshots through the slot, which PyTorch
+# implements for its own allocator only: the history is the library's
+# timeline (cudalloc_trace_start into a file of this process's), the
+# snapshot is that timeline read back as PyTorch's (cudalloc.view): the
+# pool's segments, their live blocks and cache, and the trace entries
+# recorded while history was on. Turned off, history stops showing in the
+# entries; the timeline goes on being written (each allocation's event,
+# into the file) so that the segments stay exact.
+_history = {"since_us": None, "until_us": None, "max_entries": None}
+
+
+def _trace_file():
+    fn = _function("cudalloc_trace_file", ctypes.c_char_p, [])
+    path = fn() if fn else None
+    return path.decode() if path else None
+
+
+def _history_on(max_entries):
+    """Starts the timeline where none is written, and the history now."""
+    if _trace_file() is None:
+        path = os.path.join(tempfile.gettempdir(), "cudalloc-history.%d.json" % os.getpid())
+        start = _function("cudalloc_trace_start", ctypes.c_int, [ctypes.c_char_p])
+        if start is None or start(path.encode()) != 0:
+            raise RuntimeError("cudalloc: memory history needs the library's timeline, which "
+                               "cannot be written at %s (its line above says why)" % path)
+    _history.update(since_us=time.monotonic_ns() // 1000, until_us=None,
+                    max_entries=max_entries)
+
+
+def _history_off():
+    if _history["since_us"] is not None and _history["until_us"] is None:
+        _history["until_us"] = time.monotonic_ns() // 1000
+
+
+def _record_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize,
+                    *args, **kwargs):
+    """torch._C._cuda_record_memory_history: `enabled` None stops it."""
+    if enabled:
+        _history_on(max_entries)
+    else:
+        _history_off()
+
+
+def _record_history_legacy(enabled, record_context=True, trace_alloc_max_entries=1,
+                           *args, **kwargs):
+    """torch._C._cuda_record_memory_history_legacy (enabled a bool)."""
+    if enabled:
+        _history_on(trace_alloc_max_entries)
+    else:
+        _history_off()
+
+
+def _memory_snapshot(*args, **kwargs):
+    """torch._C._cuda_memorySnapshot: the dict torch.cuda.memory._snapshot()
+    returns, _dump_snapshot pickles and memory_snapshot() takes the
+    segments of."""
+    path = _trace_file()
+    if path is None:
+        raise RuntimeError("cudalloc: a snapshot through the slot is read from the library's "
+                           "timeline: call torch.cuda.memory._record_memory_history() first "
+                           "(or run with CUDALLOC_CONF=trace_path:FILE)")
+    _function("cudalloc_trace_flush", None, [])()
+    from cudalloc import view
+    snap = view.torch_snapshot(view.load(path))
+    since, until = _history["since_us"], _history["until_us"]
+    keep = _history["max_entries"] or sys.maxsize
+    for device, entries in enumerate(snap["device_traces"]):
+        if since is None:
+            entries = []
+        else:
+            entries = [e for e in entries if e["time_us"] >= since and
+                       (until is None or e["time_us"] <= until)]
+        snap["device_traces"][device] = entries[-keep:] if keep < len(entries) else entries
+    return snap
 
 
 class _Freeing(object):

@@ -220,6 +220,23 @@ static void test_settings_compose_their_layers_in_order(void **state) {
   world_free(w);
 }
 
+/* A trace started at run time (cudalloc_trace_start) composes the
+ * timeline's layer on both paths, without trace_path, in its place. */
+static void test_a_trace_started_later_composes_its_layer(void **state) {
+  (void)state;
+  for (int p = CA_PATH_SYNC; p <= CA_PATH_ORDERED; p++) {
+    world *w = world_new("backtrace_depth:4", (ca_path)p);
+    assert_string_equal(names(w), p == CA_PATH_SYNC ? "capture_rule+site_bytes+fake"
+                                                    : "site_bytes+fake");
+    w->env.traced = true;
+    ca_compose(&w->chain, &w->env, (ca_path)p, &upstream);
+    assert_string_equal(names(w), p == CA_PATH_SYNC
+                                      ? "capture_rule+site_bytes+trace_events+fake"
+                                      : "site_bytes+trace_events+fake");
+    world_free(w);
+  }
+}
+
 static bool fake_block(uint64_t addr, ca_pool **pool, ca_live_block *out) {
   (void)addr;
   (void)pool;
@@ -484,6 +501,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults_compose_nothing_but_the_capture_rule),
       cmocka_unit_test(test_settings_compose_their_layers_in_order),
+      cmocka_unit_test(test_a_trace_started_later_composes_its_layer),
       cmocka_unit_test(test_memcheck_composes_innermost),
       cmocka_unit_test(test_describe_cuts_as_snprintf),
       cmocka_unit_test(test_capture_rule_refuses_before_anything),

@@ -32,7 +32,11 @@ def load(path):
     process that died mid-run left none); a last event cut short (it died
     while writing it) is refused, naming the line."""
     with open(path, encoding="utf-8", errors="replace") as f:
-        text = f.read()
+        return parse(f.read(), path)
+
+
+def parse(text, path):
+    """load()'s events from the trace's text."""
     try:
         return json.loads(text)
     except ValueError:

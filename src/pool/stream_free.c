@@ -44,14 +44,15 @@ static ca__block *ca__sfree_pop(ca__sfree *s) {
   return b;
 }
 
+/* pending.c's, which comes after: a batch under a marker, and queueing it. */
+static ca__batch *ca__batch_marked(ca__arena *p, const uint64_t *stream);
+static void ca__batch_queue(ca__arena *p, ca__batch *batch);
+
 /* Shares s's blocks behind a marker recorded on its stream: they join the
  * pending batches, which come back to the cache as the marker passes.
  * Returns false, changing nothing, when no marker may be made now (the
  * stream is capturing) or the host is out of memory; true when s is
  * empty then. */
-static ca__batch *ca__batch_marked(ca__arena *p, const uint64_t *stream);
-static void ca__batch_queue(ca__arena *p, ca__batch *batch);
-
 static bool ca__sfree_close(ca__arena *p, ca__sfree *s) {
   if (!s->bytes)
     return true;

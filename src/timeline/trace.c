@@ -103,19 +103,10 @@ static void ca__push(int device, uint64_t addr, uint64_t bytes, uint32_t stack,
   }
 }
 
-void ca_trace_alloc_slow(int device, uint64_t addr, uint64_t bytes, uint32_t stack) {
+void ca_trace_slow(int device, uint64_t addr, uint64_t bytes, uint32_t stack,
+                   ca_trace_kind kind) {
   if (ca__allocations)
-    ca__push(device, addr, bytes, stack, CA_TRACE_ALLOC);
-}
-
-void ca_trace_free_slow(int device, uint64_t addr, uint64_t bytes) {
-  if (ca__allocations)
-    ca__push(device, addr, bytes, 0, CA_TRACE_FREE);
-}
-
-void ca_trace_memory_slow(int device, uint64_t addr, uint64_t bytes, ca_trace_kind kind) {
-  if (ca__allocations)
-    ca__push(device, addr, bytes, 0, kind);
+    ca__push(device, addr, bytes, stack, kind);
 }
 
 /* ---- The file ------------------------------------------------------------------ */

@@ -55,20 +55,21 @@ typedef enum ca_trace_kind {
  * allocation and still say how long start-up took. */
 bool ca_trace_start(const char *path_template, bool allocations, uint64_t start_ns);
 
-void ca_trace_alloc_slow(int device, uint64_t addr, uint64_t bytes, uint32_t stack);
-void ca_trace_free_slow(int device, uint64_t addr, uint64_t bytes);
-void ca_trace_memory_slow(int device, uint64_t addr, uint64_t bytes, ca_trace_kind kind);
+/* One event of `kind` into the ring (the inline callers below check first
+ * that a trace is being written). */
+void ca_trace_slow(int device, uint64_t addr, uint64_t bytes, uint32_t stack,
+                   ca_trace_kind kind);
 
 static inline void ca_trace_alloc(int device, uint64_t addr, uint64_t bytes,
                                   uint32_t stack) {
   if (__builtin_expect(__atomic_load_n(&ca_trace_recording, __ATOMIC_ACQUIRE), 0))
-    ca_trace_alloc_slow(device, addr, bytes, stack);
+    ca_trace_slow(device, addr, bytes, stack, CA_TRACE_ALLOC);
 }
 
 /* `bytes`: as the allocation asked for them (its ca_trace_alloc's). */
 static inline void ca_trace_free(int device, uint64_t addr, uint64_t bytes) {
   if (__builtin_expect(__atomic_load_n(&ca_trace_recording, __ATOMIC_ACQUIRE), 0))
-    ca_trace_free_slow(device, addr, bytes);
+    ca_trace_slow(device, addr, bytes, 0, CA_TRACE_FREE);
 }
 
 /* The backend: the pool's memory as the driver gave or took it (a
@@ -76,7 +77,7 @@ static inline void ca_trace_free(int device, uint64_t addr, uint64_t bytes) {
 static inline void ca_trace_memory(int device, uint64_t addr, uint64_t bytes,
                                    ca_trace_kind kind) {
   if (__builtin_expect(__atomic_load_n(&ca_trace_recording, __ATOMIC_ACQUIRE), 0))
-    ca_trace_memory_slow(device, addr, bytes, kind);
+    ca_trace_slow(device, addr, bytes, 0, kind);
 }
 
 /* From the watcher: a device's counters now, and instant events. */

@@ -305,39 +305,33 @@ def _trace_file():
     return path.decode() if path else None
 
 
-def _history_on(max_entries):
-    """Starts the timeline where none is written, and the history now."""
+def _history_switch(enabled, max_entries):
+    """Turns the history on (starting the timeline where none is written)
+    or off, now."""
+    now = time.monotonic_ns() // 1000
+    if not enabled:
+        if _history["since_us"] is not None and _history["until_us"] is None:
+            _history["until_us"] = now
+        return
     if _trace_file() is None:
         path = os.path.join(tempfile.gettempdir(), "cudalloc-history.%d.json" % os.getpid())
         start = _function("cudalloc_trace_start", ctypes.c_int, [ctypes.c_char_p])
         if start is None or start(path.encode()) != 0:
             raise RuntimeError("cudalloc: memory history needs the library's timeline, which "
                                "cannot be written at %s (its line above says why)" % path)
-    _history.update(since_us=time.monotonic_ns() // 1000, until_us=None,
-                    max_entries=max_entries)
-
-
-def _history_off():
-    if _history["since_us"] is not None and _history["until_us"] is None:
-        _history["until_us"] = time.monotonic_ns() // 1000
+    _history.update(since_us=now, until_us=None, max_entries=max_entries)
 
 
 def _record_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize,
                     *args, **kwargs):
     """torch._C._cuda_record_memory_history: `enabled` None stops it."""
-    if enabled:
-        _history_on(max_entries)
-    else:
-        _history_off()
+    _history_switch(enabled, max_entries)
 
 
 def _record_history_legacy(enabled, record_context=True, trace_alloc_max_entries=1,
                            *args, **kwargs):
     """torch._C._cuda_record_memory_history_legacy (enabled a bool)."""
-    if enabled:
-        _history_on(trace_alloc_max_entries)
-    else:
-        _history_off()
+    _history_switch(enabled, trace_alloc_max_entries)
 
 
 def _memory_snapshot(*args, **kwargs):
@@ -366,7 +360,7 @@ def _memory_snapshot(*args, **kwargs):
         else:
             entries = [e for e in entries if e["time_us"] >= since and
                        (until is None or e["time_us"] <= until)]
-        snap["device_traces"][device] = entries[-keep:] if keep < len(entries) else entries
+        snap["device_traces"][device] = entries[-keep:]
     return snap
 
 

@@ -258,6 +258,30 @@ def check_segments(tmp):
     return "; ".join(said)
 
 
+def check_live(tmp):
+    """A trace still being written, read by the helper's snapshot through
+    the slot (view.load_live): a last event cut short by the watcher's
+    64 KiB pieces is left out, where a finished trace's is refused."""
+    r, path, text = traced(tmp)
+    body = text[: text.rfind("\n]")]
+    cut = os.path.join(tmp, "writing.json")
+    writing = body[: body.rfind('"bytes"')]
+    with open(cut, "w") as f:
+        f.write(writing)
+    view = view_module()
+    whole = view.parse(writing[: writing.rfind("\n")], path)  # every line before the cut
+    live = view.load_live(cut)
+    expect(len(live) == len(whole) > 0,
+           f"{len(live)} events read of a trace cut mid-event, {len(whole)} whole lines", r)
+    try:
+        view.load(cut)
+        refused = False
+    except ValueError:
+        refused = True
+    expect(refused, "view.load read a trace cut mid-event without refusing it", r)
+    return f"{len(live)} events read while being written, the cut one left out"
+
+
 def check_bad_traces(tmp):
     """A trace cut in the middle of an event, an older one (no segments) for
     a snapshot, a newer one: one line each naming what is wrong, exit 1, no
@@ -418,7 +442,8 @@ def check_startup(tmp):
 
 CHECKS = {"naming": check_naming, "startup": check_startup, "trace": check_trace, "events": check_events, "unfinished": check_unfinished,
           "refused": check_refused, "page": check_page, "snapshot": check_snapshot,
-          "overwrite": check_overwrite, "segments": check_segments, "bad_traces": check_bad_traces}
+          "overwrite": check_overwrite, "segments": check_segments, "bad_traces": check_bad_traces,
+          "live": check_live}
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv, CHECKS, "view"))

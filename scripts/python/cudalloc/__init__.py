@@ -345,13 +345,7 @@ def _memory_snapshot(*args, **kwargs):
                            "(or run with CUDALLOC_CONF=trace_path:FILE)")
     _function("cudalloc_trace_flush", None, [])()
     from cudalloc import view
-    with open(path, encoding="utf-8", errors="replace") as f:
-        text = f.read()
-    try:
-        events = view.parse(text, path)
-    except ValueError:  # the watcher is writing the file meanwhile: its whole lines
-        events = view.parse(text[:text.rfind("\n")], path)
-    snap = view.torch_snapshot(events)
+    snap = view.torch_snapshot(view.load_live(path))
     since, until = _history["since_us"], _history["until_us"]
     keep = _history["max_entries"] or sys.maxsize
     for device, entries in enumerate(snap["device_traces"]):

@@ -35,6 +35,18 @@ def load(path):
         return parse(f.read(), path)
 
 
+def load_live(path):
+    """The events of a trace its process is still writing: the watcher
+    writes the file in pieces of 64 KiB, which may end inside an event, so
+    a last line cut short is left out, not refused."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    try:
+        return parse(text, path)
+    except ValueError:
+        return parse(text[:text.rfind("\n")], path)
+
+
 def parse(text, path):
     """load()'s events from the trace's text."""
     try:

@@ -442,7 +442,15 @@ static int ca__quarantine(const ca_layer *self, ca_give *give, ca_pool *pool,
                    CA_MEMCHECK_FILL, give->stream) != 0)
     return ca_layer_free(self->next, give);
   pthread_mutex_lock(&ca__lock);
-  ca__held *h = ca__held_new();
+  /* Another thread's free of the block got here first (a racing double
+   * free): this one finds no live block, as the pool would answer it. */
+  ca__held *h = NULL;
+  HASH_FIND(hh, ca__by_addr, &b->addr, sizeof(b->addr), h);
+  if (h != NULL) {
+    pthread_mutex_unlock(&ca__lock);
+    return CA_GIVE_NOT_POOLED;
+  }
+  h = ca__held_new();
   if (h == NULL) {
     pthread_mutex_unlock(&ca__lock);
     return ca_layer_free(self->next, give);

@@ -24,10 +24,8 @@
  */
 #include "concerns/memcheck.h"
 
-#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "concerns/concern.h"
@@ -35,7 +33,6 @@
 #include "report/report.h"
 #include "support/fork.h"
 #include "support/grow.h"
-#include "support/log.h"
 #include "support/meta.h"
 #include "support/meta_hash.h"
 
@@ -74,15 +71,6 @@ typedef struct ca__held {
   struct ca__held *next;
 } ca__held;
 
-typedef enum ca__kind { CA__OVERFLOW, CA__AFTER_FREE, CA__OVERFLOW_LIVE } ca__kind;
-
-typedef struct ca__finding {
-  ca__kind kind;
-  uint64_t addr, requested, first, count;
-  int device;
-  uint32_t alloc_stack, free_stack;
-} ca__finding;
-
 #define CA__PENDING 64
 /* Live blocks found written past their end when their context died: not
  * reported again at exit, should the context have lived on. */
@@ -99,7 +87,7 @@ static uint64_t ca__held_bytes, ca__held_count;
 static _Atomic uint64_t ca__nheld;
 static unsigned char *ca__slots;
 static int ca__free_slots[CA__SLOTS], ca__nfree_slots = -1;
-static ca__finding ca__pending[CA__PENDING];
+static ca_report_finding ca__pending[CA__PENDING];
 static size_t ca__npending, ca__unprinted;
 static uint64_t ca__live_found[CA__LIVE_FOUND];
 static size_t ca__nlive_found;
@@ -113,8 +101,8 @@ static const ca_fork_handlers ca__mc_fork = {ca__mc_prepare, ca__mc_parent,
 /* ---- Findings ----------------------------------------------------------- */
 
 /* Under the lock. */
-static void ca__found(const ca__finding *f) {
-  if (f->kind == CA__AFTER_FREE)
+static void ca__found(const ca_report_finding *f) {
+  if (f->kind == CA_FINDING_AFTER_FREE)
     ca__totals.after_free++;
   else
     ca__totals.overflows++;
@@ -124,62 +112,17 @@ static void ca__found(const ca__finding *f) {
     ca__unprinted++;
 }
 
-static void ca__frame(const char *text, void *arg) {
-  size_t *index = arg;
-  ca_log("      #%zu in %s", (*index)++, text);
-}
-
-static void ca__print_stack(const char *what, uint32_t stack) {
-  size_t index = 0;
-  if (stack == 0) {
-    ca_log("    %s: (no stack)", what);
-    return;
-  }
-  ca_log("    %s:", what);
-  ca_report_stack_lines(stack, ca__frame, &index);
-}
-
-static void ca__print_finding(const ca__finding *f) {
-  char bytes[40] = "";
-  if (f->requested >= 1024) {
-    bytes[0] = ' ';
-    bytes[1] = '(';
-    ca_format_bytes(bytes + 2, sizeof(bytes) - 3, f->requested);
-    strcat(bytes, ")");
-  }
-  if (f->kind == CA__AFTER_FREE)
-    ca_log("memcheck: write after free at offset %" PRIu64 " of a block of "
-           "%" PRIu64 " bytes%s at 0x%" PRIx64 " on device %d: %" PRIu64
-           " byte%s changed in the part checked",
-           f->first, f->requested, bytes, f->addr, f->device, f->count,
-           f->count == 1 ? "" : "s");
-  else
-    ca_log("memcheck: %" PRIu64 " byte%s written past the end of a block of "
-           "%" PRIu64 " bytes%s at 0x%" PRIx64 " on device %d, the first "
-           "%" PRIu64 " past it%s",
-           f->count, f->count == 1 ? "" : "s", f->requested, bytes, f->addr,
-           f->device, f->first,
-           f->kind == CA__OVERFLOW_LIVE ? "; the block is still live" : "");
-  ca__print_stack("allocated at", f->alloc_stack);
-  if (f->kind != CA__OVERFLOW_LIVE)
-    ca__print_stack("freed at", f->free_stack);
-}
-
 /* Prints what was found, outside the lock: symbolizing opens files and
  * asks the dynamic loader. */
 static void ca__print_pending(void) {
-  ca__finding local[CA__PENDING];
+  ca_report_finding local[CA__PENDING];
   pthread_mutex_lock(&ca__lock);
   size_t n = ca__npending, lost = ca__unprinted;
   memcpy(local, ca__pending, n * sizeof(local[0]));
   ca__npending = 0;
   ca__unprinted = 0;
   pthread_mutex_unlock(&ca__lock);
-  for (size_t i = 0; i < n; i++)
-    ca__print_finding(&local[i]);
-  if (lost > 0)
-    ca_log("memcheck: %zu more finding%s not printed", lost,
-           lost == 1 ? "" : "s");
+  ca_report_findings(local, n, lost);
 }
 
 /* Bytes of got[0..n) that are not the fill, and the first one's index. */
@@ -200,7 +143,7 @@ static bool ca__whole(const ca__held *h) {
 /* Under the lock: compares what the copy of h brought back; whether it
  * found anything. */
 static bool ca__judge(const ca__held *h, const unsigned char *copy) {
-  ca__finding f = {.addr = h->addr, .requested = h->requested,
+  ca_report_finding f = {.addr = h->addr, .requested = h->requested,
                    .device = h->device, .alloc_stack = h->alloc_stack,
                    .free_stack = h->free_stack};
   /* The block's bytes: [0, head) at copy, [tail_at, requested) at tail;
@@ -211,14 +154,14 @@ static bool ca__judge(const ca__held *h, const unsigned char *copy) {
   const unsigned char *tail = whole ? copy + head : copy + CA__ROW;
   uint64_t own_tail = h->requested - tail_at, first = 0;
   bool any = false;
-  f.kind = CA__OVERFLOW;
+  f.kind = CA_FINDING_PAST_END;
   f.count = ca__differ(tail + own_tail, CA_MEMCHECK_RED_ZONE, &first);
   if (f.count > 0) {
     f.first = first;
     ca__found(&f);
     any = true;
   }
-  f.kind = CA__AFTER_FREE;
+  f.kind = CA_FINDING_AFTER_FREE;
   f.count = ca__differ(copy, head, &first);
   f.first = first;
   uint64_t in_tail = ca__differ(tail, own_tail, &first);
@@ -538,7 +481,7 @@ static void ca__check_live(ca_pool *pool, const ca_live_block *v, size_t n) {
       ca_pool_fetched(pool, marker, true) != 0)
     return;
   for (size_t i = 0; i < copied; i++) {
-    ca__finding f = {.kind = CA__OVERFLOW_LIVE, .addr = v[i].addr,
+    ca_report_finding f = {.kind = CA_FINDING_PAST_END_LIVE, .addr = v[i].addr,
                      .requested = v[i].requested, .device = v[i].device,
                      .alloc_stack = v[i].tag};
     f.count = ca__differ(ca__slot(slots[i]), CA_MEMCHECK_RED_ZONE, &f.first);

@@ -50,9 +50,7 @@ static uint64_t ca__memcheck_exit(void) {
   for (size_t i = 0; i < n; i++)
     ca_memcheck_check_pool(pools[i]);
   ca_memcheck_totals t = ca_memcheck_totals_now();
-  ca_log("memcheck: %" PRIu64 " block%s checked: %" PRIu64 " written past "
-         "the end, %" PRIu64 " written after the free",
-         t.checked, t.checked == 1 ? "" : "s", t.overflows, t.after_free);
+  ca_report_memcheck_totals(t.checked, t.overflows, t.after_free);
   return t.overflows + t.after_free;
 }
 

@@ -7,7 +7,8 @@
  * stack shown (the groups', the peak's and the growing sites') is
  * symbolized in one batch (each object file is parsed once), and the
  * groups are printed, after the suppressions have set some aside, then
- * memory over time: the peak and the sites that kept growing.
+ * memory over time: the peak and the sites that kept growing. memcheck's
+ * findings print through the same symbols and output.
  *
  * Compiled as one unit: the files of src/report/ are included below, each
  * one concern, in the order they build on each other.
@@ -57,4 +58,5 @@
 #include "report/text.c"
 #include "report/json.c"
 #include "report/over_time.c"
+#include "report/findings.c"
 #include "report/entry.c"

@@ -127,4 +127,32 @@ void ca_report_site_name(uint32_t stack, char *buf, size_t len);
 void ca_report_stack_lines(uint32_t stack, void (*line)(const char *text, void *arg),
                            void *arg);
 
+/* What memcheck found wrong with one block (docs/LEAKS.md, "memcheck"). */
+typedef enum ca_report_finding_kind {
+  CA_FINDING_PAST_END,      /* its red zone written, found as it left the quarantine */
+  CA_FINDING_AFTER_FREE,    /* its bytes written while in the quarantine */
+  CA_FINDING_PAST_END_LIVE, /* its red zone written, the block still live */
+} ca_report_finding_kind;
+
+typedef struct ca_report_finding {
+  ca_report_finding_kind kind;
+  uint64_t addr, requested; /* the block, and the bytes the program asked */
+  int device;
+  /* The first byte found changed, as an offset past the block's end (past
+   * it) or from its start (after free), and how many were. */
+  uint64_t first, count;
+  uint32_t alloc_stack, free_stack; /* stack ids; 0 for none */
+} ca_report_finding;
+
+/* Prints memcheck's findings f[0..n) in the configured format: a line and
+ * the two stacks each, or one JSON document each (event "memcheck"); and,
+ * when `unprinted` findings did not fit, how many. Symbolizes: hold no
+ * library lock. */
+void ca_report_findings(const ca_report_finding *f, size_t n, size_t unprinted);
+
+/* memcheck's totals at exit, in the configured format: one line, or one
+ * JSON document (event "memcheck_summary"). */
+void ca_report_memcheck_totals(uint64_t checked, uint64_t past_end,
+                               uint64_t after_free);
+
 #endif /* CA_REPORT_H */

@@ -12,11 +12,12 @@ report's exit status rules apply; memcheck:0 prints nothing.
 
 Environment as leak_report_test.py's, with E2E_MEMCHECK_PROG the program.
 """
+import os
 import re
 import sys
 
 import leak_report_test as lr
-from leak_report_test import CheckFailed, env_path, expect, lines_of, main
+from leak_report_test import CheckFailed, env_path, expect, lines_of, load_docs, main
 
 PROG = env_path("E2E_MEMCHECK_PROG")
 CONF = "memcheck:1,leak_report:0"
@@ -214,6 +215,51 @@ def check_exitcode(tmp):
     return "finding exits 23, clean 0"
 
 
+def json_frame_at(r, frames, function, line):
+    expect(any(f.get("function") == function and (f.get("file") or "").endswith("e2e_memcheck.c")
+               and f.get("line") == line for f in frames or []),
+           f"no frame {function} e2e_memcheck.c:{line} in {frames}", r)
+
+
+def json_findings(tmp, mode, *args):
+    """The run's documents under report_format:json (every line one), its
+    memcheck findings and its totals."""
+    log = os.path.join(tmp, f"json-{mode}.log")
+    r = run(mode, *args, conf=CONF + f",report_format:json,log_path:{log}")
+    docs = load_docs(r, log)
+    found = [d for d in docs if d.get("event") == "memcheck"]
+    totals = [d for d in docs if d.get("event") == "memcheck_summary"]
+    expect(len(totals) == 1, f"{len(totals)} memcheck_summary documents, want 1", r)
+    expect(len(found) + 1 == len(docs), f"documents other than findings: {docs}", r)
+    return r, found, totals[0]
+
+
+def check_json(tmp):
+    """report_format:json: each finding one document, with its kind, block,
+    bytes changed, offset and both stacks; the totals one more."""
+    r, found, totals = json_findings(tmp, "over", "3")
+    expect(len(found) == 1, f"{len(found)} findings, want 1", r)
+    f = found[0]
+    want = {"kind": "past_end", "live": False, "device": 0, "bytes": BLOCK,
+            "changed_bytes": 3, "offset": BLOCK, "past_end": 0}
+    got = {k: f.get(k) for k in want}
+    expect(got == want, f"the finding is {got}, want {want}", r)
+    expect(int(f["address"], 16) == int(r.one("addr"), 16), "the finding names another address", r)
+    json_frame_at(r, f["allocated_at"], "make_block", r.integer("alloc_line"))
+    json_frame_at(r, f["freed_at"], "drop_block", r.integer("free_line"))
+    expect((totals["checked"], totals["past_end"], totals["after_free"]) == (1, 1, 0),
+           f"totals {totals}", r)
+    r, found, _ = json_findings(tmp, "uaf", "4")
+    expect(len(found) == 1 and found[0]["kind"] == "after_free" and found[0]["offset"] == 4
+           and found[0]["changed_bytes"] == 4 and "past_end" not in found[0],
+           f"the write after free is {found}", r)
+    r, found, _ = json_findings(tmp, "live")
+    expect(len(found) == 1 and found[0]["live"] is True and found[0]["freed_at"] is None,
+           f"the live block's finding is {found}", r)
+    json_frame_at(r, found[0]["allocated_at"], "make_block", r.integer("alloc_line"))
+    return "past the end, after free and live: one document each, with both stacks"
+
+
 def check_off(tmp):
     """Without memcheck: nothing printed, nothing found."""
     r = run("over", "1", conf="leak_report:0")
@@ -235,6 +281,7 @@ CHECKS = {
     "reset": check_reset,
     "shutdown": check_shutdown,
     "exitcode": check_exitcode,
+    "json": check_json,
     "off": check_off,
 }
 

@@ -6,16 +6,14 @@
 #include <stdio.h>
 
 /* Every concern, outermost first: a request meets them in this order, and
- * a free too. A capture's refusal comes before anything is done; the
- * out-of-memory line after every other layer has tried; the stack is taken
- * once, before the timeline records it and before a retry for room asks
+ * a free too. A capture's refusal comes before anything is done; the stack
+ * is taken once, before the timeline records it and before a retry for room asks
  * the pool again with it; an NVTX tool hears of a block last, once served,
  * and of its free first, before the pool may hand it out again; memcheck
  * sets a block's bytes once it is served, and holds a free back from the
  * pool in its quarantine. Each is `ca_concern_NAME`, defined in NAME.c. */
 #define CA_CONCERNS(X)                                                         \
   X(capture_rule)                                                              \
-  X(oom_line)                                                                  \
   X(site_bytes)                                                                \
   X(trace_events)                                                              \
   X(limit_room)                                                                \

@@ -25,6 +25,7 @@
 #include "support/log.h"
 #include "policy/pointer.h"
 #include "policy/regions.h"
+#include "policy/oom.h"
 #include "policy/room.h"
 #include "pool/pool.h"
 #include "registry/registry.h"
@@ -244,7 +245,10 @@ CUresult ca_on_mem_alloc(CUdeviceptr *dptr, size_t size) {
   ca_pool *pool = ca__current_pool();
   if (pool == NULL)
     return CA_REAL(mem_alloc, dptr, size);
-  return ca__pooled(CA_PATH_SYNC, pool, size, NULL, dptr);
+  CUresult r = ca__pooled(CA_PATH_SYNC, pool, size, NULL, dptr);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY)
+    ca_oom_refused(ca_pool_device(pool), size, "cuMemAlloc", NULL);
+  return r;
 }
 
 /* Gives a pooled block back through `path`'s chain (on *stream, when
@@ -343,9 +347,10 @@ CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes) {
 /* Runs one passed-through allocation under the policy shared by all of
  * them: booked in the device's budget first (refused past the memory
  * limit), and the booking ended if the call fails; retried once after the
- * pool has given back what it holds, when the driver runs out of memory.
- * `call` makes the real call. */
-#define CA__PASS_THROUGH(device, size, call)                                   \
+ * pool has given back what it holds, when the driver runs out of memory,
+ * and told (oom.h) when even that was refused. `call` makes the real call,
+ * `name` is the driver function's. */
+#define CA__PASS_THROUGH(device, size, name, call)                             \
   ({                                                                           \
     CUresult r_ = CUDA_ERROR_OUT_OF_MEMORY;                                    \
     if (ca__book_passed((device), (size))) {                                   \
@@ -355,6 +360,8 @@ CUresult ca_on_mem_get_info(size_t *free_bytes, size_t *total_bytes) {
       if (r_ != CUDA_SUCCESS)                                                  \
         ca_registry_unbook((device), (size));                                   \
     }                                                                          \
+    if (r_ == CUDA_ERROR_OUT_OF_MEMORY)                                        \
+      ca_oom_refused((device), (size), (name), NULL);                          \
     r_;                                                                        \
   })
 
@@ -368,7 +375,7 @@ CUresult ca_on_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width,
   if (height != 0 && asked / height != width) /* past 2^64 bytes */
     return CA_REAL(mem_alloc_pitch, dptr, pitch, width, height, element_size);
   CUresult r = CA__PASS_THROUGH(
-      device, asked,
+      device, asked, "cuMemAllocPitch",
       CA_REAL(mem_alloc_pitch, dptr, pitch, width, height, element_size));
   if (r != CUDA_SUCCESS)
     return r;
@@ -378,6 +385,7 @@ CUresult ca_on_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width,
   if (got > asked && !ca__book_passed(device, got - asked)) {
     CA_REAL(mem_free, *dptr);
     ca_registry_unbook(device, asked);
+    ca_oom_refused(device, got, "cuMemAllocPitch", NULL);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   ca__track(CA_TRACK_PITCH, (uint64_t)*dptr, got > asked ? got : asked,
@@ -391,7 +399,7 @@ CUresult ca_on_mem_alloc_managed(CUdeviceptr *dptr, size_t size,
     return CA_REAL(mem_alloc_managed, dptr, size, flags);
   CUcontext ctx;
   int device = ca__where(&ctx);
-  CUresult r = CA__PASS_THROUGH(device, size,
+  CUresult r = CA__PASS_THROUGH(device, size, "cuMemAllocManaged",
                                 CA_REAL(mem_alloc_managed, dptr, size, flags));
   if (r == CUDA_SUCCESS)
     ca__track(CA_TRACK_MANAGED, (uint64_t)*dptr, size, device, ctx);
@@ -406,7 +414,7 @@ CUresult ca_on_mem_alloc_async(CUdeviceptr *dptr, size_t size,
   CUcontext ctx;
   int device = ca__where(&ctx);
   CUresult r = CA__PASS_THROUGH(
-      device, size,
+      device, size, "cuMemAllocAsync",
       ptsz ? CA_REAL(mem_alloc_async_ptsz, dptr, size, stream)
            : CA_REAL(mem_alloc_async, dptr, size, stream));
   if (r == CUDA_SUCCESS)
@@ -425,7 +433,7 @@ CUresult ca_on_mem_alloc_from_pool_async(CUdeviceptr *dptr, size_t size,
   CUcontext ctx;
   int device = ca__where(&ctx);
   CUresult r = CA__PASS_THROUGH(
-      device, size,
+      device, size, "cuMemAllocFromPoolAsync",
       ptsz ? CA_REAL(mem_alloc_from_pool_async_ptsz, dptr, size, pool, stream)
            : CA_REAL(mem_alloc_from_pool_async, dptr, size, pool, stream));
   if (r == CUDA_SUCCESS)
@@ -457,7 +465,7 @@ CUresult ca_on_mem_create(CUmemGenericAllocationHandle *handle, size_t size,
   int device = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE
                    ? prop->location.id
                    : -1;
-  CUresult r = CA__PASS_THROUGH(device, size,
+  CUresult r = CA__PASS_THROUGH(device, size, "cuMemCreate",
                                 CA_REAL(mem_create, handle, size, prop, flags));
   if (r == CUDA_SUCCESS)
     ca__track(CA_TRACK_VMM, (uint64_t)*handle, size, device, NULL);

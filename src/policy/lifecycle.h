@@ -33,6 +33,10 @@ void ca_lifecycle_context_gone(void *ctx, ca_pool *pool, int device);
 void ca_lifecycle_report(ca_report_event event, bool leaks, bool stats,
                          const ca_reach_roots *roots);
 
+/* The report of a request refused for memory on `device` (oom.h), with
+ * the device's live blocks unless `oom->brief`. */
+void ca_lifecycle_report_oom(int device, const ca_report_oom *oom);
+
 /* Starts the timeline into `path` ("%p": the pid) with every allocation,
  * as trace_path does, where none is being written yet (true then too), and
  * the watcher that writes it; false when the file cannot be made (one line

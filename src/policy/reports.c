@@ -240,6 +240,51 @@ void ca_lifecycle_report(ca_report_event event, bool leaks, bool stats,
   ca_lifecycle_report_all(event, leaks, stats, roots);
 }
 
+/* ---- Out of memory ------------------------------------------------------ */
+
+typedef struct ca__on_device {
+  ca__gather *g;
+  int device;
+} ca__on_device;
+
+static void ca__gather_tracked_on(const ca_tracked *t, void *arg) {
+  ca__on_device *on = arg;
+  if (t->device == on->device)
+    ca__gather_tracked(t, on->g);
+}
+
+/* The device's live blocks, all of them (live memory, not leaks: none is
+ * classed), grouped by site. */
+void ca_lifecycle_report_oom(int device, const ca_report_oom *oom) {
+  ca__gather g = {0};
+  ca_locks_note(1);
+  ca__report_lock_take();
+  if (!oom->brief && device >= 0) {
+    ca_pool *pools[CA_REGISTRY_MAX_POOLS];
+    size_t n = ca_registry_pools(device, pools, CA_REGISTRY_MAX_POOLS);
+    for (size_t i = 0; i < n; i++)
+      ca_pool_foreach_live(pools[i], ca__gather_pooled, &g);
+    ca__on_device on = {&g, device};
+    ca_track_foreach(ca__gather_tracked_on, &on);
+  }
+  ca__report_lock_give();
+  ca__gather_unheld(&g);
+  for (size_t i = 0; i < g.n; i++)
+    g.blocks[i].reach = CA_REACH_UNSCANNED;
+  ca_report_input in = {.event = CA_EVENT_OOM,
+                        .device = device,
+                        .leaks = true,
+                        .blocks = g.blocks,
+                        .nblocks = g.n,
+                        .oom = oom};
+  ca_report_job *job = ca_report_prepare(&in);
+  ca__report_lock_take();
+  ca_report_print(job);
+  ca__report_lock_give();
+  ca__gather_free(&g);
+  ca_locks_note(-1);
+}
+
 /* ---- Context deaths -------------------------------------------------------- */
 
 /* The pool is out of service already (ca_registry_dying), so its blocks

@@ -62,9 +62,10 @@ static void ca__count_unclassed(ca__leaks *l, const ca__group *g) {
 /* Where each group's shown frames begin, and which groups the
  * suppressions set aside; the totals. */
 static void ca__leaks_suppress(ca__leaks *l, const ca_config *cfg) {
-  ca__rules rules;
-  ca__load_rules(&rules, cfg->suppressions,
-                 cfg->report_format == CA_REPORT_JSON);
+  ca__rules rules = {0};
+  if (l->in->event != CA_EVENT_OOM) /* live memory, not leaks: all of it */
+    ca__load_rules(&rules, cfg->suppressions,
+                   cfg->report_format == CA_REPORT_JSON);
   for (size_t i = 0; i < l->ngroups; i++) {
     ca__group *g = &l->groups[i];
     const uintptr_t *pcs;
@@ -105,7 +106,9 @@ ca_report_job *ca_report_prepare(const ca_report_input *in) {
   memset(job, 0, sizeof(*job));
   job->cfg = in->config ? in->config : ca_config_get();
   job->l = (ca__leaks){.in = in, .max_groups = SIZE_MAX};
-  if (job->cfg->max_leaks > 0)
+  if (in->event == CA_EVENT_OOM)
+    job->l.max_groups = CA_REPORT_OOM_SITES;
+  else if (job->cfg->max_leaks > 0)
     job->l.max_groups = (size_t)job->cfg->max_leaks;
   /* A report on request lists every live block; at exit, the leaks. */
   job->l.list_reachable = job->cfg->report_reachable || in->event == CA_EVENT_API;
@@ -129,7 +132,12 @@ ca_leak_totals ca_report_print(ca_report_job *job) {
   if (!job->ok)
     ca__report_warn(json, "leak report: out of memory for %zu live blocks",
                     in->nblocks);
-  if (job->ok && json) {
+  if (job->ok && in->event == CA_EVENT_OOM) {
+    if (json)
+      ca__oom_json(&job->l);
+    else
+      ca__oom_text(&job->l);
+  } else if (job->ok && json) {
     ca__json(&job->l);
   } else if (job->ok) {
     for (size_t i = 0; i < in->nstats; i++)

@@ -78,6 +78,8 @@ static const char *ca__event_name(ca_report_event event) {
     return "signal";
   case CA_EVENT_API:
     return "api";
+  case CA_EVENT_OOM:
+    return "out_of_memory";
   }
   return "?";
 }

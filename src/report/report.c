@@ -8,7 +8,8 @@
  * symbolized in one batch (each object file is parsed once), and the
  * groups are printed, after the suppressions have set some aside, then
  * memory over time: the peak and the sites that kept growing. memcheck's
- * findings print through the same symbols and output.
+ * findings and the report of a request refused for memory print through
+ * the same groups, symbols and output.
  *
  * Compiled as one unit: the files of src/report/ are included below, each
  * one concern, in the order they build on each other.
@@ -59,4 +60,5 @@
 #include "report/json.c"
 #include "report/over_time.c"
 #include "report/findings.c"
+#include "report/oom.c"
 #include "report/entry.c"

@@ -26,7 +26,23 @@ typedef enum ca_report_event {
   CA_EVENT_CONTEXT_RESET, /* a context died, taking its memory with it */
   CA_EVENT_SIGNAL,        /* SIGUSR1 with stats_signal:1 (stats only) */
   CA_EVENT_API,           /* cudalloc_print_report / cudalloc_print_stats */
+  CA_EVENT_OOM,           /* a request refused for memory */
 } ca_report_event;
+
+/* A request refused for memory, as its report says it: the request, what
+ * the device holds now, and what would help. */
+typedef struct ca_report_oom {
+  const char *call;    /* what asked: "cuMemAlloc", "the allocator slot" */
+  uint64_t requested;  /* bytes */
+  cudalloc_device_stats stats; /* the device's, now */
+  uint64_t limit;      /* memory_limit_mb's bytes, or 0 */
+  const char *advice;  /* what would have made room */
+  const char *then;    /* what the caller does next, or NULL */
+  bool brief;          /* the first line alone: no sites, no advice */
+} ca_report_oom;
+
+/* The sites an out-of-memory report lists at most, largest first. */
+#define CA_REPORT_OOM_SITES 5
 
 /* What a leak report found. */
 typedef struct ca_leak_totals {
@@ -93,6 +109,8 @@ typedef struct ca_report_input {
   const ca_report_reserved *reserved;
   size_t nreserved;
   uint64_t start_ns;
+  /* CA_EVENT_OOM: the request; `blocks` are the device's live ones. */
+  const ca_report_oom *oom;
   /* The settings (format, max_leaks, suppressions); NULL for the
    * process's own. */
   const struct ca_config *config;

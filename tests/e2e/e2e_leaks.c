@@ -20,8 +20,8 @@
  *                      it, exits
  *   e2e_leaks none     never touches CUDA
  *   e2e_leaks daemon DATA
- *                      leaks 1 MiB, asks for 64 GiB (refused: with verbose:1
- *                      the library logs it, so its log file is open), then
+ *                      leaks 1 MiB, asks for 64 GiB (refused: the library
+ *                      reports it, so its log file is open), then
  *                      closes every descriptor above 2, as daemons do, and
  *                      opens DATA (O_WRONLY|O_CREAT|O_TRUNC), which gets the
  *                      log's old number, writes "program data" to it, exits
@@ -39,11 +39,15 @@
  *                      cudalloc_mark() after each step; frees everything
  *                      at the end, so nothing leaks at exit
  *   e2e_leaks steady   the same steps, keeping nothing
+ *   e2e_leaks oom      (under memory_limit_mb:80) hold_big() keeps 3 x 16 MiB
+ *                      and hold_small() 8 MiB; then 32 MiB is asked and
+ *                      refused, and 40 MiB, refused again; frees all
  *
  * stdout: "key=value" lines the checker reads: preloaded=0|1 (whether
  * cudalloc is loaded), big_line=/small_line= (the source lines of the two
  * leaking cuMemAlloc calls), keep_line= (keep_step's cuMemAlloc), leak=0x...
- * (each leaked address),
+ * (each leaked address), hold_big_line=/hold_small_line= (the oom mode's
+ * two holding calls), oom_32=/oom_40= (the two refused requests' status),
  * allocations=N (device allocations made), child_pid=N, log_fd=N (the
  * descriptor the library's log was at), data_fd=N, done=MODE.
  * Failures: "FAIL e2e_leaks: ..." on stderr and exit status 1 (the library
@@ -315,6 +319,40 @@ NOINLINE static CUdeviceptr keep_step(int *line) {
 
 #define GROWTH_STEPS 40
 
+/* What a training holds when it runs out of memory: weights from one
+ * function, activations from another. */
+NOINLINE static void hold_big(CUdeviceptr *p, int *line) {
+  for (int i = 0; i < 3; i++) {
+    CUresult rc = cuMemAlloc(&p[i], 16u << 20); *line = __LINE__;
+    if (rc != CUDA_SUCCESS)
+      fail("cuMemAlloc(16 MiB) in hold_big", (int)rc);
+    allocations++;
+  }
+}
+
+NOINLINE static void hold_small(CUdeviceptr *p, int *line) {
+  CUresult rc = cuMemAlloc(p, 8u << 20); *line = __LINE__;
+  if (rc != CUDA_SUCCESS)
+    fail("cuMemAlloc(8 MiB) in hold_small", (int)rc);
+  allocations++;
+}
+
+static int mode_oom(void) {
+  setup();
+  CUdeviceptr held[4] = {0}, more = 0;
+  int big_line = 0, small_line = 0;
+  hold_big(held, &big_line);
+  hold_small(&held[3], &small_line);
+  printf("hold_big_line=%d\nhold_small_line=%d\n", big_line, small_line);
+  fflush(stdout);
+  printf("oom_32=%d\n", (int)cuMemAlloc(&more, 32u << 20));
+  printf("oom_40=%d\n", (int)cuMemAlloc(&more, 40u << 20));
+  for (int i = 0; i < 4; i++)
+    CHECK(cuMemFree(held[i]));
+  printf("allocations=%d\n", allocations);
+  return 0;
+}
+
 static int mode_growth(int keep, int marks) {
   setup();
   void (*mark)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "cudalloc_mark");
@@ -363,10 +401,12 @@ int main(int argc, char **argv) {
     rc = mode_growth(1, argc > 2 && !strcmp(argv[2], "marks"));
   else if (!strcmp(mode, "steady"))
     rc = mode_growth(0, 0);
+  else if (!strcmp(mode, "oom"))
+    rc = mode_oom();
   else {
     fprintf(stderr, "usage: e2e_leaks leaks|clean|fork|reset|signal [LOG]|"
                     "none|daemon DATA|stderrfile DATA|stderrlog LOG|"
-                    "growth [marks]|steady\n");
+                    "growth [marks]|steady|oom\n");
     return 2;
   }
   if (rc == 0)

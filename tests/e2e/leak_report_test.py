@@ -436,9 +436,9 @@ def check_layers(tmp):
     what is off."""
     want = {
         "verbose:2,leak_report:0":
-            "cuMemAlloc and cuMemFree capture_rule+oom_line+pool; stream-ordered pool",
+            "cuMemAlloc and cuMemFree capture_rule+pool; stream-ordered pool",
         "verbose:2,leak_report:0,backtrace_depth:8,memory_limit_mb:512":
-            "cuMemAlloc and cuMemFree capture_rule+oom_line+site_bytes+limit_room+pool; "
+            "cuMemAlloc and cuMemFree capture_rule+site_bytes+limit_room+pool; "
             "stream-ordered site_bytes+limit_room+pool",
     }
     def layers_said(r):
@@ -454,7 +454,7 @@ def check_layers(tmp):
     # nothing): the regions layer joins both chains, and the leak report
     # is still the same.
     r = run("leaks", "verbose:2", env_add={"NVTX_INJECTION64_PATH": "/nonexistent/libtool.so"})
-    layers = ("cuMemAlloc and cuMemFree capture_rule+oom_line+nvtx_regions+pool; "
+    layers = ("cuMemAlloc and cuMemFree capture_rule+nvtx_regions+pool; "
               "stream-ordered nvtx_regions+pool")
     said = layers_said(r)
     expect(said == ["layers around the pool: " + layers],

@@ -12,12 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "concerns/concern.h"
 #include "leaks/sites.h"
-#include "log_capture.h"
 #include "pool_fixture.h"
 #include "timeline/trace.h"
 
@@ -210,7 +210,7 @@ static void test_settings_compose_their_layers_in_order(void **state) {
   world *w = world_new(every, CA_PATH_SYNC);
   assert_string_equal(
       names(w),
-      "capture_rule+oom_line+site_bytes+trace_events+limit_room+fake");
+      "capture_rule+site_bytes+trace_events+limit_room+fake");
   world_free(w);
   w = world_new(every, CA_PATH_ORDERED);
   assert_string_equal(names(w), "site_bytes+trace_events+limit_room+fake");
@@ -477,26 +477,6 @@ static void test_nvtx_regions_tell_the_tool_around_the_pool(void **state) {
   world_free(w);
 }
 
-/* ---- oom_line ------------------------------------------------------------------ */
-
-/* A request refused for memory says so in one line, with the figures;
- * one served, or refused otherwise, says nothing. */
-static void test_oom_line_says_why_once(void **state) {
-  (void)state;
-  world *w = world_new("verbose:1,memory_limit_mb:64", CA_PATH_SYNC);
-  script(OOM, REFUSED);
-  ca_ask a;
-  assert_int_equal(ask(w, 3 * MiB, &a), OOM);
-  const char *said = take_log();
-  assert_non_null(strstr(said, "out of memory on device 0: requested 3.0 MiB"));
-  assert_non_null(strstr(said, "limit 64.0 MiB"));
-  assert_null(strchr(strchr(said, '\n') + 1, '\n')); /* one line */
-  assert_int_equal(ask(w, MiB, &a), REFUSED);
-  assert_int_equal(ask(w, MiB, &a), 0);
-  assert_string_equal(take_log(), "");
-  world_free(w);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults_compose_nothing_but_the_capture_rule),
@@ -512,7 +492,6 @@ int main(void) {
       cmocka_unit_test(test_no_layer_no_description),
       cmocka_unit_test(test_trace_events_record_each_block),
       cmocka_unit_test(test_nvtx_regions_tell_the_tool_around_the_pool),
-      cmocka_unit_test(test_oom_line_says_why_once),
   };
-  return cmocka_run_group_tests(tests, capture_log, release_log);
+  return cmocka_run_group_tests(tests, NULL, NULL);
 }

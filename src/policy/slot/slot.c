@@ -21,6 +21,7 @@
 #include "support/log.h"
 #include "support/stats.h"
 #include "policy/slot/recorded.h"
+#include "policy/oom.h"
 #include "policy/room.h"
 #include "registry/registry.h"
 
@@ -53,52 +54,19 @@ static CUresult ca__passed(int device, CUdeviceptr *dptr, size_t size,
 /* ------------------------------------------------------------------------ */
 /* Saying why a request failed                                               */
 
-/* What would have made room for a request the device could not serve: the
- * setting to change, or why none would. */
-static const char *ca__room_advice(const cudalloc_device_stats *s,
-                                   uint64_t size) {
-  const ca_config *cfg = ca_config_get();
-  uint64_t cached = s->free_cached_bytes + s->pending_free_bytes;
-  if (ca_room_capped(s->device, size))
-    return "the processes of shared_limit hold its cap (the line before this "
-           "one says who holds what): raise memory_limit_mb for the group, or "
-           "run fewer of them";
-  if (cfg->memory_limit && s->reserved_bytes.current + size > cfg->memory_limit)
-    return "memory_limit_mb caps the device below what is asked: raise it";
-  if (cached >= size && !cfg->expandable_segments)
-    return "enough is cached, in pieces too small: expandable_segments:1 "
-           "maps it where needed";
-  if (cached >= size)
-    return "enough is cached, in pieces too small even for "
-           "expandable_segments: a lower max_split_size_mb keeps large "
-           "blocks whole";
-  return "the device is full: no setting makes room (free tensors, or a "
-         "smaller batch)";
-}
-
-/* The one line for a request the slot could not serve, `then` saying what
- * the caller does next (or NULL). */
+/* Says why a request the slot could not serve was refused, `then` saying
+ * what the caller does next (or NULL): out of memory as every refusal for
+ * memory is told (oom.h), anything else in one line. */
 static void ca__say_refused(CUresult r, size_t size, int device,
                             const char *then) {
-  char asked[32];
-  const char *sep = then ? "; " : "";
-  then = then ? then : "";
-  ca_format_bytes(asked, sizeof(asked), (uint64_t)size);
-  if (r != CUDA_ERROR_OUT_OF_MEMORY) {
-    ca_log("allocator slot: %s asked on device %d refused: %s%s%s", asked,
-           device, ca_driver_error_name(r), sep, then);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+    ca_oom_refused(device, (uint64_t)size, "the allocator slot", then);
     return;
   }
-  cudalloc_device_stats s;
-  ca_held_text t;
-  ca_registry_device_stats(device, &s);
-  const ca_budget *b = ca_registry_budget(device);
-  ca_stats_held_text(&s, b ? ca_budget_limit(b) : 0, &t);
-  ca_log("allocator slot: out of memory: %s asked on device %d after giving "
-         "back the cache; held: in use %s, cached %s (largest free block %s), "
-         "limit %s; %s%s%s",
-         asked, device, t.used, t.cached, t.largest, t.limit,
-         ca__room_advice(&s, (uint64_t)size), sep, then);
+  char asked[32];
+  ca_format_bytes(asked, sizeof(asked), (uint64_t)size);
+  ca_log("allocator slot: %s asked on device %d refused: %s%s%s", asked,
+         device, ca_driver_error_name(r), then ? "; " : "", then ? then : "");
 }
 
 /* ------------------------------------------------------------------------ */

@@ -126,35 +126,58 @@ static bool ca__any_living_locked(void) {
   return false;
 }
 
-/* This process's entry: a free one whose life lock it can take. */
-static int ca__take_entry_locked(void) {
+/* A free entry whose life lock this process took, while the region is
+ * still named (group_region.h, the gate): -1 when every entry is a living
+ * process's, CA__UNNAMED when the region was removed meanwhile. */
+#define CA__UNNAMED (-2)
+
+static int ca__life_locked(void) {
   for (int pass = 0; pass < 2; pass++) {
     if (pass == 1)
       ca__reap_locked();
     for (int i = 0; i < CA_GROUP_PROCS; i++) {
-      ca_group_proc *p = CA__PROC(i);
-      if (atomic_load(&p->pid) != 0 ||
+      if (atomic_load(&CA__PROC(i)->pid) != 0 ||
           !ca_group_proc_life(ca__fd, i, F_WRLCK))
         continue;
-      snprintf(p->command, sizeof(p->command), "%s",
-               program_invocation_short_name);
-      atomic_store(&p->want, 0);
-      atomic_store(&p->answered, atomic_load(&p->asked));
-      atomic_store(&p->pid, (int32_t)getpid());
-      atomic_store(&ca__me, i);
-      return i;
+      if (ca_group_linked(ca__fd))
+        return i;
+      ca_group_proc_life(ca__fd, i, F_UNLCK);
+      return CA__UNNAMED;
     }
   }
   return -1;
 }
 
+/* This process's entry: a free one whose life lock it can take. */
+static int ca__take_entry_locked(void) {
+  ca_group_gate(ca__fd, F_RDLCK);
+  int i = ca__life_locked();
+  ca_group_gate(ca__fd, F_UNLCK);
+  if (i < 0)
+    return i;
+  ca_group_proc *p = CA__PROC(i);
+  snprintf(p->command, sizeof(p->command), "%s", program_invocation_short_name);
+  atomic_store(&p->want, 0);
+  atomic_store(&p->answered, atomic_load(&p->asked));
+  atomic_store(&p->pid, (int32_t)getpid());
+  atomic_store(&ca__me, i);
+  return i;
+}
+
 /* The entry of this process, taken now if it has none (a forked child's
- * first booking); -1, said once, when every entry is a living process's. */
+ * first booking); -1, said once, when every entry is a living process's,
+ * or CA__UNNAMED when the region was removed (its other processes ended:
+ * a joining process then opens the group anew). */
 static int ca__entry_locked(void) {
   int me = atomic_load(&ca__me);
   if (me < 0)
     me = ca__take_entry_locked();
-  if (me < 0 && !atomic_exchange(&ca__said_full, true))
+  if (me == CA__UNNAMED && atomic_load(&ca__joined) &&
+      !atomic_exchange(&ca__said_full, true))
+    ca_log("shared_limit:%s: the group's region was removed once its other "
+           "processes ended; this forked process's device memory is refused",
+           ca__group_name());
+  else if (me == -1 && !atomic_exchange(&ca__said_full, true))
     ca_log("shared_limit:%s: %d processes of the group live already; this "
            "one's device memory is refused until one ends",
            ca__group_name(), CA_GROUP_PROCS);
@@ -180,40 +203,65 @@ static void ca__refused(const ca_config *cfg, const char *why) {
 }
 
 /* Under the lock: the region checked, the dead taken out, the cap this
- * process's when it found the group empty, and its entry. */
-static bool ca__enter_locked(const ca_config *cfg, char *why, size_t size) {
+ * process's when it found the group empty, and its entry. False, with
+ * why, when refused; *removed when the region was removed meanwhile. */
+static bool ca__enter_locked(const ca_config *cfg, char *why, size_t size,
+                             bool *removed) {
   if (ca_group_region_impossible(ca__r, cfg->shared_limit, why, size))
     return false;
   ca__reap_locked();
-  if (!ca__any_living_locked()) {
+  bool first = !ca__any_living_locked();
+  *removed = ca__entry_locked() == CA__UNNAMED;
+  if (*removed)
+    return false;
+  if (first) {
     atomic_store(&ca__r->cap, cfg->memory_limit);
     atomic_store(&ca__r->cap_pid, (int32_t)getpid());
   }
-  ca__entry_locked();
   return true;
 }
 
-static void ca__join_region(const ca_config *cfg) {
-  char why[512];
+/* Opens the group's region and takes an entry: NULL, with why, when
+ * refused; *removed when the region was removed under the opening (its
+ * last process had ended), to be opened again. */
+static ca_group_region *ca__enter_region(const ca_config *cfg, char *why,
+                                         size_t size, bool *removed) {
   int fd = -1;
+  *removed = false;
   ca_group_region *r = ca_group_region_open(
-      cfg->shared_limit, CA_GROUP_JOIN, cfg->memory_limit, &fd, why, sizeof(why));
-  if (r == NULL) {
-    ca__refused(cfg, why);
-    return;
-  }
+      cfg->shared_limit, CA_GROUP_JOIN, cfg->memory_limit, &fd, why, size);
+  if (r == NULL)
+    return NULL;
   ca__r = r;
   ca__fd = fd;
   bool locked = ca__lock();
-  bool entered = locked && ca__enter_locked(cfg, why, sizeof(why));
+  bool entered = locked && ca__enter_locked(cfg, why, size, removed);
   if (locked)
     ca__unlock();
-  if (!entered) {
-    if (!locked)
-      snprintf(why, sizeof(why), "its lock cannot be taken");
-    ca__r = NULL;
-    ca__fd = -1;
-    ca_group_region_close(r, fd);
+  if (entered)
+    return r;
+  if (!locked)
+    snprintf(why, size, "its lock cannot be taken");
+  ca__r = NULL;
+  ca__fd = -1;
+  ca_group_region_close(r, fd);
+  return NULL;
+}
+
+/* Tries at most this many times to open a region another process may be
+ * removing (its last process had ended). */
+#define CA__JOIN_TRIES 8
+
+static void ca__join_region(const ca_config *cfg) {
+  char why[512];
+  bool removed = true;
+  ca_group_region *r = NULL;
+  for (int i = 0; r == NULL && removed && i < CA__JOIN_TRIES; i++)
+    r = ca__enter_region(cfg, why, sizeof(why), &removed);
+  if (r == NULL) {
+    if (removed)
+      snprintf(why, sizeof(why), "it was removed %d times while joining",
+               CA__JOIN_TRIES);
     ca__refused(cfg, why);
     return;
   }
@@ -229,6 +277,8 @@ static void ca__join_region(const ca_config *cfg) {
   }
   ca_fork_register(CA_FORK_GROUP, &ca__group_fork);
   atomic_store_explicit(&ca__joined, true, memory_order_release);
+  /* Groups whose processes all ended leave no region behind. */
+  ca_group_sweep(ca__fd);
 }
 
 bool ca_group_join(void) {

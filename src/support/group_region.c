@@ -28,6 +28,8 @@ _Static_assert(offsetof(ca_group_region, version) == 16 &&
 /* A descriptor kept for the process's life sits above the numbers a
  * program reopens its own files at (a daemon closing and reopening 0-2). */
 #define CA__FD_FLOOR 100
+/* Regions a sweep looks at, at most. */
+#define CA__SWEEP_MAX 64
 
 bool ca_group_name_ok(const char *name) {
   size_t n = strnlen(name, CA_GROUP_NAME_MAX + 1);
@@ -320,4 +322,68 @@ bool ca_group_proc_alive(int fd, int i) {
 bool ca_group_proc_life(int fd, int i, short type) {
   struct flock l = ca__life(i, type);
   return fcntl(fd, F_SETLK, &l) == 0;
+}
+
+static struct flock ca__gate(short type) {
+  return (struct flock){.l_type = type, .l_whence = SEEK_SET,
+                        .l_start = CA_GROUP_LIVE_BASE - 1, .l_len = 1};
+}
+
+void ca_group_gate(int fd, short type) {
+  struct flock l = ca__gate(type);
+  while (fcntl(fd, F_SETLKW, &l) != 0 && errno == EINTR)
+    ;
+}
+
+bool ca_group_linked(int fd) {
+  struct stat st;
+  return fstat(fd, &st) != 0 || st.st_nlink > 0; /* cannot tell: keep it */
+}
+
+/* Whether no process holds a life lock of the region of `fd`. */
+static bool ca__all_ended(int fd) {
+  struct flock l = {.l_type = F_WRLCK, .l_whence = SEEK_SET,
+                    .l_start = CA_GROUP_LIVE_BASE, .l_len = CA_GROUP_PROCS};
+  return fcntl(fd, F_GETLK, &l) == 0 && l.l_type == F_UNLCK;
+}
+
+/* Removes the region `name` of directory `d` if its processes all ended,
+ * under its gate held alone (without waiting: a process joining it now
+ * lives). */
+static bool ca__sweep_one(int d, const char *name, const struct stat *own) {
+  char why[256];
+  struct stat st;
+  /* Looked at by name first: the process's own region is never opened. */
+  if (fstatat(d, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+      (own && st.st_dev == own->st_dev && st.st_ino == own->st_ino))
+    return false;
+  int fd = openat(d, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  bool removed = false;
+  struct flock alone = ca__gate(F_WRLCK);
+  if (ca__region_file(fd, name, why, sizeof(why)) &&
+      fcntl(fd, F_SETLK, &alone) == 0) {
+    removed = ca__all_ended(fd) && unlinkat(d, name, 0) == 0;
+    ca_group_gate(fd, F_UNLCK);
+  }
+  close(fd);
+  return removed;
+}
+
+size_t ca_group_sweep(int own_fd) {
+  char dir[64], why[256];
+  char names[CA__SWEEP_MAX][CA_GROUP_NAME_MAX + 1];
+  size_t n = 0, removed = 0;
+  struct stat own;
+  bool has_own = own_fd >= 0 && fstat(own_fd, &own) == 0;
+  if (!ca_group_names(names, CA__SWEEP_MAX, &n, why, sizeof(why)) || n == 0)
+    return 0;
+  int d = ca__dir_open(CA_GROUP_READ, dir, sizeof(dir), why, sizeof(why));
+  if (d < 0)
+    return 0;
+  for (size_t i = 0; i < n; i++)
+    removed += ca__sweep_one(d, names[i], has_own ? &own : NULL);
+  close(d);
+  return removed;
 }

@@ -44,7 +44,8 @@
 #define CA_GROUP_DEVICES 16  /* devices a group books on */
 #define CA_GROUP_NAME_MAX 64 /* a group's name, its NUL excluded */
 #define CA_GROUP_DIR_FORMAT "/dev/shm/cudalloc-groups.%u"
-/* Entry i's life lock is the byte at CA_GROUP_LIVE_BASE + i. */
+/* Entry i's life lock is the byte at CA_GROUP_LIVE_BASE + i; the gate
+ * (ca_group_gate) the byte before them. */
 #define CA_GROUP_LIVE_BASE ((off_t)1 << 30)
 /* The smallest cap: one segment (memory_limit_mb's own minimum). */
 #define CA_GROUP_CAP_MIN ((uint64_t)2 << 20)
@@ -118,5 +119,24 @@ bool ca_group_proc_alive(int fd, int i);
 /* Takes (F_WRLCK) or drops (F_UNLCK) this process's life lock for entry
  * `i`: false when another process holds it. */
 bool ca_group_proc_life(int fd, int i, short type);
+
+/* A region whose processes have all ended is removed by the next process
+ * that looks (ca_group_sweep), so that none stays behind in /dev/shm. Its
+ * gate keeps removing and joining apart: a process takes its life lock,
+ * then checks that the region's name still names its file, holding the
+ * gate shared (F_RDLCK, waiting; F_UNLCK after); a remover holds it alone
+ * while it finds no life lock held and removes the name. So no process
+ * keeps a region no longer named, and none is removed under a process. */
+void ca_group_gate(int fd, short type);
+
+/* Whether the region of `fd` is still named in the directory. */
+bool ca_group_linked(int fd);
+
+/* Removes this user's regions whose processes have all ended, except the
+ * one open at `own_fd` (-1: none): a process of a group must not open its
+ * own region a second time (closing it would drop its life lock). Returns
+ * how many were removed. Regions refused (another owner, mode or version)
+ * are left alone. */
+size_t ca_group_sweep(int own_fd);
 
 #endif /* CA_GROUP_REGION_H */

@@ -1,7 +1,9 @@
 /*
  * cudalloc top's shared_limit section (see groups.h). Reads each region
  * without its lock, as the figures are atomic, and asks the kernel which
- * of its processes still live; never writes.
+ * of its processes still live; never writes a figure. A region whose
+ * processes all ended is removed first (ca_group_sweep), as any process
+ * of a group removes them when it joins.
  */
 #include "top/groups.h"
 
@@ -99,6 +101,7 @@ void ca_top_print_groups(bool tty) {
   static char names[CA__GROUPS_MAX][CA_GROUP_NAME_MAX + 1];
   char why[512];
   size_t n = 0;
+  ca_group_sweep(-1);
   if (!ca_group_names(names, CA__GROUPS_MAX, &n, why, sizeof(why))) {
     printf("%s\nshared_limit groups: %s%s\n", ca__eol(tty), why, ca__eol(tty));
     return;

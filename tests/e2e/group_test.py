@@ -38,6 +38,13 @@ whose region (/dev/shm/cudalloc-groups.<uid>/<name>) it removes after.
               parent's part alone; one that allocates takes an entry of its
               own
   off         without shared_limit nothing is made
+  ended       a group whose processes all ended (exited, or SIGKILLed)
+              leaves no region once cudalloc top or a process joining any
+              group looks; a group with a living process stays
+  ended_race  short-lived processes of one group, each asking 60 MiB of a
+              100 MiB cap, while cudalloc top removes ended groups again and
+              again: the device never holds more than the cap (one region
+              for the group at any time)
 
 Environment (tests/e2e/CMakeLists.txt): E2E_GROUP_PROG, E2E_MOCK_DIR,
 E2E_PRELOAD, CUDALLOC_COMMAND and CUDALLOC_TOP, as for top_test.py.
@@ -304,11 +311,12 @@ def check_slot(tmp):
         expect(f"rc={OOM} " in refused.out, "80 MiB past the cap through the slot: served",
                keeper, refused)
         lines = refusal_lines(refused.err)
-        advice = [l for l in refused.err.splitlines() if "allocator slot: out of memory" in l]
+        advice = [l for l in refused.err.splitlines() if "what would help:" in l]
         expect(len(lines) == 1 and f"pid {keeper.pid} (e2e_group) 72.0 MiB" in lines[0],
                f"the group's refusal line: {lines}", keeper, refused)
-        expect(len(advice) == 1 and "processes of shared_limit hold its cap" in advice[0],
-               f"the slot's line: {advice}", keeper, refused)
+        expect(len(advice) == 1 and "processes of shared_limit hold its cap" in advice[0]
+               and "(the allocator slot)" in refused.err,
+               f"the slot's out-of-memory report advises: {advice}", keeper, refused)
         return "served once the other gave back its cache; past the cap, NULL and: " + \
             advice[0].split("cudalloc: ", 1)[-1]
     finally:
@@ -558,6 +566,70 @@ def check_off(tmp):
     return "no region without shared_limit, nor without memory_limit_mb (which is said)"
 
 
+def check_ended(tmp):
+    gone, killed, living, other = (group_name(x) for x in ("ended", "killed", "living", "other"))
+    try:
+        m = Member(tmp, gone, 100, "need", "8")
+        m.finish()
+        expect(os.path.exists(region_path(gone)), "no region was made", m)
+        k = Member(tmp, killed, 100, "keep", "16")
+        k.line("ready")
+        k.kill()
+        h = Member(tmp, living, 100, "keep", "16")
+        h.line("ready")
+        text = top_text()
+        why = [m, k, h, Text("cudalloc top --once", text)]
+        expect(not os.path.exists(region_path(gone)) and not os.path.exists(region_path(killed)),
+               "an ended group's region is still there after cudalloc top looked", *why)
+        expect(f"shared_limit:{gone} " not in text and f"shared_limit:{killed} " not in text,
+               "cudalloc top lists an ended group", *why)
+        expect(os.path.exists(region_path(living)) and f"shared_limit:{living} - " in text,
+               "the living group's region was removed, or is not listed", *why)
+        again = Member(tmp, gone, 100, "need", "8")
+        again.finish()
+        expect(os.path.exists(region_path(gone)) and "rc=0" in again.out,
+               "the group could not be made anew", again)
+        o = Member(tmp, other, 100, "need", "8")
+        o.finish()
+        expect(not os.path.exists(region_path(gone)),
+               "a process joining another group left an ended group's region", again, o)
+        expect(os.path.exists(region_path(living)), "a process joining another group removed "
+               "a living group's region", h, o)
+        h.go()
+        expect(h.finish() == 0, "the living group's process failed", h)
+        return ("exited and SIGKILLed groups removed when cudalloc top looked, and when a "
+                "process joined another group; the living one kept")
+    finally:
+        for g in (gone, killed, living, other):
+            remove_region(g)
+
+
+def check_ended_race(tmp):
+    group, cap = group_name("ended_race"), 100
+    stop = time.time() + 8
+    looks = 0
+    members = []
+    try:
+        while time.time() < stop and len(members) < 60:
+            members += [Member(tmp, group, cap, "need", "60") for _ in range(3)]
+            top_text()
+            looks += 1
+        for m in members:
+            m.finish()
+        served = sum("rc=0" in m.out for m in members)
+        for m in members:
+            expect(re.search(r"rc=(0|2) ", m.out), f"pid {m.pid}: neither served nor refused "
+                   "for memory", m)
+        peak = mock_peak(tmp)
+        expect(peak <= cap * MIB, f"the device held {peak / MIB:.0f} MiB at once, past the cap "
+               f"of {cap} MiB: two regions of one group", *members)
+        expect(served > 0, "no process was served", *members)
+        return (f"{len(members)} processes of 60 MiB, {served} served, {looks} looks of cudalloc "
+                f"top meanwhile; the device peaked at {peak / MIB:.0f} MiB of {cap}")
+    finally:
+        remove_region(group)
+
+
 CHECKS = {
     "churn": check_churn,
     "give_back": check_give_back,
@@ -572,6 +644,8 @@ CHECKS = {
     "top": check_top,
     "fork": check_fork,
     "off": check_off,
+    "ended": check_ended,
+    "ended_race": check_ended_race,
 }
 
 if __name__ == "__main__":

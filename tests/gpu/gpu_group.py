@@ -14,15 +14,32 @@
                  one line names the cap and the first process with what it
                  holds.
 
+  torchrun       tests/gpu/torch_ddp.py under torchrun --nproc_per_node=2 on
+                 the one GPU (gloo, CUDA tensors): DistributedDataParallel
+                 trains without the library, then under `cudalloc run` with
+                 one shared_limit for the job (torchrun_run), then with each
+                 rank through the allocator slot under the same (torchrun_slot):
+                 each rank's losses equal the job without the library; each
+                 rank's leak report is a log file of its own (its pid in the
+                 path), the launcher writes none; `cudalloc top` lists both
+                 ranks in the group while they wait. torchrun_nccl: one rank
+                 over NCCL (all_reduce, all_gather) under the library: results
+                 right, nothing reported leaked.
+
 Judged by what the programs observe: their verdict lines, losses, PyTorch's
 exception, the memory the first process's pool reserves, the total the
-second is told (torch.cuda.mem_get_info), the library's line.
+second is told (torch.cuda.mem_get_info), the library's line; for torchrun,
+the ranks' files, the log files and what cudalloc top prints.
 """
 
+import glob
 import json
 import math
 import os
+import re
+import subprocess
 import sys
+import time
 
 from gpu_check import exit_problem, verdict_problem
 
@@ -172,6 +189,150 @@ def full(check, conf, pre, plain, group):
                  note + ("; " + "; ".join(why) if why else ""))
 
 
+DDP = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+
+
+def ddp_ranks(folder, n):
+    docs = [load(os.path.join(folder, "rank%d.json" % r)) for r in range(n)]
+    return None if None in docs else docs
+
+
+def look_when_ready(check, folder, group):
+    """Once both ranks wait, what cudalloc top prints of the job's group;
+    then the ranks go on."""
+    deadline = time.time() + 120
+    while time.time() < deadline and not all(
+            os.path.exists(os.path.join(folder, "ready.%d" % r)) for r in range(2)):
+        time.sleep(0.2)
+    try:
+        r = subprocess.run(["sh", check.path("scripts/cudalloc"), "top", "--once"],
+                           capture_output=True, text=True, timeout=30,
+                           env=dict(os.environ, CUDALLOC_TOP=os.path.join(
+                               os.path.dirname(check.lib), "cudalloc-top")))
+        text = r.stdout + r.stderr
+    except (OSError, subprocess.SubprocessError) as e:
+        text = "cudalloc top failed: %s" % e
+    open(os.path.join(folder, "go"), "w").close()
+    head = "shared_limit:%s - " % group
+    lines = text.splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith(head)), None)
+    if start is None:
+        return text, set()
+    pids = set()
+    for row in lines[start + 1:]:
+        if row.startswith("shared_limit:"):
+            break
+        m = re.match(r"^ +(\d+) (\S+) ", row)
+        if m and m.group(2) != "(ended)":
+            pids.add(int(m.group(1)))
+    return text, pids
+
+
+def ddp_job(check, row, folder, slot, plain):
+    """One two-rank job in a group of its own: the row's verdict."""
+    os.makedirs(folder, exist_ok=True)
+    group = "gpucheck-%d-%s" % (os.getpid(), row)
+    items = "shared_limit:%s,memory_limit_mb:16384,log_path:%s/ddp.%%p.log" % (group, folder)
+    cmd = DDP + ["--nproc_per_node=2", "tests/gpu/torch_ddp.py", folder, "--wait"]
+    env = dict(ENV, CUDALLOC_LIBRARY=check.lib)
+    if slot:
+        cmd.append("--slot")
+        env["CUDALLOC_CONF"] = items
+    else:
+        cmd = [check.path("scripts/cudalloc"), "run", "--conf", items, "--"] + cmd
+    try:
+        run, (text, listed) = check.together(
+            lambda: check.run(row, cmd, env=env, limit=240),
+            lambda: look_when_ready(check, folder, group))
+    finally:
+        path = "/dev/shm/cudalloc-groups.%d/%s" % (os.geteuid(), group)
+        if os.path.exists(path):
+            os.unlink(path)
+    why = [w for w in (exit_problem(run),) if w]
+    ranks = ddp_ranks(folder, 2)
+    note = "%ds" % run.secs
+    if ranks is None:
+        why.append("a rank wrote no result")
+    else:
+        pids = {d["pid"] for d in ranks}
+        for r, (got, want) in enumerate(zip(ranks, plain)):
+            if not same_losses(got["losses"], want["losses"]):
+                why.append("rank %d's losses differ from the job without the library" % r)
+        logs = {int(re.search(r"ddp\.(\d+)\.log$", p).group(1))
+                for p in glob.glob(os.path.join(folder, "ddp.*.log"))}
+        if logs != pids:
+            why.append("log files of pids %s, want the ranks' %s alone" % (sorted(logs), sorted(pids)))
+        else:
+            reports = [open(os.path.join(folder, "ddp.%d.log" % p)).read() for p in pids]
+            if not all("device memory leak" in t or "no device memory leaks" in t for t in reports):
+                why.append("a rank's log holds no leak report")
+        if listed != pids:
+            why.append("cudalloc top listed %s in the group, want the ranks %s"
+                       % (sorted(listed), sorted(pids)))
+        note += "; both ranks' losses equal the job without the library, a log each (pids %s), " \
+                "both listed by cudalloc top" % sorted(pids)
+    check.record(row, "torch", "slot" if slot else "yes, cudalloc run", "-", "-",
+                 "FAIL" if why else "PASS", note + ("; " + "; ".join(why) if why else ""),
+                 logs=None if not why else [run.log, ("cudalloc top", text)])
+
+
+def ddp_plain(check):
+    folder = os.path.join(check.out, "ddp_plain")
+    os.makedirs(folder, exist_ok=True)
+    run = check.run("torchrun_plain", DDP + ["--nproc_per_node=2", "tests/gpu/torch_ddp.py",
+                                             folder], env=ENV, limit=240)
+    why = [w for w in (exit_problem(run),) if w]
+    ranks = ddp_ranks(folder, 2)
+    if ranks is None:
+        why.append("a rank wrote no result")
+    check.record("torchrun_plain", "torch", "no", "-", "-", "FAIL" if why else "PASS",
+                 "%ds, 2 ranks x 10 steps%s" % (run.secs, "; " + "; ".join(why) if why else ""))
+    return None if why else ranks
+
+
+def ddp_nccl(check):
+    folder = os.path.join(check.out, "ddp_nccl")
+    os.makedirs(folder, exist_ok=True)
+    cmd = [check.path("scripts/cudalloc"), "run", "--conf",
+           "log_path:%s/nccl.%%p.log" % folder, "--"] + DDP + [
+               "--nproc_per_node=1", "tests/gpu/torch_ddp.py", "nccl", folder]
+    run = check.run("torchrun_nccl", cmd, env=dict(ENV, CUDALLOC_LIBRARY=check.lib), limit=180)
+    why = [w for w in (exit_problem(run),) if w]
+    doc = load(os.path.join(folder, "nccl.json"))
+    note = "%ds" % run.secs
+    if doc is None or not doc.get("ok"):
+        why.append("all_reduce/all_gather: %s" % doc)
+    else:
+        log = os.path.join(folder, "nccl.%d.log" % doc["pid"])
+        text = open(log).read() if os.path.exists(log) else ""
+        if "no device memory leaks" not in text:
+            why.append("the rank's report is not 'no device memory leaks': %s"
+                       % (text.strip().splitlines() or ["(no log)"])[-1])
+        else:
+            note += "; sum and gathered right; " + [
+                l for l in text.splitlines() if "no device memory leaks" in l][0].split(
+                    "cudalloc: ", 1)[-1]
+    check.record("torchrun_nccl", "torch", "yes, cudalloc run", "-", "-",
+                 "FAIL" if why else "PASS", note + ("; " + "; ".join(why) if why else ""))
+
+
+def torchrun(check):
+    """The job without the library first (the losses to equal), then the
+    two jobs under it, and the NCCL rank, at once."""
+    plain = ddp_plain(check)
+    if plain is None:
+        for row in ("torchrun_run", "torchrun_slot"):
+            check.record(row, "torch", "-", "-", "-", "FAIL", "not run: the job without the "
+                         "library failed")
+        ddp_nccl(check)
+        return
+    check.together(
+        lambda: ddp_job(check, "torchrun_run", os.path.join(check.out, "ddp_run"), False, plain),
+        lambda: ddp_job(check, "torchrun_slot", os.path.join(check.out, "ddp_slot"), True, plain),
+        lambda: ddp_nccl(check))
+
+
 CHECKS = {
     "shared_limit": (shared_limit, True),
+    "torchrun": (torchrun, True),
 }

@@ -7,7 +7,7 @@
 
 /* Every concern, outermost first: a request meets them in this order, and
  * a free too. A capture's refusal comes before anything is done; the stack
- * is taken once, before the timeline records it and before a retry for room asks
+ * is taken once, before the timeline and the history record it and before a retry for room asks
  * the pool again with it; an NVTX tool hears of a block last, once served,
  * and of its free first, before the pool may hand it out again; memcheck
  * sets a block's bytes once it is served, and holds a free back from the
@@ -16,6 +16,7 @@
   X(capture_rule)                                                              \
   X(site_bytes)                                                                \
   X(trace_events)                                                              \
+  X(history)                                                                   \
   X(limit_room)                                                                \
   X(nvtx_regions)                                                              \
   X(memcheck)

@@ -37,6 +37,13 @@ void ca_lifecycle_report(ca_report_event event, bool leaks, bool stats,
  * the device's live blocks unless `oom->brief`. */
 void ca_lifecycle_report_oom(int device, const ca_report_oom *oom);
 
+/* PyTorch's memory snapshot of this moment (report.h) written to `path`:
+ * every pool's segments and blocks, the history (concerns/history.h), and
+ * last a request of `bytes` refused on `device`, which had `device_free`
+ * bytes left (0: unknown); one line says where, or why not. */
+void ca_lifecycle_oom_snapshot(const char *path, int device, uint64_t bytes,
+                               uint64_t device_free);
+
 /* Starts the timeline into `path` ("%p": the pid) with every allocation,
  * as trace_path does, where none is being written yet (true then too), and
  * the watcher that writes it; false when the file cannot be made (one line

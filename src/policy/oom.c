@@ -11,6 +11,7 @@
 #include "registry/registry.h"
 #include "support/budget.h"
 #include "support/config.h"
+#include "support/log.h"
 
 /* What would have made room for a request of `size` the device could not
  * serve: the setting to change, or why none would. */
@@ -35,6 +36,23 @@ static const char *ca__advice(const cudalloc_device_stats *s, uint64_t size,
          "program holds, above the largest sites, or ask for less)";
 }
 
+/* With oom_snapshot, PyTorch's snapshot of the first refusal. The device's
+ * free bytes are what the limit leaves, where one is set (unknown, 0,
+ * without: asking the driver here could be asked in another context). */
+static void ca__snapshot(int device, uint64_t bytes, const ca_report_oom *oom) {
+  const char *template = ca_config_get()->oom_snapshot;
+  char path[CA_CONFIG_PATH_MAX + 16];
+  if (template[0] == '\0')
+    return;
+  if (!ca_log_expand_path(template, (int)getpid(), path, sizeof(path))) {
+    ca_log("oom_snapshot:%.80s...: too long a path: no snapshot", template);
+    return;
+  }
+  uint64_t held = oom->stats.reserved_bytes.current;
+  ca_lifecycle_oom_snapshot(path, device, bytes,
+                            oom->limit > held ? oom->limit - held : 0);
+}
+
 /* The process that made the first report: a forked child makes its own. */
 static atomic_int ca__reported_by;
 
@@ -53,4 +71,6 @@ void ca_oom_refused(int device, uint64_t bytes, const char *call,
   oom.limit = b ? ca_budget_limit(b) : 0;
   oom.advice = ca__advice(&oom.stats, bytes, oom.limit);
   ca_lifecycle_report_oom(device, &oom);
+  if (first)
+    ca__snapshot(device, bytes, &oom);
 }

@@ -9,7 +9,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
+#include "concerns/history.h"
 #include "concerns/memcheck.h"
 #include "support/budget.h"
 #include "support/config.h"
@@ -282,6 +284,92 @@ void ca_lifecycle_report_oom(int device, const ca_report_oom *oom) {
   ca_report_print(job);
   ca__report_lock_give();
   ca__gather_free(&g);
+  ca_locks_note(-1);
+}
+
+/* ---- PyTorch's snapshot at an out of memory ------------------------------ */
+
+typedef struct ca__seg_blocks {
+  ca_report_seg_block *v;
+  size_t n, cap;
+} ca__seg_blocks;
+
+static ca_report_block_state ca__snap_state(ca_pool_block_state state) {
+  switch (state) {
+  case CA_POOL_BLOCK_LIVE:
+    return CA_SNAP_LIVE;
+  case CA_POOL_BLOCK_PENDING:
+    return CA_SNAP_PENDING;
+  case CA_POOL_BLOCK_UNMAPPED:
+    return CA_SNAP_UNMAPPED;
+  case CA_POOL_BLOCK_FREE:
+    break;
+  }
+  return CA_SNAP_FREE;
+}
+
+/* Under the arena's lock: meta's lock is taken under any other. */
+static void ca__gather_block(const ca_pool_block_view *b, void *arg) {
+  ca__seg_blocks *g = arg;
+  if (g->n == g->cap) {
+    size_t cap = g->cap ? 2 * g->cap : 1024;
+    void *p = ca_meta_grow(g->v, g->cap * sizeof(*g->v), cap * sizeof(*g->v));
+    if (p == NULL)
+      return; /* host memory out: the snapshot misses this block */
+    g->v = p;
+    g->cap = cap;
+  }
+  g->v[g->n++] = (ca_report_seg_block){
+      .device = b->device, .seg_addr = b->seg_addr, .seg_size = b->seg_size,
+      .expandable = b->expandable, .addr = b->addr, .size = b->size,
+      .requested = b->requested, .stack = b->tag, .state = ca__snap_state(b->state)};
+}
+
+/* The history's latest entries, at most `max`, as the report's steps. */
+static size_t ca__steps(ca_report_step *out, size_t max) {
+  ca_history_entry *h = ca_meta_alloc(max * sizeof(*h));
+  size_t n = h ? ca_history_copy(h, max) : 0;
+  for (size_t i = 0; i < n; i++)
+    out[i] = (ca_report_step){.us = h[i].us, .alloc = h[i].kind == CA_HISTORY_ALLOC,
+                              .device = h[i].device, .addr = h[i].addr,
+                              .bytes = h[i].bytes, .stream = h[i].stream,
+                              .stack = h[i].stack};
+  ca_meta_free(h, max * sizeof(*h));
+  return n;
+}
+
+void ca_lifecycle_oom_snapshot(const char *path, int device, uint64_t bytes,
+                               uint64_t device_free) {
+  ca__seg_blocks g = {0};
+  ca_pool *pools[CA_REGISTRY_MAX_POOLS];
+  ca_locks_note(1);
+  size_t npools = ca_registry_pools(-1, pools, CA_REGISTRY_MAX_POOLS);
+  for (size_t i = 0; i < npools; i++)
+    ca_pool_foreach_block(pools[i], ca__gather_block, &g);
+  for (size_t i = 0; i < g.n && ca_config_get()->memcheck; i++)
+    if (g.v[i].state == CA_SNAP_LIVE && ca_memcheck_holds(g.v[i].addr))
+      g.v[i].state = CA_SNAP_PENDING; /* freed by the program, checked first */
+  size_t steps_bytes = CA_HISTORY_ENTRIES * sizeof(ca_report_step);
+  ca_report_step *steps = ca_meta_alloc(steps_bytes);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ca_report_snapshot snap = {
+      .blocks = g.v, .nblocks = g.n, .steps = steps,
+      .nsteps = steps ? ca__steps(steps, CA_HISTORY_ENTRIES) : 0,
+      .oom_device = device < 0 ? 0 : device, .oom_bytes = bytes,
+      .oom_free = device_free,
+      .oom_us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u};
+  char why[256];
+  if (ca_report_torch_snapshot(path, &snap, why, sizeof(why)))
+    ca_log("oom_snapshot: PyTorch's memory snapshot of this moment is in %s "
+           "(%zu blocks, %zu allocations and frees before it): "
+           "python -m torch.cuda._memory_viz trace_plot %s -o oom.html, or "
+           "pytorch.org/memory_viz",
+           path, g.n, snap.nsteps, path);
+  else
+    ca_log("oom_snapshot:%s: cannot write the snapshot there (%s)", path, why);
+  ca_meta_free(steps, steps_bytes);
+  ca_meta_free(g.v, g.cap * sizeof(*g.v));
   ca_locks_note(-1);
 }
 

@@ -707,3 +707,42 @@ size_t ca_pool_foreach_live(ca_pool *pool,
   }
   return n;
 }
+
+static ca_pool_block_state ca__view_state(const ca__block *b) {
+  switch (b->state) {
+  case CA__LIVE:
+    return CA_POOL_BLOCK_LIVE;
+  case CA__HELD:
+    return CA_POOL_BLOCK_PENDING;
+  case CA__UNMAPPED:
+    return CA_POOL_BLOCK_UNMAPPED;
+  default: /* free, in a quick list, or kept out of use */
+    return CA_POOL_BLOCK_FREE;
+  }
+}
+
+size_t ca_pool_foreach_block(ca_pool *pool,
+                             void (*fn)(const ca_pool_block_view *v, void *arg),
+                             void *arg) {
+  ca__arena *all[CA_POOL_ARENAS];
+  unsigned n_arenas = ca__arenas(pool, all);
+  size_t n = 0;
+  for (unsigned i = 0; i < n_arenas; i++) {
+    ca__arena *p = all[i];
+    ca_lock_acquire(&p->lock);
+    for (const ca__segment *s = p->segments; s; s = s->next)
+      for (const ca__block *b = s->first; b; b = b->next, n++) {
+        ca_pool_block_view v = {.seg_addr = s->addr, .seg_size = s->size,
+                                .expandable = s->expandable, .device = p->device,
+                                .addr = b->addr, .size = b->size,
+                                .state = ca__view_state(b)};
+        if (v.state == CA_POOL_BLOCK_LIVE) {
+          v.requested = b->requested;
+          v.tag = b->tag;
+        }
+        fn(&v, arg);
+      }
+    ca_lock_release(&p->lock);
+  }
+  return n;
+}

@@ -275,6 +275,31 @@ void ca_pool_stats_add(cudalloc_device_stats *sum,
  * when nothing is cached): a pool's, or a sum's once added up. */
 double ca_pool_fragmentation(const cudalloc_device_stats *s);
 
+/* One block of a segment, as ca_pool_foreach_block gives it: the
+ * segment's range, and the block's bytes and state. */
+typedef enum ca_pool_block_state {
+  CA_POOL_BLOCK_LIVE,     /* the program's (tag its caller's) */
+  CA_POOL_BLOCK_FREE,     /* cached, free to serve */
+  CA_POOL_BLOCK_PENDING,  /* freed, waiting for the device (a marker) */
+  CA_POOL_BLOCK_UNMAPPED, /* an expandable segment's bytes with no memory */
+} ca_pool_block_state;
+
+typedef struct ca_pool_block_view {
+  uint64_t seg_addr, seg_size; /* the segment (its whole reserved range) */
+  bool expandable;
+  int device;
+  uint64_t addr, size, requested; /* requested: a live block's, else 0 */
+  uint32_t tag;
+  ca_pool_block_state state;
+} ca_pool_block_view;
+
+/* Calls fn for every block of every segment, a segment's blocks in address
+ * order, under the arena's lock (fn must not call the pool). Returns how
+ * many. */
+size_t ca_pool_foreach_block(ca_pool *pool,
+                             void (*fn)(const ca_pool_block_view *v, void *arg),
+                             void *arg);
+
 /* Calls fn once per live block, under the lock of the block's arena: fn
  * must not call back into the pool. Returns the number of live blocks. */
 size_t ca_pool_foreach_live(ca_pool *pool,

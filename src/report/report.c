@@ -61,4 +61,6 @@
 #include "report/over_time.c"
 #include "report/findings.c"
 #include "report/oom.c"
+#include "report/pickle.c"
+#include "report/snapshot.c"
 #include "report/entry.c"

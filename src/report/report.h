@@ -173,4 +173,49 @@ void ca_report_findings(const ca_report_finding *f, size_t n, size_t unprinted);
 void ca_report_memcheck_totals(uint64_t checked, uint64_t past_end,
                                uint64_t after_free);
 
+/* ---- PyTorch's memory snapshot (oom_snapshot) -------------------------- */
+
+/* One block of one of the pools' segments, by device and address. */
+typedef enum ca_report_block_state {
+  CA_SNAP_LIVE,
+  CA_SNAP_FREE,
+  CA_SNAP_PENDING,  /* freed, waiting for the device */
+  CA_SNAP_UNMAPPED, /* an expandable segment's range with no memory */
+} ca_report_block_state;
+
+typedef struct ca_report_seg_block {
+  int device;
+  uint64_t seg_addr, seg_size;
+  bool expandable;
+  uint64_t addr, size, requested;
+  uint32_t stack;
+  ca_report_block_state state;
+} ca_report_seg_block;
+
+/* One allocation or free of the history, oldest first. */
+typedef struct ca_report_step {
+  uint64_t us; /* CLOCK_REALTIME */
+  bool alloc;  /* else a free */
+  int device;
+  uint64_t addr, bytes, stream;
+  uint32_t stack;
+} ca_report_step;
+
+typedef struct ca_report_snapshot {
+  const ca_report_seg_block *blocks; /* grouped by segment, in address order */
+  size_t nblocks;
+  const ca_report_step *steps;
+  size_t nsteps;
+  /* The request refused, last in its device's trace ("oom"). */
+  int oom_device;
+  uint64_t oom_bytes, oom_free, oom_us;
+} ca_report_snapshot;
+
+/* Writes the snapshot to `path` as PyTorch's torch.cuda.memory._snapshot()
+ * pickles it (segments with their blocks, each device's trace, frames
+ * innermost first), so that torch.cuda._memory_viz reads it. False, with
+ * why, when the file cannot be written. Symbolizes: hold no library lock. */
+bool ca_report_torch_snapshot(const char *path, const ca_report_snapshot *s,
+                              char *why, size_t len);
+
 #endif /* CA_REPORT_H */

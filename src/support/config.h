@@ -183,6 +183,13 @@ typedef enum ca_reuse_setting {
     "allocated and reserved bytes every 100 ms and at each new peak, " \
     "out-of-memory retries, collections, context deaths, and each " \
     "allocation with its stack.") \
+  X(oom_snapshot, oom_snapshot, TEXT, NULL, 0, 0, CA__NO_TEXT, "(none)", \
+    "a file path without ',' (%p: the process id)", \
+    "At the process's first out of memory, writes PyTorch's memory " \
+    "snapshot of that moment there (torch.cuda._memory_viz, " \
+    "pytorch.org/memory_viz): every segment of the pools with its blocks, " \
+    "live and cached, and the last allocations and frees before it (frames " \
+    "under `backtrace_depth`).") \
   X(trace_allocations, trace_allocations, BOOL, NULL, 0, 1, {.integer = 1}, "1", \
     CA__BOOL_ACCEPTED, \
     "With `trace_path`, 1 records every allocation and free (with stacks " \

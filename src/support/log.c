@@ -99,10 +99,8 @@ void ca_log_set_path(const char *path_template) {
   ca_lock_release(&ca__log_lock);
 }
 
-/* Writes `template` with each "%p" replaced by `pid` and "%%" by "%". Returns
- * false when the result does not fit. */
-static bool ca__expand_path(const char *template, int pid, char *out,
-                            size_t size) {
+bool ca_log_expand_path(const char *template, int pid, char *out,
+                        size_t size) {
   size_t len = 0;
   for (const char *p = template; *p; p++) {
     char num[16];
@@ -186,7 +184,7 @@ static void ca__open_file(int pid) {
   int fd = -1;
   ca__file = (ca__sink){.fd = -1};
   ca__file_pid = pid;
-  if (ca__expand_path(ca__template, pid, path, sizeof(path))) {
+  if (ca_log_expand_path(ca__template, pid, path, sizeof(path))) {
     fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW |
                         O_NONBLOCK | O_NOCTTY,
               0600);

@@ -46,6 +46,11 @@ void ca_logv(const char *fmt, va_list ap);
  * well-formed UTF-8). */
 size_t ca_log_printable(const char *s, size_t n);
 
+/* Writes a path `template` (log_path, trace_path, oom_snapshot) with each
+ * "%p" replaced by `pid` and "%%" by "%" into out; false when it does not
+ * fit. */
+bool ca_log_expand_path(const char *template, int pid, char *out, size_t size);
+
 /* Writes `len` bytes as they are, retrying short writes, with SIGPIPE held
  * back (a closed pipe never ends the program). */
 void ca_log_raw(const char *buf, size_t len);

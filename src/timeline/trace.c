@@ -160,16 +160,11 @@ static void ca__put_string(const char *s) {
  * link, refused when it is not a regular file of this user. */
 static int ca__open(const char *template) {
   char path[600];
-  size_t n = 0;
-  for (const char *t = template; *t && n + 16 < sizeof(path); t++) {
-    if (t[0] == '%' && t[1] == 'p') {
-      n += (size_t)snprintf(path + n, sizeof(path) - n, "%d", (int)getpid());
-      t++;
-    } else {
-      path[n++] = *t;
-    }
+  if (!ca_log_expand_path(template, (int)getpid(), path, sizeof(path))) {
+    ca_log("trace_path:%.80s...: too long a path: no trace", template);
+    return -1;
   }
-  path[n] = '\0';
+  size_t n = strlen(path);
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
                 0600);
   struct stat st;

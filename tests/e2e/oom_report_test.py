@@ -9,11 +9,14 @@ both requests are refused with CUDA_ERROR_OUT_OF_MEMORY, and the first, with
 no other setting, prints the request, what the device holds, the two sites
 largest first (their frames with stacks on, their sizes and the setting that
 shows stacks without), and what would help; the second prints nothing unless
-verbose; report_format:json makes it one document.
+verbose; report_format:json makes it one document; oom_snapshot:PATH writes
+PyTorch's memory snapshot of that moment there.
 
 Environment as leak_report_test.py's.
 """
+import glob
 import os
+import pickle
 import re
 import sys
 
@@ -129,11 +132,50 @@ def check_json(tmp):
     return "one document: the request, the limit, two sites with frames"
 
 
+def check_snapshot(tmp):
+    """oom_snapshot: PyTorch's snapshot of the first refusal: the pools'
+    segments tiled with the four live blocks (their frames) and the cache,
+    the four allocations and the refused request in device 0's trace."""
+    path = os.path.join(tmp, "oom.%p.pickle")
+    r = run(LIMIT + f",backtrace_depth:8,oom_snapshot:{path}")
+    files = glob.glob(os.path.join(tmp, "oom.*.pickle"))
+    want = os.path.join(tmp, f"oom.{r.pid}.pickle")
+    expect(files == [want], f"snapshot files {files}, want {want}", r)
+    said = [l for l in lines_of(r, r.err) if l.startswith("oom_snapshot:")]
+    expect(len(said) == 1 and want in said[0], f"the snapshot's line: {said}", r)
+    with open(want, "rb") as f:
+        snap = pickle.load(f)
+    expect(set(snap) >= {"segments", "device_traces"}, f"keys {sorted(snap)}", r)
+    live = []
+    for seg in snap["segments"]:
+        blocks = seg["blocks"]
+        expect(blocks and blocks[0]["address"] == seg["address"]
+               and sum(b["size"] for b in blocks) == seg["total_size"]
+               and all(a["address"] + a["size"] == b["address"] for a, b in zip(blocks, blocks[1:])),
+               f"segment {seg['address']:#x}: its blocks do not tile it", r)
+        held = sum(b["size"] for b in blocks if b["state"] == "active_allocated")
+        expect(seg["allocated_size"] == held, f"segment {seg['address']:#x}: allocated_size", r)
+        live += [(b["requested_size"], b["frames"][0]["name"]) for b in blocks
+                 if b["state"] == "active_allocated"]
+    expect(sorted(live) == sorted([(16 << 20, "hold_big")] * 3 + [(8 << 20, "hold_small")]),
+           f"live blocks {live}", r)
+    trace = snap["device_traces"][0]
+    got = [(e["action"], e["size"], (e["frames"] or [{}])[0].get("name")) for e in trace]
+    expect(got == [("alloc", 16 << 20, "hold_big")] * 3 + [("alloc", 8 << 20, "hold_small"),
+                                                         ("oom", 32 << 20, None)],
+           f"device 0's trace {got}", r)
+    expect("device_free" in trace[-1],
+           "the oom entry has no device_free", r)
+    return (f"{len(snap['segments'])} segments tiled, 4 live blocks with their frames, "
+            "4 allocations and the refused request in the trace")
+
+
 CHECKS = {
     "stacks": check_stacks,
     "no_stacks": check_no_stacks,
     "verbose": check_verbose,
     "json": check_json,
+    "snapshot": check_snapshot,
 }
 
 if __name__ == "__main__":

@@ -378,7 +378,9 @@ def torch_leak(check):
             lambda: torch_growth(check, "leak_torch_growth_fixed", True),
             lambda: torch_python_frames(check),
             lambda: torch_snapshot(check),
-            lambda: torch_snapshot_pair(check))
+            lambda: torch_snapshot_pair(check),
+            lambda: torch_oom(check, "oom_report_slot", True),
+            lambda: torch_oom(check, "oom_report_preload", False))
     finally:
         if torch_env is None:
             del os.environ["PYTORCH_NO_CUDA_MEMORY_CACHING"]
@@ -453,6 +455,81 @@ def torch_snapshot_pair(check):
         if step == "read":
             facts = "; ".join(l.split(": ", 1)[1] for l in run.grep(r"^torch_snapshot_pair: \w+ \d"))
     r.verdict("PyTorch's _memory_viz reads both snapshots; each shows its cache", facts)
+
+
+def oom_sites(run):
+    """The sites of the out-of-memory report, largest first: each its
+    innermost Python frame of torch_oom.py, (function, line), or None."""
+    sites, inside = [], False
+    frame = re.compile(r"^cudalloc: +#[0-9]+ in (\S+) \S*torch_oom\.py:(\d+) \(Python\)$")
+    for line in open(run.log, errors="replace").read().splitlines():
+        if line.startswith("cudalloc: out of memory on device"):
+            inside = True
+        elif line.startswith("cudalloc: what would help:"):
+            inside = False
+        elif inside and re.match(r"^cudalloc: [0-9.]+ \S+ \(\d+ bytes\) live in ", line):
+            sites.append(None)
+        elif inside and sites and sites[-1] is None and frame.match(line):
+            m = frame.match(line)
+            sites[-1] = (m.group(1), int(m.group(2)))
+    return sites
+
+
+def torch_oom(check, row, slot):
+    """A PyTorch program out of memory under memory_limit_mb:2048, through
+    the slot or preloaded (tests/gpu/torch_oom.py): PyTorch raises; the
+    library's report, unasked, names the request and the limit, the two
+    Python sites holding the most (load_weights 1 GiB, then
+    make_activations 512 MiB, each at its line) and the limit as what would
+    help; oom_snapshot's file is read by PyTorch's _memory_viz, its memory
+    stacks naming load_weights' line."""
+    doc_path = os.path.join(check.logs, row + ".json")
+    snap = os.path.join(check.logs, row + ".pickle")
+    conf = "memory_limit_mb:2048,%s,oom_snapshot:%s" % (STACKS, snap)
+    cmd = [sys.executable, "tests/gpu/torch_oom.py", doc_path]
+    if slot:
+        skip = check.cannot_run(cmd, "")
+        if skip:
+            check.record(row, "torch", "slot", "-", "-", "FAIL", "not run: " + skip)
+            return
+        run = check.run(row, cmd + ["--slot"], env={"CUDALLOC_CONF": conf,
+                                                    "CUDALLOC_LIBRARY": check.lib})
+        r = LeakRun.__new__(LeakRun)
+        r.check, r.row, r.runtime, r.conf, r.why, r.skipped, r.run = (
+            check, row, "torch", conf, [], False, run)
+        if run.rc != 0:
+            r.why.append(exit_problem(run) or "exit status %d" % run.rc)
+    else:
+        r = LeakRun(check, row, "torch", conf, cmd)
+        if r.skipped:
+            return
+    try:
+        with open(doc_path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        r.verdict("", "no result file")
+        return
+    if not doc.get("oom"):
+        r.why.append("1 GiB past the limit was served")
+    call = "the allocator slot" if slot else "cuMemAlloc"
+    first = r.run.grep(r"^cudalloc: out of memory on device 0: requested 1\.0 GiB \(%s\)" % call)
+    if not first or "limit 2.0 GiB" not in first[0]:
+        r.why.append("no first line naming the request (%s) and the limit: %s" % (call, first))
+    named = oom_sites(r.run)
+    want = [(n, doc["lines"].get(n)) for n in ("load_weights", "make_activations")]
+    if named[:2] != want:
+        r.why.append("the sites' innermost lines of torch_oom.py are %s, want %s"
+                     % (named, want))
+    if not r.run.grep(r"^cudalloc: what would help: memory_limit_mb caps"):
+        r.why.append("no advice to raise the limit")
+    read = check.run(row + "_read", [sys.executable, "tests/gpu/torch_snapshot_read.py", snap,
+                                      "torch_oom.py:%d:load_weights" % doc["lines"]["load_weights"]])
+    if read.rc != 0 or not read.grep(r"torch_snapshot: PASS"):
+        r.why.append("_memory_viz on the oom_snapshot: %s" % (read.grep(r"torch_snapshot:") or
+                                                              exit_problem(read)))
+    r.verdict("PyTorch raised %r; the report named the request, load_weights (1 GiB) and "
+              "make_activations (512 MiB) at their lines, the limit; _memory_viz read the "
+              "snapshot" % (doc.get("oom") or "")[:60])
 
 
 def torch_exit_suppressed(check):

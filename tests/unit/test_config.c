@@ -288,7 +288,7 @@ static void test_message_wording(void **state) {
       "memory_limit_mb, shared_limit, expandable_segments, enabled, verbose, help, leak_report, "
       "backtrace_depth, log_path, leak_exitcode, suppressions, report_format, "
       "max_leaks, stats, stats_signal, reuse_policy, growth_report, "
-      "python_frames, leak_scan, report_reachable, trace_path, trace_allocations, "
+      "python_frames, leak_scan, report_reachable, trace_path, oom_snapshot, trace_allocations, "
       "publish_stats, memcheck; help:1 lists them)\n");
 }
 
@@ -572,7 +572,7 @@ static void test_get_reads_environment_once(void **state) {
   expect_config("environment", c, &want);
   const char *printed = take_log();
   assert_non_null(strstr(printed, "max_split_size_mb"));
-  assert_int_equal(count_lines(printed), 27);
+  assert_int_equal(count_lines(printed), 28);
 
   assert_int_equal(setenv("CUDALLOC_CONF", "verbose:0", 1), 0);
   assert_ptr_equal(ca_config_get(), c);

@@ -383,6 +383,55 @@ static void segment_reported_lost_leaves_the_pool(void **state) {
   fixture_free(fx);
 }
 
+typedef struct seen_blocks {
+  uint64_t seg, next, segments, segment_bytes, live, live_requested, other;
+  bool tiled; /* each segment's blocks follow one another */
+} seen_blocks;
+
+static void note_block(const ca_pool_block_view *v, void *arg) {
+  seen_blocks *s = arg;
+  if (v->seg_addr != s->seg) {
+    s->seg = v->seg_addr;
+    s->segments++;
+    s->segment_bytes += v->seg_size;
+    s->tiled &= v->addr >= v->seg_addr;
+  } else {
+    s->tiled &= v->addr == s->next;
+  }
+  s->next = v->addr + v->size;
+  s->tiled &= s->next <= v->seg_addr + v->seg_size;
+  if (v->state == CA_POOL_BLOCK_LIVE) {
+    s->live++;
+    s->live_requested += v->requested;
+  } else {
+    s->other++;
+    assert_int_equal(v->requested, 0);
+  }
+}
+
+/* Every block of every segment, a segment's in address order: its live
+ * blocks with their requested bytes, the cache beside them, the segments
+ * summing to what the pool reserves (PyTorch's snapshot is made of them). */
+static void lists_every_block_of_every_segment(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(1024 * MiB, default_options(), false);
+  uint64_t a = must_alloc(fx, 1000), b = must_alloc(fx, 64 * KiB);
+  uint64_t c = must_alloc(fx, 3 * MiB), d = must_alloc(fx, 5 * MiB);
+  assert_true(ca_pool_free(fx->pool, b, NULL));
+  assert_true(ca_pool_free(fx->pool, d, NULL));
+  seen_blocks s = {.tiled = true};
+  size_t n = ca_pool_foreach_block(fx->pool, note_block, &s);
+  assert_true(s.tiled);
+  assert_int_equal(n, s.live + s.other);
+  assert_int_equal(s.live, 2);
+  assert_int_equal(s.live_requested, 1000 + 3 * MiB);
+  assert_true(s.other >= 2); /* b's and d's places, at least */
+  assert_int_equal(s.segment_bytes, stats_of(fx).reserved_bytes.current);
+  assert_true(ca_pool_free(fx->pool, a, NULL));
+  assert_true(ca_pool_free(fx->pool, c, NULL));
+  fixture_free(fx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(finds_the_block_holding_an_address),
@@ -395,6 +444,7 @@ int main(void) {
       cmocka_unit_test(counts_releasable_segments),
       cmocka_unit_test(segment_handed_out_again_is_lost),
       cmocka_unit_test(segment_reported_lost_leaves_the_pool),
+      cmocka_unit_test(lists_every_block_of_every_segment),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

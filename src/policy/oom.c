@@ -39,7 +39,7 @@ static const char *ca__advice(const cudalloc_device_stats *s, uint64_t size,
 /* With oom_snapshot, PyTorch's snapshot of the first refusal. The device's
  * free bytes are what the limit leaves, where one is set (unknown, 0,
  * without: asking the driver here could be asked in another context). */
-static void ca__snapshot(int device, uint64_t bytes, const ca_report_oom *oom) {
+static void ca__write_snapshot(int device, uint64_t bytes, const ca_report_oom *oom) {
   const char *template = ca_config_get()->oom_snapshot;
   char path[CA_CONFIG_PATH_MAX + 16];
   if (template[0] == '\0')
@@ -72,5 +72,5 @@ void ca_oom_refused(int device, uint64_t bytes, const char *call,
   oom.advice = ca__advice(&oom.stats, bytes, oom.limit);
   ca_lifecycle_report_oom(device, &oom);
   if (first)
-    ca__snapshot(device, bytes, &oom);
+    ca__write_snapshot(device, bytes, &oom);
 }

@@ -294,7 +294,7 @@ typedef struct ca__seg_blocks {
   size_t n, cap;
 } ca__seg_blocks;
 
-static ca_report_block_state ca__snap_state(ca_pool_block_state state) {
+static ca_report_block_state ca__block_state(ca_pool_block_state state) {
   switch (state) {
   case CA_POOL_BLOCK_LIVE:
     return CA_SNAP_LIVE;
@@ -322,7 +322,7 @@ static void ca__gather_block(const ca_pool_block_view *b, void *arg) {
   g->v[g->n++] = (ca_report_seg_block){
       .device = b->device, .seg_addr = b->seg_addr, .seg_size = b->seg_size,
       .expandable = b->expandable, .addr = b->addr, .size = b->size,
-      .requested = b->requested, .stack = b->tag, .state = ca__snap_state(b->state)};
+      .requested = b->requested, .stack = b->tag, .state = ca__block_state(b->state)};
 }
 
 /* The history's latest entries, at most `max`, as the report's steps. */

@@ -20,6 +20,12 @@
                      a training's snapshot from PyTorch's own memory history
                      and from cudalloc's trace, both read by _memory_viz and
                      each showing its allocator's cache (segments)
+  oom_report         tests/gpu/torch_oom.py out of memory under
+                     memory_limit_mb:2048, through the slot and preloaded:
+                     the library's report, unasked, names the request, the
+                     two Python sites holding the most at their lines, the
+                     limit as what would help; oom_snapshot's file read by
+                     PyTorch's _memory_viz
   reset_leak         cudaDeviceReset in mid-program (tests/gpu/reset_leak.cu):
                      reported at the reset, correct after it
 
@@ -80,7 +86,7 @@ STACKS = "backtrace_depth:16"
 class LeakRun:
     """One run of a leak check and what it found wrong (`why`)."""
 
-    def __init__(self, check, row, runtime, conf, cmd, want_rc=0):
+    def __init__(self, check, row, runtime, conf, cmd, want_rc=0, env=None):
         self.check, self.row, self.runtime, self.conf = check, row, runtime, conf
         self.why = []
         skip = check.cannot_run(cmd, conf)
@@ -90,7 +96,7 @@ class LeakRun:
         if self.skipped:
             self.verdict("", "not run: " + skip)
             return
-        self.run = check.run(row, cmd, conf=conf)
+        self.run = check.run(row, cmd, conf=conf, env=env)
         if self.run.rc != want_rc:
             self.why.append(exit_problem(self.run) if self.run.rc == 124 else
                             "exit status %d, want %d" % (self.run.rc, want_rc))
@@ -378,9 +384,7 @@ def torch_leak(check):
             lambda: torch_growth(check, "leak_torch_growth_fixed", True),
             lambda: torch_python_frames(check),
             lambda: torch_snapshot(check),
-            lambda: torch_snapshot_pair(check),
-            lambda: torch_oom(check, "oom_report_slot", True),
-            lambda: torch_oom(check, "oom_report_preload", False))
+            lambda: torch_snapshot_pair(check))
     finally:
         if torch_env is None:
             del os.environ["PYTORCH_NO_CUDA_MEMORY_CACHING"]
@@ -500,7 +504,8 @@ def torch_oom(check, row, slot):
         if run.rc != 0:
             r.why.append(exit_problem(run) or "exit status %d" % run.rc)
     else:
-        r = LeakRun(check, row, "torch", conf, cmd)
+        r = LeakRun(check, row, "torch", conf, cmd,
+                    env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
         if r.skipped:
             return
     try:
@@ -530,6 +535,11 @@ def torch_oom(check, row, slot):
     r.verdict("PyTorch raised %r; the report named the request, load_weights (1 GiB) and "
               "make_activations (512 MiB) at their lines, the limit; _memory_viz read the "
               "snapshot" % (doc.get("oom") or "")[:60])
+
+
+def oom_report(check):
+    check.together(lambda: torch_oom(check, "oom_report_slot", True),
+                   lambda: torch_oom(check, "oom_report_preload", False))
 
 
 def torch_exit_suppressed(check):
@@ -569,5 +579,6 @@ CHECKS = {
     "leaky_loop_static": (leaky_loop_static, True),
     "leaky_loop_shared": (leaky_loop_shared, True),
     "torch_leak": (torch_leak, True),
+    "oom_report": (oom_report, True),
     "reset_leak": (reset_leak, True),
 }

@@ -381,12 +381,10 @@ static ca__held *ca__held_new(void) {
 static int ca__quarantine(const ca_layer *self, ca_give *give, ca_pool *pool,
                           const ca_live_block *b) {
   uint32_t free_stack = ca_site_stack(self->env->cfg);
-  if (ca_pool_fill(pool, b->addr, (b->requested + 3) & ~(uint64_t)3,
-                   CA_MEMCHECK_FILL, give->stream) != 0)
-    return ca_layer_free(self->next, give);
   pthread_mutex_lock(&ca__lock);
   /* Another thread's free of the block got here first (a racing double
-   * free): this one finds no live block, as the pool would answer it. */
+   * free): this one finds no live block, as the pool would answer it. The
+   * record is made before the fill, so that the second never fills it. */
   ca__held *h = NULL;
   HASH_FIND(hh, ca__by_addr, &b->addr, sizeof(b->addr), h);
   if (h != NULL) {
@@ -414,6 +412,17 @@ static int ca__quarantine(const ca_layer *self, ca_give *give, ca_pool *pool,
   ca__held_bytes += h->size;
   ca__held_count++;
   atomic_fetch_add(&ca__nheld, 1);
+  pthread_mutex_unlock(&ca__lock);
+  /* Set to the fill outside the lock (a driver call), the record holding
+   * the block meanwhile; it waits among the quarantined only once set. */
+  int filled = ca_pool_fill(pool, b->addr, (b->requested + 3) & ~(uint64_t)3,
+                            CA_MEMCHECK_FILL, give->stream);
+  pthread_mutex_lock(&ca__lock);
+  if (filled != 0) {
+    ca__drop(h);
+    pthread_mutex_unlock(&ca__lock);
+    return ca_layer_free(self->next, give);
+  }
   ca__list_push(&ca__waiting, &ca__waiting_tail, h);
   ca__move_on();
   bool found = ca__npending > 0;

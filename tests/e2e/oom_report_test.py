@@ -170,12 +170,26 @@ def check_snapshot(tmp):
             "4 allocations and the refused request in the trace")
 
 
+def check_snapshot_refused(tmp):
+    """oom_snapshot into a folder that does not exist: one line saying so,
+    the report and the program as without it."""
+    path = os.path.join(tmp, "no", "such", "folder", "oom.pickle")
+    r = run(LIMIT + f",oom_snapshot:{path}")
+    said = [l for l in lines_of(r, r.err) if l.startswith("oom_snapshot:")]
+    expect(len(said) == 1 and "cannot write the snapshot there" in said[0]
+           and "No such file or directory" in said[0], f"the snapshot's line: {said}", r)
+    expect(len(reports(r, [l for l in lines_of(r, r.err) if l not in said])) == 1,
+           "not one report", r)
+    return said[0][:90] + "..."
+
+
 CHECKS = {
     "stacks": check_stacks,
     "no_stacks": check_no_stacks,
     "verbose": check_verbose,
     "json": check_json,
     "snapshot": check_snapshot,
+    "snapshot_refused": check_snapshot_refused,
 }
 
 if __name__ == "__main__":

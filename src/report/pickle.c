@@ -80,11 +80,19 @@ static bool ca__pk_end(ca__pickle *p) {
   return !p->failed;
 }
 
+/* A string, as UTF-8: a byte of no printable character (a path's stray
+ * byte, a control) becomes '?', which pickle.load would otherwise refuse. */
 static void ca__pk_str(ca__pickle *p, const char *s) {
   size_t n = strlen(s);
   ca__pk_op(p, CA__PK_STR);
   ca__pk_u32(p, (uint32_t)n);
-  ca__pk_bytes(p, s, n);
+  while (n > 0) {
+    size_t k = ca_log_printable(s, n);
+    ca__pk_bytes(p, k ? s : "?", k ? k : 1);
+    k = k ? k : 1;
+    s += k;
+    n -= k;
+  }
 }
 
 /* A non-negative integer: 4 bytes while it fits a signed one, else the

@@ -41,10 +41,12 @@ whose region (/dev/shm/cudalloc-groups.<uid>/<name>) it removes after.
   ended       a group whose processes all ended (exited, or SIGKILLed)
               leaves no region once cudalloc top or a process joining any
               group looks; a group with a living process stays
-  ended_race  short-lived processes of one group, each asking 60 MiB of a
-              100 MiB cap, while cudalloc top removes ended groups again and
-              again: the device never holds more than the cap (one region
-              for the group at any time)
+  ended_race  80 short-lived processes of one group, in waves of 4, each
+              asking 40 MiB of a 100 MiB cap, while cudalloc top removes
+              ended groups without pause: the device never holds more than
+              the cap (one region for the group at any time; without the
+              gate's check that a joined region is still named, the device
+              held 126 MiB in two runs of three)
 
 Environment (tests/e2e/CMakeLists.txt): E2E_GROUP_PROG, E2E_MOCK_DIR,
 E2E_PRELOAD, CUDALLOC_COMMAND and CUDALLOC_TOP, as for top_test.py.
@@ -58,6 +60,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 from leak_report_test import CheckFailed, env_path, expect, main
@@ -605,17 +608,24 @@ def check_ended(tmp):
 
 
 def check_ended_race(tmp):
-    group, cap = group_name("ended_race"), 100
-    stop = time.time() + 8
-    looks = 0
-    members = []
-    try:
-        while time.time() < stop and len(members) < 60:
-            members += [Member(tmp, group, cap, "need", "60") for _ in range(3)]
+    group, cap, size = group_name("ended_race"), 100, 40
+    members, looks, done = [], [0], threading.Event()
+
+    def look():
+        while not done.is_set():
             top_text()
-            looks += 1
-        for m in members:
-            m.finish()
+            looks[0] += 1
+
+    looker = threading.Thread(target=look)
+    looker.start()
+    try:
+        for _ in range(20):
+            wave = [Member(tmp, group, cap, "need", str(size)) for _ in range(4)]
+            for m in wave:
+                m.finish()
+            members += wave
+        done.set()
+        looker.join()
         served = sum("rc=0" in m.out for m in members)
         for m in members:
             expect(re.search(r"rc=(0|2) ", m.out), f"pid {m.pid}: neither served nor refused "
@@ -624,9 +634,12 @@ def check_ended_race(tmp):
         expect(peak <= cap * MIB, f"the device held {peak / MIB:.0f} MiB at once, past the cap "
                f"of {cap} MiB: two regions of one group", *members)
         expect(served > 0, "no process was served", *members)
-        return (f"{len(members)} processes of 60 MiB, {served} served, {looks} looks of cudalloc "
-                f"top meanwhile; the device peaked at {peak / MIB:.0f} MiB of {cap}")
+        return (f"{len(members)} processes of {size} MiB in waves of 4, {served} served, "
+                f"{looks[0]} looks of cudalloc top meanwhile; the device peaked at "
+                f"{peak / MIB:.0f} MiB of {cap}")
     finally:
+        done.set()
+        looker.join()
         remove_region(group)
 
 

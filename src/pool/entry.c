@@ -687,25 +687,44 @@ double ca_pool_fragmentation(const cudalloc_device_stats *s) {
                               : 0.0;
 }
 
-size_t ca_pool_foreach_live(ca_pool *pool,
-                            void (*fn)(const ca_live_block *b, void *arg),
-                            void *arg) {
+/* walk(arena, arg) for each of the pool's arenas, under its lock: the
+ * blocks the walks visited. */
+static size_t ca__each_arena(ca_pool *pool,
+                             size_t (*walk)(ca__arena *p, void *arg),
+                             void *arg) {
   ca__arena *all[CA_POOL_ARENAS];
   unsigned n_arenas = ca__arenas(pool, all);
   size_t n = 0;
   for (unsigned i = 0; i < n_arenas; i++) {
-    ca__arena *p = all[i];
-    ca_lock_acquire(&p->lock);
-    uint64_t at = 0;
-    for (ca__block *b; (b = ca__live_next(&p->live, &at));) {
-      ca_live_block info;
-      ca__describe(p, b, &info);
-      fn(&info, arg);
-      n++;
-    }
-    ca_lock_release(&p->lock);
+    ca_lock_acquire(&all[i]->lock);
+    n += walk(all[i], arg);
+    ca_lock_release(&all[i]->lock);
   }
   return n;
+}
+
+typedef struct ca__live_visit {
+  void (*fn)(const ca_live_block *b, void *arg);
+  void *arg;
+} ca__live_visit;
+
+static size_t ca__walk_live(ca__arena *p, void *arg) {
+  const ca__live_visit *v = arg;
+  size_t n = 0;
+  uint64_t at = 0;
+  for (ca__block *b; (b = ca__live_next(&p->live, &at)); n++) {
+    ca_live_block info;
+    ca__describe(p, b, &info);
+    v->fn(&info, v->arg);
+  }
+  return n;
+}
+
+size_t ca_pool_foreach_live(ca_pool *pool,
+                            void (*fn)(const ca_live_block *b, void *arg),
+                            void *arg) {
+  ca__live_visit v = {fn, arg};
+  return ca__each_arena(pool, ca__walk_live, &v);
 }
 
 static ca_pool_block_state ca__view_state(const ca__block *b) {
@@ -721,28 +740,32 @@ static ca_pool_block_state ca__view_state(const ca__block *b) {
   }
 }
 
+typedef struct ca__block_visit {
+  void (*fn)(const ca_pool_block_view *v, void *arg);
+  void *arg;
+} ca__block_visit;
+
+static size_t ca__walk_blocks(ca__arena *p, void *arg) {
+  const ca__block_visit *visit = arg;
+  size_t n = 0;
+  for (const ca__segment *s = p->segments; s; s = s->next)
+    for (const ca__block *b = s->first; b; b = b->next, n++) {
+      ca_pool_block_view v = {.seg_addr = s->addr, .seg_size = s->size,
+                              .expandable = s->expandable, .device = p->device,
+                              .addr = b->addr, .size = b->size,
+                              .state = ca__view_state(b)};
+      if (v.state == CA_POOL_BLOCK_LIVE) {
+        v.requested = b->requested;
+        v.tag = b->tag;
+      }
+      visit->fn(&v, visit->arg);
+    }
+  return n;
+}
+
 size_t ca_pool_foreach_block(ca_pool *pool,
                              void (*fn)(const ca_pool_block_view *v, void *arg),
                              void *arg) {
-  ca__arena *all[CA_POOL_ARENAS];
-  unsigned n_arenas = ca__arenas(pool, all);
-  size_t n = 0;
-  for (unsigned i = 0; i < n_arenas; i++) {
-    ca__arena *p = all[i];
-    ca_lock_acquire(&p->lock);
-    for (const ca__segment *s = p->segments; s; s = s->next)
-      for (const ca__block *b = s->first; b; b = b->next, n++) {
-        ca_pool_block_view v = {.seg_addr = s->addr, .seg_size = s->size,
-                                .expandable = s->expandable, .device = p->device,
-                                .addr = b->addr, .size = b->size,
-                                .state = ca__view_state(b)};
-        if (v.state == CA_POOL_BLOCK_LIVE) {
-          v.requested = b->requested;
-          v.tag = b->tag;
-        }
-        fn(&v, arg);
-      }
-    ca_lock_release(&p->lock);
-  }
-  return n;
+  ca__block_visit v = {fn, arg};
+  return ca__each_arena(pool, ca__walk_blocks, &v);
 }

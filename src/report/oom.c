@@ -28,26 +28,13 @@ static size_t ca__oom_shown(const ca__leaks *l) {
 }
 
 /* "48.0 MiB (50331648 bytes) live in 3 allocation(s), allocated from:"
- * and the frames; without a stack, the size and a few addresses. */
+ * and the frames (the report is of one device: it names none). */
 static void ca__oom_group_text(const ca__leaks *l, const ca__group *g) {
-  const ca_report_block *first = &l->blocks[g->first];
-  char bytes[32], call[64];
+  char bytes[32], amount[64];
   ca_format_bytes(bytes, sizeof(bytes), g->bytes);
-  ca__call_words(call, sizeof(call), first->call);
-  ca_log("%s", "");
-  const uintptr_t *pcs;
-  size_t n = ca__stack_of(first, &pcs);
-  if (n == 0) {
-    ca_log("%s (%" PRIu64 " bytes) live in %zu allocation(s) of %" PRIu64
-           " bytes%s:",
-           bytes, g->bytes, g->count, first->bytes, call);
-    ca__text_samples(l->blocks, g);
-    return;
-  }
-  ca_log("%s (%" PRIu64 " bytes) live in %zu allocation(s)%s, allocated from:",
-         bytes, g->bytes, g->count, call);
-  for (size_t i = g->shown_from; i < n; i++)
-    ca__text_frame(i - g->shown_from, pcs[i], ca__symbol(&l->symbols, pcs[i]));
+  snprintf(amount, sizeof(amount), "%s (%" PRIu64 " bytes) live", bytes,
+           g->bytes);
+  ca__text_group_as(amount, "", l->blocks, g, &l->symbols);
 }
 
 static void ca__oom_text(const ca__leaks *l) {

@@ -70,28 +70,39 @@ static const char *ca__summary_verb(const ca_report_input *in, bool scanned) {
   return in->event == CA_EVENT_API && scanned ? "lost" : ca__verb(in->event);
 }
 
-static void ca__text_group(const ca_report_input *in,
-                           const ca_report_block *b, const ca__group *g,
-                           const ca__symbols *s) {
-  char on[48], call[64];
+/* A group's line, "AMOUNT in 3 allocation(s) on device 0, allocated
+ * from:", and its frames; without a stack, the blocks' size and a few of
+ * them. `amount` says its bytes and their verb, `on` its device ("" for
+ * none). */
+static void ca__text_group_as(const char *amount, const char *on,
+                              const ca_report_block *b, const ca__group *g,
+                              const ca__symbols *s) {
+  char call[64];
   const ca_report_block *first = &b[g->first];
-  ca__device_words(on, sizeof(on), first->device);
   ca__call_words(call, sizeof(call), first->call);
   ca_log("%s", "");
   const uintptr_t *pcs;
   size_t n = ca__stack_of(first, &pcs);
   if (n == 0) {
-    ca_log("%" PRIu64 " bytes %s in %zu allocation(s) of %" PRIu64
-           " bytes%s%s:",
-           g->bytes, ca__group_verb(in, first, g), g->count, first->bytes, on,
-           call);
+    ca_log("%s in %zu allocation(s) of %" PRIu64 " bytes%s%s:", amount,
+           g->count, first->bytes, on, call);
     ca__text_samples(b, g);
     return;
   }
-  ca_log("%" PRIu64 " bytes %s in %zu allocation(s)%s%s, allocated from:",
-         g->bytes, ca__group_verb(in, first, g), g->count, on, call);
+  ca_log("%s in %zu allocation(s)%s%s, allocated from:", amount, g->count, on,
+         call);
   for (size_t i = g->shown_from; i < n; i++)
     ca__text_frame(i - g->shown_from, pcs[i], ca__symbol(s, pcs[i]));
+}
+
+static void ca__text_group(const ca_report_input *in,
+                           const ca_report_block *b, const ca__group *g,
+                           const ca__symbols *s) {
+  char amount[64], on[48];
+  ca__device_words(on, sizeof(on), b[g->first].device);
+  snprintf(amount, sizeof(amount), "%" PRIu64 " bytes %s", g->bytes,
+           ca__group_verb(in, &b[g->first], g));
+  ca__text_group_as(amount, on, b, g, s);
 }
 
 static void ca__text_header(const ca_report_input *in) {

@@ -17,18 +17,18 @@
  * addresses, which the scan of host memory must not find), made at the
  * first entry. */
 static pthread_mutex_t ca__lock = PTHREAD_MUTEX_INITIALIZER;
-static ca_history_entry *ca__ring;
+static ca_report_step *ca__ring;
 static uint64_t ca__count; /* entries ever kept */
 
-static void ca__keep(ca_history_kind kind, int device, uint64_t addr,
-                     uint64_t bytes, const uint64_t *stream, uint32_t stack) {
+static void ca__keep(bool alloc, int device, uint64_t addr, uint64_t bytes,
+                     const uint64_t *stream, uint32_t stack) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
-  ca_history_entry e = {.us = (uint64_t)ts.tv_sec * 1000000u +
-                              (uint64_t)ts.tv_nsec / 1000u,
-                        .addr = addr, .bytes = bytes,
-                        .stream = stream ? *stream : 0, .stack = stack,
-                        .device = device, .kind = kind};
+  ca_report_step e = {.us = (uint64_t)ts.tv_sec * 1000000u +
+                            (uint64_t)ts.tv_nsec / 1000u,
+                      .alloc = alloc, .device = device, .addr = addr,
+                      .bytes = bytes, .stream = stream ? *stream : 0,
+                      .stack = stack};
   pthread_mutex_lock(&ca__lock);
   if (ca__ring == NULL)
     ca__ring = ca_meta_alloc(CA_HISTORY_ENTRIES * sizeof(*ca__ring));
@@ -37,7 +37,7 @@ static void ca__keep(ca_history_kind kind, int device, uint64_t addr,
   pthread_mutex_unlock(&ca__lock);
 }
 
-size_t ca_history_copy(ca_history_entry *out, size_t max) {
+size_t ca_history_copy(ca_report_step *out, size_t max) {
   pthread_mutex_lock(&ca__lock);
   uint64_t kept = ca__count < CA_HISTORY_ENTRIES ? ca__count : CA_HISTORY_ENTRIES;
   size_t n = kept < max ? (size_t)kept : max;
@@ -55,7 +55,7 @@ static bool ca__history_wanted(const ca_layer_env *env, ca_path path) {
 static int ca__history_alloc(const ca_layer *self, ca_ask *ask) {
   int r = ca_layer_alloc(self->next, ask);
   if (r == 0)
-    ca__keep(CA_HISTORY_ALLOC, ca_pool_device(ask->pool), ask->addr, ask->size,
+    ca__keep(true, ca_pool_device(ask->pool), ask->addr, ask->size,
              ask->stream, ask->stack);
   return r;
 }
@@ -66,7 +66,7 @@ static int ca__history_free(const ca_layer *self, ca_give *give) {
   give->describe = true;
   int r = ca_layer_free(self->next, give);
   if (r == 0)
-    ca__keep(CA_HISTORY_FREE, give->block.device, give->addr,
+    ca__keep(false, give->block.device, give->addr,
              give->block.requested, give->stream, give->block.tag);
   return r;
 }

@@ -325,19 +325,6 @@ static void ca__gather_block(const ca_pool_block_view *b, void *arg) {
       .requested = b->requested, .stack = b->tag, .state = ca__block_state(b->state)};
 }
 
-/* The history's latest entries, at most `max`, as the report's steps. */
-static size_t ca__steps(ca_report_step *out, size_t max) {
-  ca_history_entry *h = ca_meta_alloc(max * sizeof(*h));
-  size_t n = h ? ca_history_copy(h, max) : 0;
-  for (size_t i = 0; i < n; i++)
-    out[i] = (ca_report_step){.us = h[i].us, .alloc = h[i].kind == CA_HISTORY_ALLOC,
-                              .device = h[i].device, .addr = h[i].addr,
-                              .bytes = h[i].bytes, .stream = h[i].stream,
-                              .stack = h[i].stack};
-  ca_meta_free(h, max * sizeof(*h));
-  return n;
-}
-
 void ca_lifecycle_oom_snapshot(const char *path, int device, uint64_t bytes,
                                uint64_t device_free) {
   ca__seg_blocks g = {0};
@@ -355,7 +342,7 @@ void ca_lifecycle_oom_snapshot(const char *path, int device, uint64_t bytes,
   clock_gettime(CLOCK_REALTIME, &ts);
   ca_report_snapshot snap = {
       .blocks = g.v, .nblocks = g.n, .steps = steps,
-      .nsteps = steps ? ca__steps(steps, CA_HISTORY_ENTRIES) : 0,
+      .nsteps = steps ? ca_history_copy(steps, CA_HISTORY_ENTRIES) : 0,
       .oom_device = device < 0 ? 0 : device, .oom_bytes = bytes,
       .oom_free = device_free,
       .oom_us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u};

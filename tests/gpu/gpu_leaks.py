@@ -21,8 +21,9 @@
                      and from cudalloc's trace, both read by _memory_viz and
                      each showing its allocator's cache (segments)
   oom_report         tests/gpu/torch_oom.py out of memory under
-                     memory_limit_mb:2048, through the slot and preloaded:
-                     the library's report, unasked, names the request, the
+                     memory_limit_mb:2048, preloaded (PyTorch raises) and
+                     through the slot (the process stops, SIGABRT, after the
+                     report): the library's report, unasked, names the request, the
                      two Python sites holding the most at their lines, the
                      limit as what would help; oom_snapshot's file read by
                      PyTorch's _memory_viz
@@ -43,6 +44,7 @@ import glob
 import json
 import os
 import re
+import signal
 import sys
 
 from gpu_check import exit_problem
@@ -501,40 +503,47 @@ def torch_oom(check, row, slot):
         r = LeakRun.__new__(LeakRun)
         r.check, r.row, r.runtime, r.conf, r.why, r.skipped, r.run = (
             check, row, "torch", conf, [], False, run)
-        if run.rc != 0:
-            r.why.append(exit_problem(run) or "exit status %d" % run.rc)
+        # Through PyTorch's slot the library stops the process (SIGABRT)
+        # once it has said why: PyTorch would use the missing memory.
+        if run.rc != -signal.SIGABRT:
+            r.why.append(exit_problem(run) or "exit status %d, want SIGABRT" % run.rc)
+        outcome = "the process stopped after the report, as through PyTorch's slot it must"
     else:
         r = LeakRun(check, row, "torch", conf, cmd,
                     env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
         if r.skipped:
             return
-    try:
-        with open(doc_path) as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
-        r.verdict("", "no result file")
-        return
-    if not doc.get("oom"):
-        r.why.append("1 GiB past the limit was served")
+        try:
+            with open(doc_path) as f:
+                outcome = "PyTorch raised %r" % (json.load(f).get("oom") or "")[:60]
+        except (OSError, ValueError):
+            r.verdict("", "no result file")
+            return
+        if outcome == "PyTorch raised ''":
+            r.why.append("1 GiB past the limit was served")
+    said = r.run.grep(r"^torch_oom: lines ")
+    lines = json.loads(said[0].split("lines ", 1)[1]) if said else {}
     call = "the allocator slot" if slot else "cuMemAlloc"
     first = r.run.grep(r"^cudalloc: out of memory on device 0: requested 1\.0 GiB \(%s\)" % call)
     if not first or "limit 2.0 GiB" not in first[0]:
         r.why.append("no first line naming the request (%s) and the limit: %s" % (call, first))
+    elif slot and "stopping the process" not in first[0]:
+        r.why.append("the first line does not say the process stops: %s" % first[0])
     named = oom_sites(r.run)
-    want = [(n, doc["lines"].get(n)) for n in ("load_weights", "make_activations")]
+    want = [(n, lines.get(n)) for n in ("load_weights", "make_activations")]
     if named[:2] != want:
         r.why.append("the sites' innermost lines of torch_oom.py are %s, want %s"
                      % (named, want))
     if not r.run.grep(r"^cudalloc: what would help: memory_limit_mb caps"):
         r.why.append("no advice to raise the limit")
     read = check.run(row + "_read", [sys.executable, "tests/gpu/torch_snapshot_read.py", snap,
-                                      "torch_oom.py:%d:load_weights" % doc["lines"]["load_weights"]])
+                                      "torch_oom.py:%s:load_weights" % lines.get("load_weights")])
     if read.rc != 0 or not read.grep(r"torch_snapshot: PASS"):
         r.why.append("_memory_viz on the oom_snapshot: %s" % (read.grep(r"torch_snapshot:") or
                                                               exit_problem(read)))
-    r.verdict("PyTorch raised %r; the report named the request, load_weights (1 GiB) and "
+    r.verdict("%s; the report named the request, load_weights (1 GiB) and "
               "make_activations (512 MiB) at their lines, the limit; _memory_viz read the "
-              "snapshot" % (doc.get("oom") or "")[:60])
+              "snapshot" % outcome)
 
 
 def oom_report(check):

@@ -42,6 +42,7 @@ def main(argv):
     import torch
     weights = load_weights(torch)
     acts = make_activations(torch)
+    print("torch_oom: lines %s" % json.dumps(LINES), flush=True)
     doc = {"lines": LINES}
     try:
         too_much(torch)

@@ -98,11 +98,23 @@ void probe_vmm(void) {
   printf("vmm granularity: minimum %zu recommended %zu\n", gran, rec);
   size_t tot = 0, fr = 0;
   cuMemGetInfo_v2(&fr, &tot);
+  /* The library reserves as much as the device's memory for an expandable
+   * segment. How much more the driver grants depends on the card (4x was
+   * refused on the H200, granted on the H100), so only what no card
+   * grants is asked: more than a GPU's 49-bit address space. */
   CUdeviceptr big = 0;
-  Q("vmm reserve 4x device memory", cuMemAddressReserve(&big, 4 * tot, 0, 0, 0));
-  printf("vmm reserve 4x device memory: aligned to 2 MiB: %d\n",
+  size_t whole = (tot + page - 1) / page * page; /* as the library rounds */
+  Q("vmm reserve the device's memory",
+    cuMemAddressReserve(&big, whole, 0, 0, 0));
+  printf("vmm reserve the device's memory: aligned to 2 MiB: %d\n",
          big % page == 0);
-  Q("vmm free it", cuMemAddressFree(big, 4 * tot));
+  Q("vmm free it", cuMemAddressFree(big, whole));
+  CUdeviceptr huge = 0;
+  const size_t PiB = (size_t)1 << 50;
+  CUresult granted = cuMemAddressReserve(&huge, PiB, 0, 0, 0);
+  printf("vmm reserve 1 PiB: refused: %d\n", granted != CUDA_SUCCESS);
+  if (granted == CUDA_SUCCESS)
+    cuMemAddressFree(huge, PiB);
   CUdeviceptr va = 0;
   Q("vmm reserve 64 MiB", cuMemAddressReserve(&va, 64 * MiB, 0, 0, 0));
   Q("vmm reserve 1 MiB (not a granule)", cuMemAddressReserve(&big, MiB, 0, 0, 0));

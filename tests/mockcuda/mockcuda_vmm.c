@@ -3,8 +3,10 @@
  * an address), cuMemAddressReserve/cuMemAddressFree (addresses without
  * memory), cuMemMap/cuMemUnmap/cuMemSetAccess, answering as the driver
  * measured in driver_facts.txt (NVIDIA H200, driver 580):
- *  - granularity 2 MiB; a reservation must be whole granules, and one of
- *    more than twice the device's memory is refused (4x was, on the H200);
+ *  - granularity 2 MiB; a reservation must be whole granules; one as large
+ *    as the device's memory is granted, and one past the card's limit is
+ *    refused (4x the memory was on the H200, not on the H100; 1 PiB on
+ *    both): the mock refuses more than twice its memory;
  *  - a handle's memory is taken at cuMemCreate and lives while the handle
  *    or a mapping of it does (cuMemRelease of a mapped handle succeeds and
  *    the mapping keeps working);

@@ -8,7 +8,7 @@
  * it available to the same graph's capture again, for a request of exactly
  * its size. When the graph is released the blocks the program freed go
  * back to the pool. A side module: it keeps the lists; the policy
- * (intercept.c) serves and frees.
+ * (slot.c) serves and frees.
  */
 #ifndef CA_GRAPHS_H
 #define CA_GRAPHS_H

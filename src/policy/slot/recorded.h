@@ -2,7 +2,7 @@
  * Blocks used on streams other than their own (PyTorch's
  * tensor.record_stream(s), through the allocator slot): for each block,
  * the streams its free must wait for. A side module: it only keeps the
- * list; the policy (intercept.c) orders the free behind those streams.
+ * list; the policy (slot.c) orders the free behind those streams.
  */
 #ifndef CA_RECORDED_H
 #define CA_RECORDED_H

@@ -193,8 +193,9 @@ void ca_slot_record(CUdeviceptr dptr, CUstream stream) {
 
 /* Orders `stream` (the block's own, where it is freed) after the work
  * queued so far on each stream the block was recorded on: an event on
- * each, waited for by `stream`. The free then goes to `stream`'s lane,
- * whose reuse is ordered after that work whichever stream reuses it.
+ * each, waited for by `stream`. The free then goes to `stream`'s free
+ * blocks, whose reuse is ordered after that work whichever stream reuses
+ * it.
  * Where a wait cannot be set up, the block is retired instead. */
 static void ca__after_recorded(CUdeviceptr dptr, int device, CUstream stream) {
   uint64_t others[CA_RECORDED_STREAMS];
@@ -236,8 +237,8 @@ static ca_pool *ca__pool(int device, CUresult *why) {
 }
 
 /* Served as PyTorch's own allocator serves: on out of memory, every cached
- * block of the device is given back (lanes, pending frees, the device's
- * other pools) and the request tried once more. */
+ * block of the device is given back (the streams' free blocks, pending
+ * frees, the device's other pools) and the request tried once more. */
 static CUresult ca__serve(CUdeviceptr *dptr, size_t size, int device,
                           CUstream stream) {
   if (!ca_intercept_enabled())

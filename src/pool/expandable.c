@@ -509,6 +509,9 @@ static int ca__expand(ca__arena *p, ca__heap *h, uint64_t size,
   int rc = ca__expand_once(p, h, size, out);
   if (rc == oom) {
     p->stats.oom_retries++;
+    ca__wait_all(p);
+    if ((*out = ca__find(p, size)))
+      return 0;
     ca__release_lru(p, 0);
     ca__release_others(p, 0, true);
     rc = ca__expand_once(p, h, size, out);

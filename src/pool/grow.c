@@ -175,9 +175,10 @@ static int ca__reserve(ca__arena *p, ca__heap *h, uint64_t seg,
 }
 
 /* Waits for pending batches, oldest first, until one of their blocks serves
- * `size`. Returns true with *out set when one does. */
+ * `size`, while one could. Returns true with *out set when one does. */
 static bool ca__wait_for_fit(ca__arena *p, uint64_t size, ca__block **out) {
-  while (ca__wait_oldest(p)) {
+  const ca__heap *h = ca__heap_for(p, size);
+  while (ca__pending_could_serve(p, h, size) && ca__wait_oldest(p)) {
     ca__quick_flush(p);
     if ((*out = ca__find(p, size)))
       return true;
@@ -264,6 +265,9 @@ static int ca__grow(ca__arena *p, uint64_t size, ca__block **out) {
       return rc;
     p->stats.oom_retries++;
   }
+  ca__wait_all(p);
+  if ((*out = ca__find(p, size)))
+    return 0;
   ca__release_lru(p, 0);
   ca__release_others(p, 0, true);
   return ca__reserve_last(p, h, size, out);

@@ -168,3 +168,52 @@ static bool ca__wait_oldest(ca__arena *p) {
   ca__release_batch(p, batch);
   return true;
 }
+
+/* The bytes a pending block can make once back: itself and the blocks
+ * beside it in its segment that are free or pending too, with which it
+ * merges at most; `want` or more (enough) as soon as they reach it, or
+ * where they meet unmapped pages, which mapping can add. */
+static uint64_t ca__pending_reach(const ca__block *b, uint64_t want) {
+  uint64_t bytes = b->size;
+  const ca__block *n = b->next;
+  for (int side = 0; side < 2; side++, n = b->prev) {
+    for (; n && bytes < want; n = side ? n->prev : n->next) {
+      if (n->state == CA__UNMAPPED)
+        return want;
+      if (n->state != CA__FREE && n->state != CA__HELD && n->state != CA__QUICK)
+        break;
+      bytes += n->size;
+    }
+  }
+  return bytes;
+}
+
+static bool ca__list_could_serve(const ca__heap *h, const ca__block *b,
+                                 uint64_t size) {
+  for (; b; b = b->link_next)
+    if (b->seg->heap == h && ca__pending_reach(b, size) >= size)
+      return true;
+  return false;
+}
+
+/* Whether waiting for the pending blocks could serve a request of `size`
+ * bytes from heap h: one of them makes that many once back. A wait that
+ * cannot serve it would stop the host for nothing: for another stream's
+ * work, on the stream path. */
+static bool ca__pending_could_serve(const ca__arena *p, const ca__heap *h,
+                                    uint64_t size) {
+  if (ca__list_could_serve(h, p->held_head, size))
+    return true;
+  for (const ca__batch *batch = p->batch_head; batch; batch = batch->next)
+    if (ca__list_could_serve(h, batch->head, size))
+      return true;
+  return false;
+}
+
+/* Waits for every pending block, oldest first, for a caller that gives
+ * memory back: a segment is fully free only once its blocks are back. */
+static void ca__wait_all(ca__arena *p) {
+  while (ca__wait_oldest(p))
+    ;
+  ca__quick_flush(p);
+}

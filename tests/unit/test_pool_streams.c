@@ -119,6 +119,28 @@ static void another_stream_waits_for_a_marker_on_the_first(void **state) {
   fixture_free(fx);
 }
 
+/* A miss waits for another stream's work only where that could serve it:
+ * S1's freed 12 MiB block, shared under a marker on S1, makes 14 MiB with
+ * the free rest of its segment, so a 32 MiB request on S2 grows the pool
+ * at once instead of stopping the host for S1's work; a 12 MiB request
+ * then waits for the block rather than grow. */
+static void a_miss_waits_only_for_what_could_serve_it(void **state) {
+  (void)state;
+  fixture *fx = streams_fixture();
+  uint64_t a = alloc_on(fx, 12 * MiB, S1);
+  assert_true(ca_pool_free_on(fx->pool, a, S1, NULL));
+  uint64_t big = alloc_on(fx, 32 * MiB, S2);
+  assert_int_equal(fx->fake.waits, 0);
+  assert_int_equal(fx->fake.reserves, 2);
+  assert_int_equal(alloc_on(fx, 12 * MiB, S2), a);
+  assert_int_equal(fx->fake.waits, 1);
+  assert_int_equal(fx->fake.reserves, 2);
+  assert_true(ca_pool_free_on(fx->pool, a, S2, NULL));
+  assert_true(ca_pool_free_on(fx->pool, big, S2, NULL));
+  assert_consistent(fx);
+  fixture_free(fx);
+}
+
 /* While the freeing stream may take no marker (it is capturing), its
  * blocks stay its own: another stream never gets them. */
 static void a_stream_without_markers_keeps_its_blocks(void **state) {
@@ -375,6 +397,7 @@ int main(void) {
       cmocka_unit_test(splits_and_merges_on_its_stream),
       cmocka_unit_test(takes_in_a_shared_block_and_what_lies_behind_it),
       cmocka_unit_test(another_stream_waits_for_a_marker_on_the_first),
+      cmocka_unit_test(a_miss_waits_only_for_what_could_serve_it),
       cmocka_unit_test(a_stream_without_markers_keeps_its_blocks),
       cmocka_unit_test(more_streams_than_indexes),
       cmocka_unit_test(empty_cache_takes_stream_blocks_too),

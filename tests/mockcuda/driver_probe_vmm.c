@@ -100,8 +100,8 @@ void probe_vmm(void) {
   cuMemGetInfo_v2(&fr, &tot);
   /* The library reserves as much as the device's memory for an expandable
    * segment. How much more the driver grants depends on the card (4x was
-   * refused on the H200, granted on the H100), so only what no card
-   * grants is asked: more than a GPU's 49-bit address space. */
+   * refused on the H200, granted on the H100), so past that only what no
+   * card can grant is asked: more than a GPU's 49-bit address space. */
   CUdeviceptr big = 0;
   size_t whole = (tot + page - 1) / page * page; /* as the library rounds */
   Q("vmm reserve the device's memory",

@@ -125,11 +125,20 @@ static void ca__print_pending(void) {
   ca_report_findings(local, n, lost);
 }
 
-/* Bytes of got[0..n) that are not the fill, and the first one's index. */
+/* Bytes of got[0..n) that are not the fill, and the first one's index.
+ * Whole words of the fill are passed over first: almost every copy holds
+ * nothing else, and a byte at a time cost 4 us a block of 9 KiB (two
+ * rows), more than the copy's driver call. */
 static uint64_t ca__differ(const unsigned char *got, uint64_t n,
                            uint64_t *first) {
-  uint64_t count = 0;
-  for (uint64_t i = 0; i < n; i++)
+  const uint64_t fill = CA_MEMCHECK_FILL * 0x0101010101010101ull;
+  uint64_t i = 0, count = 0;
+  for (uint64_t word; i + sizeof(word) <= n; i += sizeof(word)) {
+    memcpy(&word, got + i, sizeof(word));
+    if (word != fill)
+      break;
+  }
+  for (; i < n; i++)
     if (got[i] != CA_MEMCHECK_FILL && count++ == 0)
       *first = i;
   return count;

@@ -509,11 +509,8 @@ static int ca__expand(ca__arena *p, ca__heap *h, uint64_t size,
   int rc = ca__expand_once(p, h, size, out);
   if (rc == oom) {
     p->stats.oom_retries++;
-    ca__wait_all(p);
-    if ((*out = ca__find(p, size)))
+    if (ca__empty_caches(p, size, out))
       return 0;
-    ca__release_lru(p, 0);
-    ca__release_others(p, 0, true);
     rc = ca__expand_once(p, h, size, out);
   }
   if (rc != 0 && rc != oom && rc != CA_BACKEND_BUSY) {

@@ -43,9 +43,10 @@ static uint64_t ca__gc_budget(ca__arena *p) {
 static uint64_t ca__give_back(ca__arena *p, uint64_t target, bool wait,
                               uint64_t *segments) {
   ca_lock_acquire(&p->lock);
-  while (wait && ca__wait_oldest(p))
-    ;
-  ca__quick_flush(p);
+  if (wait)
+    ca__wait_all(p);
+  else
+    ca__quick_flush(p);
   uint64_t before = p->stats.segments.current;
   uint64_t released = ca__release_lru(p, target);
   *segments += before - p->stats.segments.current;
@@ -217,6 +218,18 @@ static uint64_t ca__merge_free(ca__arena *p, ca__heap *h, uint64_t size) {
   return merged;
 }
 
+/* When the device is out of memory: waits for every pending block, then
+ * serves `size` from the cache if it now can (true, *out set); else gives
+ * back every cached segment, p's and the other arenas', for a last try. */
+static bool ca__empty_caches(ca__arena *p, uint64_t size, ca__block **out) {
+  ca__wait_all(p);
+  if ((*out = ca__find(p, size)))
+    return true;
+  ca__release_lru(p, 0);
+  ca__release_others(p, 0, true);
+  return false;
+}
+
 /* The last try, all caches given back: the smallest segment, with its head;
  * then, where the head is what does not fit, without one, since a request
  * that cudaMalloc would serve must not fail for the leak report's sake (its
@@ -265,10 +278,7 @@ static int ca__grow(ca__arena *p, uint64_t size, ca__block **out) {
       return rc;
     p->stats.oom_retries++;
   }
-  ca__wait_all(p);
-  if ((*out = ca__find(p, size)))
+  if (ca__empty_caches(p, size, out))
     return 0;
-  ca__release_lru(p, 0);
-  ca__release_others(p, 0, true);
   return ca__reserve_last(p, h, size, out);
 }

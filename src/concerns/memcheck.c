@@ -47,11 +47,16 @@
 #define CA__SLOTS 512
 /* Blocks whose copies share one marker, at most. */
 #define CA__BATCH 64
-/* The quarantine's bound: once it holds more bytes or blocks than these,
- * the oldest leave, a batch at a time; all of it before an allocation
- * fails for memory. */
+/* The quarantine's bound: once more bytes or blocks than these wait, the
+ * oldest leave, a batch at a time; all of it before an allocation fails
+ * for memory. Blocks whose copies are in flight no longer count: counted,
+ * they kept the quarantine over its bound until their marker passed, so
+ * every free sent its block off alone, with a marker of its own. */
 #define CA__HELD_BYTES (256ull << 20)
 #define CA__HELD_MAX 4096
+/* The bytes of blocks in flight past which a new batch first waits for
+ * the oldest one: what the device's lag may keep from the pool. */
+#define CA__COPYING_BYTES (256ull << 20)
 
 /* A block freed by the program and not yet given back to the pool. */
 typedef struct ca__held {
@@ -81,7 +86,8 @@ static ca__held *ca__by_addr;                    /* every held block */
 static ca__held *ca__waiting, *ca__waiting_tail; /* quarantined, oldest first */
 static ca__held *ca__copying, *ca__copying_tail; /* copies in flight */
 static ca__held *ca__spare;
-static uint64_t ca__held_bytes, ca__held_count;
+static uint64_t ca__held_bytes, ca__held_count;       /* all of them */
+static uint64_t ca__waiting_bytes, ca__waiting_count; /* those waiting */
 /* The table's size, read without the lock: a free asks nothing of an
  * empty table. */
 static _Atomic uint64_t ca__nheld;
@@ -203,6 +209,21 @@ static ca__held *ca__list_pop(ca__held **head, ca__held **tail) {
   return h;
 }
 
+static void ca__wait_push(ca__held *h) {
+  ca__list_push(&ca__waiting, &ca__waiting_tail, h);
+  ca__waiting_bytes += h->size;
+  ca__waiting_count++;
+}
+
+static ca__held *ca__wait_pop(void) {
+  ca__held *h = ca__list_pop(&ca__waiting, &ca__waiting_tail);
+  if (h) {
+    ca__waiting_bytes -= h->size;
+    ca__waiting_count--;
+  }
+  return h;
+}
+
 /* Under the lock: the pinned slots, made on first need from `pool`'s
  * backend (pageable memory if it has none: the copies then finish before
  * they return). */
@@ -292,7 +313,7 @@ static void ca__start_batch(void) {
   const ca__held first = *ca__waiting; /* the record may leave before the end */
   ca__held *last = NULL;
   if (!ca__slots_ready(first.pool)) {
-    ca__release(ca__list_pop(&ca__waiting, &ca__waiting_tail), false);
+    ca__release(ca__wait_pop(), false);
     return;
   }
   ca__held *batch[CA__BATCH];
@@ -300,7 +321,7 @@ static void ca__start_batch(void) {
   while (ca__waiting && n < CA__BATCH && ca__same_batch(ca__waiting, &first)) {
     while (ca__nfree_slots == 0 && ca__copying)
       ca__finish_batch(true);
-    ca__held *h = ca__list_pop(&ca__waiting, &ca__waiting_tail);
+    ca__held *h = ca__wait_pop();
     if (ca__nfree_slots == 0) { /* every slot lost to copies without a marker */
       ca__release(h, false);
       continue;
@@ -329,13 +350,18 @@ static void ca__start_batch(void) {
   }
 }
 
-/* Under the lock: the batches already copied are judged, and the oldest
- * blocks start leaving while the quarantine holds too much. */
+/* Under the lock: the batches already copied are judged (one poll while
+ * none has passed); then, while more waits than the bound, the oldest in
+ * flight are waited for while too many bytes are, and the oldest waiting
+ * blocks start leaving, a batch at a time. */
 static void ca__move_on(void) {
-  while (ca__waiting &&
-         (ca__held_bytes > CA__HELD_BYTES || ca__held_count > CA__HELD_MAX)) {
-    while (ca__copying && ca__finish_batch(false))
-      ;
+  while (ca__copying && ca__finish_batch(false))
+    ;
+  while (ca__waiting && (ca__waiting_bytes > CA__HELD_BYTES ||
+                         ca__waiting_count > CA__HELD_MAX)) {
+    while (ca__copying &&
+           ca__held_bytes - ca__waiting_bytes > CA__COPYING_BYTES)
+      ca__finish_batch(true);
     ca__start_batch();
   }
 }
@@ -432,7 +458,7 @@ static int ca__quarantine(const ca_layer *self, ca_give *give, ca_pool *pool,
     pthread_mutex_unlock(&ca__lock);
     return ca_layer_free(self->next, give);
   }
-  ca__list_push(&ca__waiting, &ca__waiting_tail, h);
+  ca__wait_push(h);
   ca__move_on();
   bool found = ca__npending > 0;
   pthread_mutex_unlock(&ca__lock);
@@ -570,8 +596,12 @@ static void ca__drop_pool(ca__held **head, ca__held **tail, ca_pool *pool,
     }
     if (copying && h->last == h)
       ca_pool_fetched(pool, h->marker, false); /* passed: its context died */
-    if (copying)
+    if (copying) {
       ca__free_slots[ca__nfree_slots++] = h->slot;
+    } else {
+      ca__waiting_bytes -= h->size;
+      ca__waiting_count--;
+    }
     ca__drop(h);
   }
   *head = keep;

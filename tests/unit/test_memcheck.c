@@ -3,7 +3,8 @@
  * fake backend, whose fills and copies act on host memory at once: what a
  * block holds when handed out, a write past its end and one after its
  * free found with the block's figures, the quarantine holding freed blocks
- * back, threads allocating and freeing at once (run under
+ * back, and leaving it in batches while the device lags, threads
+ * allocating and freeing at once (run under
  * ThreadSanitizer in CI, label stress) with nothing found, and two threads
  * freeing one block at once answered as without memcheck.
  */
@@ -183,6 +184,29 @@ static void test_the_quarantine_holds_freed_blocks(void **state) {
   take_log();
 }
 
+/* Blocks leave the quarantine in batches of up to 64 under one marker,
+ * also while the device lags and earlier copies are still in flight. */
+static void test_blocks_leave_in_batches_while_the_device_lags(void **state) {
+  (void)state;
+  enum { N = 600 };
+  static uint64_t a[N];
+  uint64_t found = findings();
+  for (int i = 0; i < N; i++)
+    a[i] = alloc(MiB);
+  fake.auto_pass = false; /* no marker passes unless the pool waits */
+  int marks = fake.marks + fake.marks_on, fetches = fake.fetches;
+  for (int i = 0; i < N; i++)
+    release(a[i]);
+  int batches = fake.marks + fake.marks_on - marks;
+  int copies = fake.fetches - fetches;
+  assert_true(copies >= N / 2);      /* past the bound, blocks left */
+  assert_true(copies >= 32 * batches); /* and not one marker each */
+  fake.auto_pass = true;
+  ca_memcheck_drain();
+  assert_int_equal(findings(), found);
+  assert_string_equal(take_log(), "");
+}
+
 typedef struct worker {
   unsigned seed;
   int frees;
@@ -278,6 +302,7 @@ int main(void) {
       cmocka_unit_test(test_a_write_past_the_end_is_found),
       cmocka_unit_test(test_a_write_after_free_is_found_at_head_and_tail),
       cmocka_unit_test(test_the_quarantine_holds_freed_blocks),
+      cmocka_unit_test(test_blocks_leave_in_batches_while_the_device_lags),
       cmocka_unit_test(test_threads_find_nothing_in_correct_blocks),
       cmocka_unit_test(test_a_racing_double_free_is_answered_once),
   };

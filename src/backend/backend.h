@@ -101,17 +101,19 @@ typedef struct ca_backend {
   /* The bytes of blocks, for memcheck (concerns/memcheck.c); NULL: the
    * backend cannot, and memcheck checks nothing.
    *
-   * fill: sets [addr, addr + size) to `byte`. On *stream, after the work
-   * queued there, when `stream` is not NULL; else after all the work queued
-   * so far on every stream of `device`, and before any queued later.
+   * fill: sets `rows` rows of `width` bytes, `pitch` apart from `addr` on,
+   * to `byte`, as one operation. On *stream, after the work queued there,
+   * when `stream` is not NULL; else after all the work queued so far on
+   * every stream of `device`, and before any queued later.
    * fetch: starts copying `rows` rows of `width` bytes, `pitch` apart from
    * `addr` on, to `host` (memory from host_alloc), one after another, on
    * *stream (NULL: the legacy stream); a marker made after it (mark_on, or
    * mark for NULL) passes once it is done.
    * host_alloc: `size` bytes of host memory a copy may fill while the host
    * goes on (pinned), kept for the process's life; NULL when none. */
-  int (*fill)(void *ctx, int device, uint64_t addr, uint64_t size,
-              unsigned char byte, const uint64_t *stream);
+  int (*fill)(void *ctx, int device, uint64_t addr, uint64_t width,
+              uint64_t rows, uint64_t pitch, unsigned char byte,
+              const uint64_t *stream);
   int (*fetch)(void *ctx, int device, uint64_t addr, uint64_t width,
                uint64_t rows, uint64_t pitch, void *host,
                const uint64_t *stream);

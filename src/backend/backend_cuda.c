@@ -62,7 +62,7 @@ typedef struct ca__call {
   const uint64_t *on;  /* fill, fetch: their stream, or NULL */
   unsigned char byte;  /* fill: the value */
   void *host;          /* fetch: where to; host_alloc: what it got */
-  uint64_t rows, pitch; /* fetch: `rows` rows of `size` bytes, pitch apart */
+  uint64_t rows, pitch; /* fill, fetch: `rows` rows of `size` bytes, pitch apart */
 } ca__call;
 
 enum { CA__RESERVE, CA__RELEASE, CA__MEM_INFO, CA__SYNC, CA__MARK, CA__POLL,
@@ -230,19 +230,37 @@ static CUresult ca__fetch(const ca_driver_api *d, ca__call *c) {
   return d->memcpy_2d_async(&m, s);
 }
 
+/* One row of the bytes to set, or rows pitch apart as one 2D memset (one
+ * operation in the stream, not one per row). Whole words are set a word at
+ * a time, which the device does faster than bytes. */
+static CUresult ca__memset(const ca_driver_api *d, const ca__call *c,
+                           CUstream s) {
+  CUdeviceptr at = (CUdeviceptr)c->addr;
+  unsigned int word = c->byte * 0x01010101u;
+  bool words = (c->addr | c->size | (c->rows > 1 ? c->pitch : 0)) % 4 == 0;
+  if (c->rows > 1) {
+    if (words && d->memset_d2d32_async)
+      return d->memset_d2d32_async(at, (size_t)c->pitch, word,
+                                   (size_t)c->size / 4, (size_t)c->rows, s);
+    return d->memset_d2d8_async ? d->memset_d2d8_async(at, (size_t)c->pitch,
+                                                       c->byte, (size_t)c->size,
+                                                       (size_t)c->rows, s)
+                                : CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if (words && d->memset_d32_async)
+    return d->memset_d32_async(at, word, (size_t)c->size / 4, s);
+  return d->memset_d8_async(at, c->byte, (size_t)c->size, s);
+}
+
 /* A fill of a block's bytes on the call's stream; with none, on the legacy
  * stream between two fences: after the work queued so far on every stream,
- * and before any queued later. Whole words are set a word at a time, which
- * the device does faster than bytes. */
+ * and before any queued later. */
 static CUresult ca__fill_bytes(const ca_driver_api *d, ca__call *c) {
   bool all = c->on == NULL;
   CUstream s = all ? CU_STREAM_LEGACY : (CUstream)(uintptr_t)*c->on;
   CUresult r = all ? ca_streams_fence(&c->where) : CUDA_SUCCESS;
-  if (r == CUDA_SUCCESS && (c->addr | c->size) % 4 == 0 && d->memset_d32_async)
-    r = d->memset_d32_async((CUdeviceptr)c->addr, c->byte * 0x01010101u,
-                            (size_t)c->size / 4, s);
-  else if (r == CUDA_SUCCESS)
-    r = d->memset_d8_async((CUdeviceptr)c->addr, c->byte, (size_t)c->size, s);
+  if (r == CUDA_SUCCESS)
+    r = ca__memset(d, c, s);
   return r == CUDA_SUCCESS && all ? ca_streams_fence(&c->where) : r;
 }
 
@@ -459,12 +477,13 @@ static int ca__cuda_unmap(void *ctx, int device, uint64_t addr,
 
 /* A capture may not take the bytes' work into its graph: refused during
  * one, as markers are. */
-static int ca__cuda_fill(void *ctx, int device, uint64_t addr, uint64_t size,
-                         unsigned char byte, const uint64_t *stream) {
+static int ca__cuda_fill(void *ctx, int device, uint64_t addr, uint64_t width,
+                         uint64_t rows, uint64_t pitch, unsigned char byte,
+                         const uint64_t *stream) {
   if (ca_capture_seen())
     return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-  ca__call c = {
-      .kind = CA__FILL, .addr = addr, .size = size, .byte = byte, .on = stream};
+  ca__call c = {.kind = CA__FILL, .addr = addr, .size = width, .rows = rows,
+                .pitch = pitch, .byte = byte, .on = stream};
   return (int)ca__run(ctx, device, &c);
 }
 

@@ -17,10 +17,18 @@
  * CA_MEMCHECK_SAMPLE of a large one) are copied back on the same stream,
  * in batches with one marker each, and compared once the marker has
  * passed: the host never waits for a copy. Only then does the block go
- * back to the pool, refilled where it was written.
+ * back to the pool.
+ *
+ * A large block freed on a stream is set to the fill only where it is
+ * checked, its two rows, as one operation: filling all of it made the
+ * device write a training step's every freed byte again (69 GiB a step on
+ * GPT-2 small). The bytes between are stale to the pool
+ * (ca_pool_stale), which sets a red zone that lands on them to the fill
+ * as it hands the block out, so every red zone still starts out holding
+ * it; so are a block found written and one given back unfilled.
  *
  * A block freed while a stream capture runs is given back unchecked (the
- * work would enter the graph), and not refilled.
+ * work would enter the graph), and not refilled: stale.
  */
 #include "concerns/memcheck.h"
 
@@ -65,6 +73,7 @@ typedef struct ca__held {
   const ca_layer *layer; /* its chain's memcheck layer */
   uint64_t stream;
   bool ordered; /* freed on `stream` */
+  bool red_zone_unset; /* the pool could not set it: not judged */
   int device;
   uint32_t alloc_stack, free_stack;
   /* Once its copy started: its slot, the marker of its batch (kept by the
@@ -170,7 +179,9 @@ static bool ca__judge(const ca__held *h, const unsigned char *copy) {
   uint64_t own_tail = h->requested - tail_at, first = 0;
   bool any = false;
   f.kind = CA_FINDING_PAST_END;
-  f.count = ca__differ(tail + own_tail, CA_MEMCHECK_RED_ZONE, &first);
+  f.count = h->red_zone_unset
+                ? 0
+                : ca__differ(tail + own_tail, CA_MEMCHECK_RED_ZONE, &first);
   if (f.count > 0) {
     f.first = first;
     ca__found(&f);
@@ -259,14 +270,13 @@ static const uint64_t *ca__stream_of(const ca__held *h) {
 }
 
 /* Under the lock: h goes back to the pool through its chain, on its
- * stream; a block found written is set to the fill again first, so that
- * free memory keeps holding it. */
+ * stream; a block found written goes back stale, red zone included: the
+ * pool sets a red zone there as it hands it out again. */
 static void ca__release(ca__held *h, bool written) {
   ca_give g = {.addr = h->addr, .stream = ca__stream_of(h)};
   if (written)
-    ca_pool_fill(h->pool, h->addr,
-                 (h->requested + CA_MEMCHECK_RED_ZONE + 3) & ~(uint64_t)3,
-                 CA_MEMCHECK_FILL, g.stream);
+    ca_pool_stale(h->pool, h->addr, h->addr,
+                  h->addr + h->requested + CA_MEMCHECK_RED_ZONE);
   ca_layer_free(h->layer->next, &g);
   ca__drop(h);
 }
@@ -410,9 +420,35 @@ static ca__held *ca__held_new(void) {
   return h;
 }
 
-/* Holds the block the program freed, set to the fill on its stream: its
- * bytes rounded up to whole words (the red zone holds the fill too, so the
- * device sets words, not bytes). */
+/* A block goes back to the pool unfilled: all its bytes are stale. */
+static void ca__give_back_stale(ca_pool *pool, const ca_live_block *b) {
+  ca_pool_stale(pool, b->addr, b->addr, b->addr + b->requested);
+}
+
+/* Sets a freed block to the fill where its check will read it: on a
+ * stream, a block copied as two rows gets just those, as one 2D fill, the
+ * bytes between left stale; else (and where the rows would overlap) all
+ * its bytes. Its bytes end rounded up to whole words (the red zone holds
+ * the fill too, so the device sets words, not bytes). */
+static int ca__fill_freed(ca_pool *pool, const ca_live_block *b,
+                          const uint64_t *stream) {
+  uint64_t end = (b->requested + 3) & ~(uint64_t)3;
+  bool rows = stream != NULL &&
+              b->requested + CA_MEMCHECK_RED_ZONE > CA__SLOT_BYTES &&
+              end >= 2 * CA__ROW;
+  if (!rows)
+    return ca_pool_fill(pool, b->addr, end, 1, 0, CA_MEMCHECK_FILL, stream);
+  /* The first row from the start; the last ends with the bytes, so it
+   * covers the last CA_MEMCHECK_SAMPLE of them. */
+  uint64_t pitch = end - CA__ROW;
+  int r = ca_pool_fill(pool, b->addr, CA__ROW, 2, pitch, CA_MEMCHECK_FILL,
+                       stream);
+  if (r == 0)
+    ca_pool_stale(pool, b->addr, b->addr + CA__ROW, b->addr + pitch);
+  return r;
+}
+
+/* Holds the block the program freed, set to the fill on its stream. */
 static int ca__quarantine(const ca_layer *self, ca_give *give, ca_pool *pool,
                           const ca_live_block *b) {
   uint32_t free_stack = ca_site_stack(self->env->cfg);
@@ -436,6 +472,7 @@ static int ca__quarantine(const ca_layer *self, ca_give *give, ca_pool *pool,
                   .size = b->size, .pool = pool, .layer = self,
                   .stream = give->stream ? *give->stream : 0,
                   .ordered = give->stream != NULL, .device = b->device,
+                  .red_zone_unset = b->red_zone_unset,
                   .alloc_stack = b->tag, .free_stack = free_stack};
   HASH_ADD(hh, ca__by_addr, addr, sizeof(h->addr), h);
   if (!CA_HASH_ADDED(h)) {
@@ -448,14 +485,14 @@ static int ca__quarantine(const ca_layer *self, ca_give *give, ca_pool *pool,
   ca__held_count++;
   atomic_fetch_add(&ca__nheld, 1);
   pthread_mutex_unlock(&ca__lock);
-  /* Set to the fill outside the lock (a driver call), the record holding
+  /* Set to the fill outside the lock (a driver calls), the record holding
    * the block meanwhile; it waits among the quarantined only once set. */
-  int filled = ca_pool_fill(pool, b->addr, (b->requested + 3) & ~(uint64_t)3,
-                            CA_MEMCHECK_FILL, give->stream);
+  int filled = ca__fill_freed(pool, b, give->stream);
   pthread_mutex_lock(&ca__lock);
   if (filled != 0) {
     ca__drop(h);
     pthread_mutex_unlock(&ca__lock);
+    ca__give_back_stale(pool, b);
     return ca_layer_free(self->next, give);
   }
   ca__wait_push(h);
@@ -485,10 +522,12 @@ static int ca__memcheck_free(const ca_layer *self, ca_give *give) {
     return CA_GIVE_NOT_POOLED;
   ca_pool *pool = NULL;
   ca_live_block b;
-  if (ca_layer_capturing(self->env) ||
-      !self->env->block(give->addr, &pool, &b) ||
-      !ca_pool_touches_bytes(pool))
+  if (!self->env->block(give->addr, &pool, &b) || !ca_pool_touches_bytes(pool))
     return ca_layer_free(self->next, give);
+  if (ca_layer_capturing(self->env)) {
+    ca__give_back_stale(pool, &b);
+    return ca_layer_free(self->next, give);
+  }
   return ca__quarantine(self, give, pool, &b);
 }
 
@@ -528,7 +567,9 @@ static void ca__check_live(ca_pool *pool, const ca_live_block *v, size_t n) {
     ca_report_finding f = {.kind = CA_FINDING_PAST_END_LIVE, .addr = v[i].addr,
                      .requested = v[i].requested, .device = v[i].device,
                      .alloc_stack = v[i].tag};
-    f.count = ca__differ(ca__slot(slots[i]), CA_MEMCHECK_RED_ZONE, &f.first);
+    f.count = v[i].red_zone_unset ? 0
+                                  : ca__differ(ca__slot(slots[i]),
+                                               CA_MEMCHECK_RED_ZONE, &f.first);
     if (f.count > 0 && !ca__live_known(v[i].addr)) {
       ca__found(&f);
       if (ca__nlive_found < CA__LIVE_FOUND)

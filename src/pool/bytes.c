@@ -10,10 +10,11 @@ bool ca_pool_touches_bytes(const ca_pool *pool) {
          be->wait && be->forget;
 }
 
-int ca_pool_fill(ca_pool *pool, uint64_t addr, uint64_t size,
-                 unsigned char byte, const uint64_t *stream) {
+int ca_pool_fill(ca_pool *pool, uint64_t addr, uint64_t width, uint64_t rows,
+                 uint64_t pitch, unsigned char byte, const uint64_t *stream) {
   const ca_backend *be = pool->backend;
-  return be->fill(be->ctx, pool->device, addr, size, byte, stream);
+  return be->fill(be->ctx, pool->device, addr, width, rows, pitch, byte,
+                  stream);
 }
 
 int ca_pool_fetch(ca_pool *pool, uint64_t addr, uint64_t width, uint64_t rows,

@@ -179,11 +179,26 @@ static uint64_t ca__next_seq(ca__arena *p) {
   return ++p->next_seq;
 }
 
+static void ca__set_red_zone(ca_pool *pool, uint64_t addr, uint64_t size,
+                             const uint64_t *stream);
+
+/* Whether the red zone of b, handed out for `size` bytes, lies on stale
+ * bytes (ca_pool_stale). */
+static CA__COLD bool ca__red_zone_stale(const ca__arena *p, const ca__block *b,
+                                        uint64_t size) {
+  uint64_t lo = b->addr + size, hi = lo + p->opt.red_zone;
+  return lo < b->stale_hi && b->stale_lo < hi;
+}
+
 /* Hands block b out for a request of `size` bytes: live, numbered,
- * counted. Releases the arena's lock. */
-static inline __attribute__((always_inline)) void
+ * counted. Releases the arena's lock. Returns whether its red zone lies on
+ * stale bytes, to be set (ca__set_red_zone). */
+static inline __attribute__((always_inline)) bool
 ca__give_out(ca__arena *p, ca__block *b, uint64_t size, uint32_t tag,
              uint64_t *addr) {
+  bool stale = __builtin_expect(b->stale_lo < b->stale_hi, 0) &&
+               ca__red_zone_stale(p, b, size);
+  b->red_zone_unset = false;
   b->requested = size;
   b->tag = tag;
   b->seq = ca__next_seq(p);
@@ -194,6 +209,7 @@ ca__give_out(ca__arena *p, ca__block *b, uint64_t size, uint32_t tag,
   ca__stat_add(&p->stats.blocks, 1);
   *addr = b->addr;
   ca_lock_release(&p->lock);
+  return stale;
 }
 
 /* Finds or makes a free block of at least `size` bytes, out of every index
@@ -248,7 +264,8 @@ ca__alloc(ca_pool *pool, uint64_t size, uint32_t tag, const uint64_t *stream,
       return rc;
     }
   }
-  ca__give_out(p, b, size, tag, addr);
+  if (__builtin_expect(ca__give_out(p, b, size, tag, addr), 0))
+    ca__set_red_zone(pool, *addr, size, stream);
   return 0;
 }
 
@@ -310,6 +327,22 @@ static CA__COLD ca__arena *ca__owner(ca_pool *pool, ca__arena *own,
   return NULL;
 }
 
+/* Sets the red zone of the block at `addr`, handed out for `size` bytes,
+ * to fresh_byte on the request's stream; where it cannot, the block says
+ * so (ca_live_block.red_zone_unset). */
+static CA__COLD void ca__set_red_zone(ca_pool *pool, uint64_t addr,
+                                      uint64_t size, const uint64_t *stream) {
+  const ca_backend *be = pool->backend;
+  if (be->fill(be->ctx, pool->device, addr + size, pool->opt.red_zone, 1, 0,
+               pool->opt.fresh_byte, stream) == 0)
+    return;
+  ca__arena *p = ca__owner(pool, NULL, addr);
+  if (p) {
+    ca__live_find(p, addr)->red_zone_unset = true;
+    ca_lock_release(&p->lock);
+  }
+}
+
 static void ca__describe(const ca__arena *p, const ca__block *b,
                          ca_live_block *out) {
   out->addr = b->addr;
@@ -321,6 +354,7 @@ static void ca__describe(const ca__arena *p, const ca__block *b,
   out->page = b->seg->expandable ? ca__page_size(p) : 0;
   out->at_base = b->addr == b->seg->addr ||
                  (out->page && b->addr % out->page == 0);
+  out->red_zone_unset = b->red_zone_unset;
 }
 
 /* A block freed on `stream`: free at once among its stream's blocks,
@@ -405,6 +439,15 @@ void ca_pool_stream_ended(ca_pool *pool, uint64_t stream) {
       }
     ca_lock_release(&p->lock);
   }
+}
+
+bool ca_pool_stale(ca_pool *pool, uint64_t addr, uint64_t lo, uint64_t hi) {
+  ca__arena *p = ca__owner(pool, NULL, addr);
+  if (!p)
+    return false;
+  ca__stale_add(ca__live_find(p, addr), lo, hi);
+  ca_lock_release(&p->lock);
+  return true;
 }
 
 int ca_pool_device(const ca_pool *pool) { return pool->device; }

@@ -150,7 +150,7 @@ static void ca__unbook_segment(ca__arena *p, uint64_t seg) {
 static void ca__fresh(ca__arena *p, uint64_t addr, uint64_t size) {
   const ca_backend *be = p->backend;
   if (p->opt.fill_fresh && be->fill)
-    be->fill(be->ctx, p->device, addr, size, p->opt.fresh_byte, NULL);
+    be->fill(be->ctx, p->device, addr, size, 1, 0, p->opt.fresh_byte, NULL);
 }
 
 /* A refused booking reads as the backend running out: the caller's

@@ -121,6 +121,10 @@ typedef struct ca_live_block {
    * page's start, which the leak report's scan must not take for a
    * pointer into the block); 0 in a plain segment. */
   uint64_t page;
+  /* Its red zone could not be set to fresh_byte as it was handed out over
+   * stale bytes (ca_pool_stale; a capture refused the fill): what the red
+   * zone holds says nothing. */
+  bool red_zone_unset;
 } ca_live_block;
 
 typedef struct ca_pool ca_pool;
@@ -171,22 +175,31 @@ bool ca_pool_free_on(ca_pool *pool, uint64_t addr, uint64_t stream,
 void ca_pool_stream_ended(ca_pool *pool, uint64_t stream);
 
 /* The bytes of blocks, for memcheck, through the pool's backend
- * (backend.h): whether it can touch them at all; a fill of [addr, addr +
- * size) with `byte` on *stream (NULL: after the work on every stream,
- * before any queued later); a copy of `rows` rows of `width` bytes,
+ * (backend.h): whether it can touch them at all; a fill of `rows` rows of
+ * `width` bytes, `pitch` apart, with `byte` on *stream, as one operation
+ * (NULL: after the work on every stream, before any queued later); a copy of `rows` rows of `width` bytes,
  * `pitch` apart, to `host` (from ca_pool_host_alloc) on *stream (NULL:
  * the legacy stream); a marker after the work queued so far on *stream
  * (NULL: on every stream); whether it has passed (0; 1 not yet), waiting
  * for it with `wait`, the marker forgotten once passed or waited for. */
 bool ca_pool_touches_bytes(const ca_pool *pool);
-int ca_pool_fill(ca_pool *pool, uint64_t addr, uint64_t size,
-                 unsigned char byte, const uint64_t *stream);
+int ca_pool_fill(ca_pool *pool, uint64_t addr, uint64_t width, uint64_t rows,
+                 uint64_t pitch, unsigned char byte, const uint64_t *stream);
 int ca_pool_fetch(ca_pool *pool, uint64_t addr, uint64_t width, uint64_t rows,
                   uint64_t pitch, void *host, const uint64_t *stream);
 int ca_pool_mark_after(ca_pool *pool, const uint64_t *stream,
                        uint64_t *marker);
 int ca_pool_fetched(ca_pool *pool, uint64_t marker, bool wait);
 void *ca_pool_host_alloc(ca_pool *pool, uint64_t size);
+
+/* With fill_fresh: bytes [lo, hi) of the live block at `addr` may hold
+ * something else than fresh_byte once it is freed (memcheck sets a large
+ * freed block back only where it checks it). The pool remembers them
+ * through merges and splits, and sets a red zone that lies on them to
+ * fresh_byte as it hands the block out again, on the request's stream, so
+ * that every red zone starts out holding it. Returns false when no live
+ * block starts at `addr`. */
+bool ca_pool_stale(ca_pool *pool, uint64_t addr, uint64_t lo, uint64_t hi);
 
 /* The device the pool serves. */
 int ca_pool_device(const ca_pool *pool);

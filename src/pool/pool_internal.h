@@ -96,8 +96,16 @@ typedef struct ca__block {
   /* GONE when freed: shared with another process, or pending in a lost
    * segment (one flag, so a free checks one byte it already has). */
   bool keep_out;
+  /* While LIVE: its red zone could not be set to fresh_byte as it was
+   * handed out (ca_pool_stale). */
+  bool red_zone_unset;
   unsigned fl, sl; /* size class, while in the bins */
   uint32_t tag;    /* the caller's, while CA__LIVE */
+  /* Bytes [stale_lo, stale_hi) may not hold fresh_byte: memcheck set only
+   * part of a freed block back (ca_pool_stale). Empty when stale_lo >=
+   * stale_hi, as in every block without memcheck. Kept through merges
+   * (their hull) and splits (each part's share). */
+  uint64_t stale_lo, stale_hi;
 } ca__block;
 
 /* The arena's live blocks by start (live.c). */

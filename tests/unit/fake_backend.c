@@ -192,12 +192,16 @@ static void ca__fake_forget(void *ctx, int device, uint64_t marker) {
   pthread_mutex_unlock(&f->lock);
 }
 
-static int ca__fake_fill(void *ctx, int device, uint64_t addr, uint64_t size,
-                         unsigned char byte, const uint64_t *stream) {
+static int ca__fake_fill(void *ctx, int device, uint64_t addr, uint64_t width,
+                         uint64_t rows, uint64_t pitch, unsigned char byte,
+                         const uint64_t *stream) {
   ca_fake_backend *f = ctx;
   (void)device;
   (void)stream;
-  memset((void *)(uintptr_t)addr, byte, (size_t)size);
+  if (f->refuse_fills)
+    return 1;
+  for (uint64_t r = 0; r < rows; r++)
+    memset((void *)(uintptr_t)(addr + r * pitch), byte, (size_t)width);
   pthread_mutex_lock(&f->lock);
   f->fills++;
   pthread_mutex_unlock(&f->lock);

@@ -83,6 +83,7 @@ typedef struct ca_fake_backend {
   int fail_maps;
   bool busy_maps;
   int fills, fetches; /* byte calls, once ca_fake_enable_bytes is called */
+  bool refuse_fills;  /* fills answer 1 (refused, as during a capture) */
   /* The order in which segments were released, for LRU tests. */
   uint64_t released_addrs[CA_FAKE_MAX_SEGMENTS];
 } ca_fake_backend;

@@ -170,6 +170,44 @@ static void test_a_write_after_free_is_found_at_head_and_tail(void **state) {
                          "of 20000 bytes (19.5 KiB) at 0x"));
 }
 
+/* A large block freed on a stream is set to the fill only where it is
+ * checked; blocks later carved out of the bytes between, which still hold
+ * the program's, find their red zones holding the fill all the same:
+ * nothing is found in blocks written only inside. */
+static void test_stale_bytes_between_the_rows_find_nothing(void **state) {
+  (void)state;
+  uint64_t found = findings();
+  uint64_t a = alloc(8 * MiB);
+  memset(bytes(a), 0x42, 8 * MiB);
+  release(a);
+  assert_true(ca_memcheck_holds(a));
+  assert_int_equal(bytes(a)[0], CA_MEMCHECK_FILL);
+  assert_int_equal(bytes(a)[8 * MiB - 1], CA_MEMCHECK_FILL);
+  assert_int_equal(bytes(a)[4 * MiB], 0x42); /* not the device's work now */
+  ca_memcheck_drain();
+  assert_false(ca_memcheck_holds(a));
+  /* Blocks of other sizes over the same bytes: red zones on stale ones. */
+  enum { N = 4 };
+  uint64_t b[N];
+  int inside = 0;
+  for (int i = 0; i < N; i++) {
+    uint64_t size = MiB + 4096 * (uint64_t)(i + 1);
+    b[i] = alloc(size);
+    if (b[i] + size > a + 4608 && b[i] + size < a + 8 * MiB - 4608) {
+      inside++;
+      for (int k = 0; k < CA_MEMCHECK_RED_ZONE; k++)
+        assert_int_equal(bytes(b[i] + size)[k], CA_MEMCHECK_FILL);
+    }
+    memset(bytes(b[i]), 1, size);
+  }
+  assert_true(inside > 0);
+  for (int i = 0; i < N; i++)
+    release(b[i]);
+  ca_memcheck_drain();
+  assert_int_equal(findings(), found);
+  assert_string_equal(take_log(), "");
+}
+
 /* A freed block is not handed out again while it is in the quarantine. */
 static void test_the_quarantine_holds_freed_blocks(void **state) {
   (void)state;
@@ -301,6 +339,7 @@ int main(void) {
       cmocka_unit_test(test_blocks_are_handed_out_filled),
       cmocka_unit_test(test_a_write_past_the_end_is_found),
       cmocka_unit_test(test_a_write_after_free_is_found_at_head_and_tail),
+      cmocka_unit_test(test_stale_bytes_between_the_rows_find_nothing),
       cmocka_unit_test(test_the_quarantine_holds_freed_blocks),
       cmocka_unit_test(test_blocks_leave_in_batches_while_the_device_lags),
       cmocka_unit_test(test_threads_find_nothing_in_correct_blocks),

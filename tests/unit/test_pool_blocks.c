@@ -2,6 +2,8 @@
  * Sizes, size classes, splitting and merging: where a request lands, and
  * what a freed block becomes (src/pool/bins.c, blocks.c).
  */
+#include <string.h>
+
 #include "pool_fixture.h"
 
 /* Requests are rounded to 512 B; the program's own size is kept too. */
@@ -247,6 +249,72 @@ static void large_blocks_merge_at_once(void **state) {
   fixture_free(fx);
 }
 
+/* A pool over host memory that memcheck's fill reaches (fill_fresh, a red
+ * zone), as the registry makes one under memcheck:1. */
+static fixture *bytes_fixture(void) {
+  fixture *fx = calloc(1, sizeof(*fx));
+  assert_non_null(fx);
+  ca_fake_init(&fx->fake, 256 * MiB, false, true);
+  ca_fake_enable_bytes(&fx->fake);
+  ca_pool_options opt = default_options();
+  opt.red_zone = 512;
+  opt.fill_fresh = true;
+  opt.fresh_byte = 0xFF;
+  fx->pool = ca_pool_create(&fx->fake.backend, 0, &opt);
+  assert_non_null(fx->pool);
+  return fx;
+}
+
+static bool holds(uint64_t addr, uint64_t n, unsigned char byte) {
+  for (uint64_t i = 0; i < n; i++)
+    if (((const unsigned char *)(uintptr_t)addr)[i] != byte)
+      return false;
+  return true;
+}
+
+/* Bytes a freed block left stale (memcheck set only its ends back) are
+ * remembered through the free, the merge with the rest of the segment and
+ * a split: a red zone handed out on them is set to the fill (and says so
+ * when it cannot be), one off them costs nothing. */
+static void red_zones_on_stale_bytes_are_set_as_handed_out(void **state) {
+  (void)state;
+  fixture *fx = bytes_fixture();
+  uint64_t a = must_alloc(fx, 4 * MiB);
+  memset((void *)(uintptr_t)a, 0x42, 4 * MiB); /* the program's bytes */
+  assert_true(ca_pool_stale(fx->pool, a, a + 4608, a + 4 * MiB - 4608));
+  assert_false(ca_pool_stale(fx->pool, a + 512, a, a + 1));
+  assert_true(ca_pool_free(fx->pool, a, NULL));
+  int fills = fx->fake.fills;
+  /* The same size again: its red zone lies past the stale bytes. */
+  assert_int_equal(must_alloc(fx, 4 * MiB), a);
+  assert_int_equal(fx->fake.fills, fills);
+  assert_true(ca_pool_free(fx->pool, a, NULL));
+  /* A smaller block: its red zone lands on them and is set. */
+  assert_int_equal(must_alloc(fx, 2 * MiB), a);
+  assert_int_equal(fx->fake.fills, fills + 1);
+  assert_true(holds(a + 2 * MiB, 512, 0xFF));
+  assert_true(holds(a + 2 * MiB + 512, 512, 0x42)); /* the rest left alone */
+  ca_live_block b;
+  assert_true(ca_pool_lookup(fx->pool, a, &b));
+  assert_false(b.red_zone_unset);
+  assert_true(ca_pool_free(fx->pool, a, NULL));
+  /* A fill refused (a capture): the block says its red zone is unset,
+   * until it is handed out again with one set. */
+  memset((void *)(uintptr_t)(a + 3 * MiB), 0x42, 512);
+  fx->fake.refuse_fills = true;
+  assert_int_equal(must_alloc(fx, 3 * MiB), a);
+  assert_true(ca_pool_lookup(fx->pool, a, &b));
+  assert_true(b.red_zone_unset);
+  assert_true(ca_pool_free(fx->pool, a, NULL));
+  fx->fake.refuse_fills = false;
+  assert_int_equal(must_alloc(fx, 3 * MiB), a);
+  assert_true(ca_pool_lookup(fx->pool, a, &b));
+  assert_false(b.red_zone_unset);
+  assert_true(holds(a + 3 * MiB, 512, 0xFF));
+  assert_true(ca_pool_free(fx->pool, a, NULL));
+  fixture_free(fx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(rounds_requests_to_the_granule),
@@ -259,6 +327,7 @@ int main(void) {
       cmocka_unit_test(large_blocks_split_only_for_a_worthwhile_rest),
       cmocka_unit_test(honours_max_split_size),
       cmocka_unit_test(large_blocks_merge_at_once),
+      cmocka_unit_test(red_zones_on_stale_bytes_are_set_as_handed_out),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

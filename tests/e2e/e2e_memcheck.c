@@ -9,6 +9,11 @@
  *                           then freed
  *   e2e_memcheck slot N     the same through the allocator slot
  *                           (cudalloc_stream_malloc/free on a stream)
+ *   e2e_memcheck stale      through the slot: 8 MiB blocks written whole and
+ *                           freed, then blocks of other sizes over their
+ *                           bytes, written whole and freed (mid_byte= a freed
+ *                           block's middle, head_byte= its first byte,
+ *                           zones= red zones that held 0xFF, of blocks=)
  *   e2e_memcheck live       written 1 byte past its end, never freed
  *   e2e_memcheck uaf OFF    a 1000-byte block written at offset OFF after
  *                           its free
@@ -94,6 +99,53 @@ static int mode_slot(size_t n) {
   kernel_store((CUdeviceptr)(uintptr_t)p + BLOCK, 0x11, n);
   slot_free(p, BLOCK, 0, s); printf("free_line=%d\n", __LINE__);
   CHECK(cuStreamSynchronize(s));
+  return 0;
+}
+
+/* A kernel's store of n bytes of `v` from p on, of any length. */
+static void kernel_fill(CUdeviceptr p, unsigned char v, size_t n) {
+  for (size_t at = 0; at < n; at += 4096)
+    kernel_store(p + at, v, n - at < 4096 ? n - at : 4096);
+}
+
+static unsigned char read_byte(CUdeviceptr p);
+
+/* Freed blocks set to the fill only where memcheck checks them: the blocks
+ * later carved out of the bytes between still start with red zones of
+ * 0xFF, and a program that writes only inside its blocks gets no finding. */
+static int mode_stale(void) {
+  void *(*slot_malloc)(size_t, int, CUstream) =
+      (void *(*)(size_t, int, CUstream))dlsym(RTLD_DEFAULT, "cudalloc_stream_malloc");
+  void (*slot_free)(void *, size_t, int, CUstream) =
+      (void (*)(void *, size_t, int, CUstream))dlsym(RTLD_DEFAULT, "cudalloc_stream_free");
+  if (!slot_malloc || !slot_free)
+    fail("dlsym(cudalloc_stream_malloc)", -1);
+  CUstream s = NULL;
+  CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  enum { BIG = 8 << 20, N = 40, SMALL = 64 };
+  CUdeviceptr first = 0;
+  for (int i = 0; i < N; i++) { /* past the quarantine's 256 MiB */
+    CUdeviceptr p = (CUdeviceptr)(uintptr_t)slot_malloc(BIG, 0, s);
+    kernel_fill(p, 0x44, BIG);
+    slot_free((void *)(uintptr_t)p, BIG, 0, s);
+    first = first ? first : p;
+  }
+  CHECK(cuStreamSynchronize(s));
+  printf("mid_byte=%d\nhead_byte=%d\n", read_byte(first + BIG / 2),
+         read_byte(first));
+  int zones = 0;
+  void *q[SMALL];
+  for (int i = 0; i < SMALL; i++) {
+    size_t size = (1u << 20) + 4096 * (size_t)(i + 1);
+    q[i] = slot_malloc(size, 0, s);
+    CUdeviceptr p = (CUdeviceptr)(uintptr_t)q[i];
+    zones += read_byte(p + size) == 0xFF && read_byte(p + size + 511) == 0xFF;
+    kernel_fill(p, 0x55, size);
+  }
+  for (int i = 0; i < SMALL; i++)
+    slot_free(q[i], (1u << 20) + 4096 * (size_t)(i + 1), 0, s);
+  CHECK(cuStreamSynchronize(s));
+  printf("zones=%d\nblocks=%d\n", zones, SMALL);
   return 0;
 }
 
@@ -192,6 +244,8 @@ int main(int argc, char **argv) {
     rc = mode_over(arg ? arg : 1);
   else if (!strcmp(mode, "slot"))
     rc = mode_slot(arg);
+  else if (!strcmp(mode, "stale"))
+    rc = mode_stale();
   else if (!strcmp(mode, "live"))
     rc = mode_live();
   else if (!strcmp(mode, "uaf"))
@@ -209,7 +263,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "reset"))
     rc = mode_reset();
   else
-    fprintf(stderr, "usage: e2e_memcheck over N|slot N|live|uaf OFF|"
+    fprintf(stderr, "usage: e2e_memcheck over N|slot N|stale|live|uaf OFF|"
                     "bigfree OFF|fills|churn|double|clean|reset|shutdown\n");
   if (rc == 0)
     printf("done=%s\n", mode);

@@ -112,6 +112,19 @@ def check_slot(tmp):
     return "8 bytes past a slot block: found, with the slot's calls"
 
 
+def check_stale(tmp):
+    """Through the slot, large freed blocks set to 0xFF only where checked:
+    blocks later carved out of the bytes between, written whole, start
+    with red zones of 0xFF and end with no finding."""
+    r = run("stale")
+    got = {k: r.integer(k) for k in ("mid_byte", "head_byte", "zones", "blocks")}
+    want = {"mid_byte": 0x44, "head_byte": 0xFF, "zones": 64, "blocks": 64}
+    expect(got == want, f"the program saw {got}, want {want}", r)
+    found, totals = findings(r)
+    expect(not found and totals == (104, 0, 0), f"{len(found)} findings, totals {totals}", r)
+    return "middles left as written, 64 red zones 0xFF over them, 104 blocks checked, no finding"
+
+
 def check_live(tmp):
     """A block never freed, written past its end: found at exit, still live."""
     r = run("live")
@@ -271,6 +284,7 @@ CHECKS = {
     "overflow": check_overflow,
     "zone_edge": check_zone_edge,
     "slot": check_slot,
+    "stale": check_stale,
     "live": check_live,
     "after_free": check_after_free,
     "large": check_large,

@@ -245,6 +245,7 @@ MEMCHECK_FINDS = (
     ("leak", None, 0),
     ("unwritten", None, 0),
     ("clean", None, 0),
+    ("stale", None, 0),
 )
 MEMCHECK_TOTALS = r"^cudalloc: memcheck: (\d+) blocks? checked: (\d+) written past the end, (\d+) written after the free$"
 MEMCHECK_FINDING = r"^cudalloc: memcheck: (\d+ bytes? written past|write after free)"
@@ -265,6 +266,22 @@ def memcheck_problems(run, mode, want, mains):
     if mode == "unwritten" and not run.grep(r"^memerr: read 0xffffffff$"):
         why.append("a block never written did not read 0xFF bytes: %s"
                    % (run.grep(r"^memerr: read") or ["no read"])[0])
+    if mode == "stale":
+        why += stale_problems(run)
+    return why
+
+
+def stale_problems(run):
+    """memerr stale: freed blocks set to 0xFF at their head (the checked
+    rows, one 2D fill) and not in their middle; every red zone carved over
+    those middles 0xFF as handed out; all 104 slot blocks checked."""
+    why = []
+    if not run.grep(r"^memerr: stale zones 64/64 mid 0x44 head 0xff$"):
+        why.append("the program saw %s, want zones 64/64 mid 0x44 head 0xff"
+                   % (run.grep(r"^memerr: stale zones") or ["nothing"])[0])
+    m = re.match(MEMCHECK_TOTALS, (run.grep(MEMCHECK_TOTALS) or [""])[0])
+    if m and int(m.group(1)) != 104:
+        why.append("%s blocks checked, want the 104 the slot freed" % m.group(1))
     return why
 
 
@@ -273,7 +290,9 @@ def memcheck(check):
     past its end and one of 511 bytes (its red zone less one byte), a write
     after its free, each once, with main in the stacks of the allocation and
     the free; a block never written reads 0xFF bytes; nothing is found in the
-    runs without an error. Then 20 steps of GPT-2 small training through
+    runs without an error. Through the slot, a freed block is set to 0xFF
+    where it is checked and not between, and red zones over those bytes
+    read 0xFF as handed out (memerr stale). Then 20 steps of GPT-2 small training through
     PyTorch's allocator slot under memcheck:1: no finding, finite losses."""
     check.together(lambda: check.each(memcheck_one, MEMCHECK_FINDS), lambda: memcheck_gpt2(check))
 

@@ -392,6 +392,25 @@ void ca_memcheck_drain(void) {
     ca__print_pending();
 }
 
+/* Under the lock: whether a block of `list` was freed on `stream`. */
+static bool ca__on_stream(const ca__held *list, uint64_t stream) {
+  for (const ca__held *h = list; h; h = h->next)
+    if (h->ordered && h->stream == stream)
+      return true;
+  return false;
+}
+
+void ca_memcheck_stream_ended(uint64_t stream) {
+  if (atomic_load_explicit(&ca__nheld, memory_order_relaxed) == 0)
+    return;
+  pthread_mutex_lock(&ca__lock);
+  bool held = ca__on_stream(ca__waiting, stream) ||
+              ca__on_stream(ca__copying, stream);
+  pthread_mutex_unlock(&ca__lock);
+  if (held)
+    ca_memcheck_drain();
+}
+
 /* ---- The layer ----------------------------------------------------------- */
 
 static bool ca__memcheck_wanted(const ca_layer_env *env, ca_path path) {

@@ -28,6 +28,12 @@ typedef struct ca_memcheck_totals {
  * report; also when the device needs the room. */
 void ca_memcheck_drain(void);
 
+/* `stream` is about to be destroyed: when blocks freed on it are still
+ * held, the quarantine is drained first, since their copies and markers
+ * go on that stream, and the driver crashes on a destroyed stream's
+ * handle. */
+void ca_memcheck_stream_ended(uint64_t stream);
+
 /* The red zones of `pool`'s live blocks (the program's, not the
  * quarantine's), checked, waiting for the device: at exit, and before a
  * context dies with its memory. A block found written is reported once. */

@@ -628,13 +628,15 @@ CUresult ca_on_stream_create_with_priority(CUstream *stream,
       flags);
 }
 
-/* The pools share the stream's free blocks behind a marker recorded on it
- * while it still lives; the backend makes the real call, so that no marker
- * records on the stream while it is being destroyed. */
+/* memcheck lets go of the blocks freed on the stream, and the pools share
+ * the stream's free blocks behind a marker recorded on it while it still
+ * lives; the backend makes the real call, so that no marker records on the
+ * stream while it is being destroyed. */
 CUresult ca_on_stream_destroy(CUstream stream, bool v1) {
   if (!ca_intercept_enabled())
     return v1 ? CA_REAL(stream_destroy_v1, stream)
               : CA_REAL(stream_destroy, stream);
+  ca_memcheck_stream_ended((uint64_t)(uintptr_t)stream);
   ca_pool *pools[CA_REGISTRY_MAX_POOLS];
   size_t n = ca_registry_pools(-1, pools, CA_REGISTRY_MAX_POOLS);
   for (size_t i = 0; i < n && i < CA_REGISTRY_MAX_POOLS; i++)

@@ -95,7 +95,7 @@ static ca__held *ca__by_addr;                    /* every held block */
 static ca__held *ca__waiting, *ca__waiting_tail; /* quarantined, oldest first */
 static ca__held *ca__copying, *ca__copying_tail; /* copies in flight */
 static ca__held *ca__spare;
-static uint64_t ca__held_bytes, ca__held_count;       /* all of them */
+static uint64_t ca__held_bytes;                       /* all of them */
 static uint64_t ca__waiting_bytes, ca__waiting_count; /* those waiting */
 /* The table's size, read without the lock: a free asks nothing of an
  * empty table. */
@@ -259,7 +259,6 @@ static unsigned char *ca__slot(int slot) {
 static void ca__drop(ca__held *h) {
   HASH_DEL(ca__by_addr, h);
   ca__held_bytes -= h->size;
-  ca__held_count--;
   atomic_fetch_sub(&ca__nheld, 1);
   h->next = ca__spare;
   ca__spare = h;
@@ -501,7 +500,6 @@ static int ca__quarantine(const ca_layer *self, ca_give *give, ca_pool *pool,
     return ca_layer_free(self->next, give);
   }
   ca__held_bytes += h->size;
-  ca__held_count++;
   atomic_fetch_add(&ca__nheld, 1);
   pthread_mutex_unlock(&ca__lock);
   /* Set to the fill outside the lock (a driver calls), the record holding

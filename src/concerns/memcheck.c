@@ -274,8 +274,7 @@ static const uint64_t *ca__stream_of(const ca__held *h) {
 static void ca__release(ca__held *h, bool written) {
   ca_give g = {.addr = h->addr, .stream = ca__stream_of(h)};
   if (written)
-    ca_pool_stale(h->pool, h->addr, h->addr,
-                  h->addr + h->requested + CA_MEMCHECK_RED_ZONE);
+    ca_pool_stale(h->pool, h->addr, h->addr, h->addr + h->size);
   ca_layer_free(h->layer->next, &g);
   ca__drop(h);
 }
@@ -438,31 +437,43 @@ static ca__held *ca__held_new(void) {
   return h;
 }
 
-/* A block goes back to the pool unfilled: all its bytes are stale. */
+/* A block goes back to the pool unchecked and unfilled: all its bytes are
+ * stale, its red zone too, which nothing checked. */
 static void ca__give_back_stale(ca_pool *pool, const ca_live_block *b) {
-  ca_pool_stale(pool, b->addr, b->addr, b->addr + b->requested);
+  ca_pool_stale(pool, b->addr, b->addr, b->addr + b->size);
 }
 
-/* Sets a freed block to the fill where its check will read it: on a
- * stream, a block copied as two rows gets just those, as one 2D fill, the
- * bytes between left stale; else (and where the rows would overlap) all
- * its bytes. Its bytes end rounded up to whole words (the red zone holds
- * the fill too, so the device sets words, not bytes). */
+/* Sets a freed block to the fill where its check will read it, and tells
+ * the pool which bytes it left: on a stream, a block copied as two rows
+ * gets just those, as one 2D fill, the bytes between left stale; else (and
+ * where the rows would overlap) all its bytes, rounded up to whole words
+ * (the red zone holds the fill too, so the device sets words, not bytes).
+ * Past them, the red zone and the block's rounding hold the fill as the
+ * pool handed the block out, unless it could not set them. */
 static int ca__fill_freed(ca_pool *pool, const ca_live_block *b,
                           const uint64_t *stream) {
-  uint64_t end = (b->requested + 3) & ~(uint64_t)3;
+  uint64_t end = (b->requested + 3) & ~(uint64_t)3, lo = 0, hi = 0;
   bool rows = stream != NULL &&
               b->requested + CA_MEMCHECK_RED_ZONE > CA__SLOT_BYTES &&
               end >= 2 * CA__ROW;
-  if (!rows)
-    return ca_pool_fill(pool, b->addr, end, 1, 0, CA_MEMCHECK_FILL, stream);
-  /* The first row from the start; the last ends with the bytes, so it
-   * covers the last CA_MEMCHECK_SAMPLE of them. */
-  uint64_t pitch = end - CA__ROW;
-  int r = ca_pool_fill(pool, b->addr, CA__ROW, 2, pitch, CA_MEMCHECK_FILL,
-                       stream);
+  int r;
+  if (rows) {
+    /* The first row from the start; the last ends with the bytes, so it
+     * covers the last CA_MEMCHECK_SAMPLE of them. */
+    uint64_t pitch = end - CA__ROW;
+    r = ca_pool_fill(pool, b->addr, CA__ROW, 2, pitch, CA_MEMCHECK_FILL,
+                     stream);
+    lo = b->addr + CA__ROW;
+    hi = b->addr + pitch;
+  } else {
+    r = ca_pool_fill(pool, b->addr, end, 1, 0, CA_MEMCHECK_FILL, stream);
+  }
+  if (r == 0 && b->red_zone_unset) {
+    lo = lo ? lo : b->addr + b->requested;
+    hi = b->addr + b->size;
+  }
   if (r == 0)
-    ca_pool_stale(pool, b->addr, b->addr + CA__ROW, b->addr + pitch);
+    ca_pool_stale(pool, b->addr, lo, hi);
   return r;
 }
 
@@ -502,7 +513,7 @@ static int ca__quarantine(const ca_layer *self, ca_give *give, ca_pool *pool,
   ca__held_bytes += h->size;
   atomic_fetch_add(&ca__nheld, 1);
   pthread_mutex_unlock(&ca__lock);
-  /* Set to the fill outside the lock (a driver calls), the record holding
+  /* Set to the fill outside the lock (driver calls), the record holding
    * the block meanwhile; it waits among the quarantined only once set. */
   int filled = ca__fill_freed(pool, b, give->stream);
   pthread_mutex_lock(&ca__lock);

@@ -7,34 +7,10 @@
  */
 /* ---- Blocks --------------------------------------------------------------- */
 
-/* Bytes [lo, hi) of b become stale too: its stale bytes grow to the hull
- * of both (it may take in bytes that hold fresh_byte: a red zone there is
- * set once more than needed, never once less). */
-static inline void ca__stale_add(ca__block *b, uint64_t lo, uint64_t hi) {
-  if (lo >= hi)
-    return;
-  if (b->stale_lo >= b->stale_hi) {
-    b->stale_lo = lo;
-    b->stale_hi = hi;
-    return;
-  }
-  if (lo < b->stale_lo)
-    b->stale_lo = lo;
-  if (hi > b->stale_hi)
-    b->stale_hi = hi;
-}
-
-/* A split block's share of the stale bytes: those inside it. */
-static inline void ca__stale_clip(ca__block *b) {
-  if (b->stale_lo < b->addr)
-    b->stale_lo = b->addr;
-  if (b->stale_hi > b->addr + b->size)
-    b->stale_hi = b->addr + b->size;
-}
-
 static void ca__block_merge_next(ca__arena *p, ca__block *b) {
   ca__block *n = b->next;
-  ca__stale_add(b, n->stale_lo, n->stale_hi);
+  if (__builtin_expect(n->nstale, 0))
+    ca__stale_join(b, n);
   b->size += n->size;
   b->next = n->next;
   if (n->next)
@@ -117,12 +93,14 @@ static void ca__block_take(ca__arena *p, ca__block *b, uint64_t size) {
     r->keep_out = false; /* slab records come uninitialized */
     r->freed_at = b->freed_at;
     r->owner = b->owner;
-    r->stale_lo = b->stale_lo;
-    r->stale_hi = b->stale_hi;
+    r->nstale = b->nstale;
+    memcpy(r->stale, b->stale, sizeof(r->stale));
     ca__block_link_after(b, r);
     b->size = size;
-    ca__stale_clip(r);
-    ca__stale_clip(b);
+    if (__builtin_expect(b->nstale, 0)) {
+      ca__stale_clip(r);
+      ca__stale_clip(b);
+    }
     ca__index_insert(r);
   }
   b->state = CA__LIVE;

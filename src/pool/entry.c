@@ -180,14 +180,12 @@ static uint64_t ca__next_seq(ca__arena *p) {
 }
 
 static void ca__set_red_zone(ca_pool *pool, uint64_t addr, uint64_t size,
-                             const uint64_t *stream);
+                             uint64_t span, const uint64_t *stream);
 
-/* Whether the red zone of b, handed out for `size` bytes, lies on stale
- * bytes (ca_pool_stale). */
-static CA__COLD bool ca__red_zone_stale(const ca__arena *p, const ca__block *b,
-                                        uint64_t size) {
-  uint64_t lo = b->addr + size, hi = lo + p->opt.red_zone;
-  return lo < b->stale_hi && b->stale_lo < hi;
+/* Whether the bytes of b past a request of `size` bytes (its red zone and
+ * its rounding) lie on stale ones (ca_pool_stale). */
+static CA__COLD bool ca__red_zone_stale(const ca__block *b, uint64_t size) {
+  return ca__stale_meets(b, b->addr + size, b->addr + b->size);
 }
 
 /* Hands block b out for a request of `size` bytes: live, numbered,
@@ -196,8 +194,7 @@ static CA__COLD bool ca__red_zone_stale(const ca__arena *p, const ca__block *b,
 static inline __attribute__((always_inline)) bool
 ca__give_out(ca__arena *p, ca__block *b, uint64_t size, uint32_t tag,
              uint64_t *addr) {
-  bool stale = __builtin_expect(b->stale_lo < b->stale_hi, 0) &&
-               ca__red_zone_stale(p, b, size);
+  bool stale = __builtin_expect(b->nstale, 0) && ca__red_zone_stale(b, size);
   b->red_zone_unset = false;
   b->requested = size;
   b->tag = tag;
@@ -265,7 +262,7 @@ ca__alloc(ca_pool *pool, uint64_t size, uint32_t tag, const uint64_t *stream,
     }
   }
   if (__builtin_expect(ca__give_out(p, b, size, tag, addr), 0))
-    ca__set_red_zone(pool, *addr, size, stream);
+    ca__set_red_zone(pool, *addr, size, b->size, stream);
   return 0;
 }
 
@@ -327,13 +324,15 @@ static CA__COLD ca__arena *ca__owner(ca_pool *pool, ca__arena *own,
   return NULL;
 }
 
-/* Sets the red zone of the block at `addr`, handed out for `size` bytes,
- * to fresh_byte on the request's stream; where it cannot, the block says
- * so (ca_live_block.red_zone_unset). */
+/* Sets the red zone of the block at `addr`, `span` bytes long and handed
+ * out for `size`, to fresh_byte on the request's stream, with the rest of
+ * the block past it; where it cannot, the block says so
+ * (ca_live_block.red_zone_unset). */
 static CA__COLD void ca__set_red_zone(ca_pool *pool, uint64_t addr,
-                                      uint64_t size, const uint64_t *stream) {
+                                      uint64_t size, uint64_t span,
+                                      const uint64_t *stream) {
   const ca_backend *be = pool->backend;
-  if (be->fill(be->ctx, pool->device, addr + size, pool->opt.red_zone, 1, 0,
+  if (be->fill(be->ctx, pool->device, addr + size, span - size, 1, 0,
                pool->opt.fresh_byte, stream) == 0)
     return;
   ca__arena *p = ca__owner(pool, NULL, addr);
@@ -445,7 +444,9 @@ bool ca_pool_stale(ca_pool *pool, uint64_t addr, uint64_t lo, uint64_t hi) {
   ca__arena *p = ca__owner(pool, NULL, addr);
   if (!p)
     return false;
-  ca__stale_add(ca__live_find(p, addr), lo, hi);
+  ca__block *b = ca__live_find(p, addr);
+  b->nstale = 0;
+  ca__stale_add(b, lo, hi);
   ca_lock_release(&p->lock);
   return true;
 }

@@ -13,6 +13,7 @@
 #include "pool/where.c"
 #include "pool/bins.c"
 #include "pool/segments.c"
+#include "pool/stale.c"
 #include "pool/blocks.c"
 #include "pool/stream_free.c"
 #include "pool/pending.c"

@@ -192,13 +192,14 @@ int ca_pool_mark_after(ca_pool *pool, const uint64_t *stream,
 int ca_pool_fetched(ca_pool *pool, uint64_t marker, bool wait);
 void *ca_pool_host_alloc(ca_pool *pool, uint64_t size);
 
-/* With fill_fresh: bytes [lo, hi) of the live block at `addr` may hold
- * something else than fresh_byte once it is freed (memcheck sets a large
- * freed block back only where it checks it). The pool remembers them
- * through merges and splits, and sets a red zone that lies on them to
- * fresh_byte as it hands the block out again, on the request's stream, so
- * that every red zone starts out holding it. Returns false when no live
- * block starts at `addr`. */
+/* With fill_fresh: once freed, the live block at `addr` holds fresh_byte
+ * everywhere but in bytes [lo, hi) (none when lo >= hi), which may hold
+ * the program's: memcheck sets a large freed block back only where it
+ * checks it, and says so at each free it makes. The pool remembers the
+ * range through merges and splits, and sets a red zone (with the block's
+ * rounding past it) that lies on it to fresh_byte as it hands the block
+ * out again, on the request's stream, so that every red zone starts out
+ * holding it. Returns false when no live block starts at `addr`. */
 bool ca_pool_stale(ca_pool *pool, uint64_t addr, uint64_t lo, uint64_t hi);
 
 /* The device the pool serves. */

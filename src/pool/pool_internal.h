@@ -80,6 +80,14 @@ typedef struct ca__chunk ca__chunk;
 typedef struct ca__batch ca__batch;
 typedef struct ca__sfree ca__sfree;
 
+/* Bytes [lo, hi). */
+typedef struct ca__range {
+  uint64_t lo, hi;
+} ca__range;
+
+/* The stale ranges a block keeps, at most (stale.c). */
+#define CA__STALE_MAX 4
+
 typedef struct ca__block {
   uint64_t addr;
   uint64_t size;
@@ -101,11 +109,11 @@ typedef struct ca__block {
   bool red_zone_unset;
   unsigned fl, sl; /* size class, while in the bins */
   uint32_t tag;    /* the caller's, while CA__LIVE */
-  /* Bytes [stale_lo, stale_hi) may not hold fresh_byte: memcheck set only
-   * part of a freed block back (ca_pool_stale). Empty when stale_lo >=
-   * stale_hi, as in every block without memcheck. Kept through merges
-   * (their hull) and splits (each part's share). */
-  uint64_t stale_lo, stale_hi;
+  /* Where it may not hold fresh_byte: memcheck set only part of a freed
+   * block back (ca_pool_stale, stale.c); none in every block without
+   * memcheck. */
+  uint8_t nstale;
+  ca__range stale[CA__STALE_MAX];
 } ca__block;
 
 /* The arena's live blocks by start (live.c). */

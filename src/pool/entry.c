@@ -179,23 +179,31 @@ static uint64_t ca__next_seq(ca__arena *p) {
   return ++p->next_seq;
 }
 
-static void ca__set_red_zone(ca_pool *pool, uint64_t addr, uint64_t size,
-                             uint64_t span, const uint64_t *stream);
-
-/* Whether the bytes of b past a request of `size` bytes (its red zone and
- * its rounding) lie on stale ones (ca_pool_stale). */
-static CA__COLD bool ca__red_zone_stale(const ca__block *b, uint64_t size) {
-  return ca__stale_meets(b, b->addr + size, b->addr + b->size);
+/* Block b, with stale bytes or a red zone left unset, handed out for
+ * `size` bytes on *stream (NULL: plain): where the bytes past the request
+ * (its red zone and its rounding) lie on stale ones (ca_pool_stale), they
+ * are set to fresh_byte on the request's stream, or the block says they
+ * could not be (ca_live_block.red_zone_unset). Under the arena's lock: a
+ * rare call, under memcheck only. */
+static CA__COLD void ca__hand_out_stale(ca__arena *p, ca__block *b,
+                                        uint64_t size, const uint64_t *stream) {
+  uint64_t end = b->addr + b->size;
+  b->red_zone_unset = false;
+  if (!ca__stale_meets(b, b->addr + size, end))
+    return;
+  const ca_backend *be = p->backend;
+  b->red_zone_unset = be->fill(be->ctx, p->device, b->addr + size,
+                               b->size - size, 1, 0, p->opt.fresh_byte,
+                               stream) != 0;
 }
 
-/* Hands block b out for a request of `size` bytes: live, numbered,
- * counted. Releases the arena's lock. Returns whether its red zone lies on
- * stale bytes, to be set (ca__set_red_zone). */
-static inline __attribute__((always_inline)) bool
+/* Hands block b out for a request of `size` bytes on *stream: live,
+ * numbered, counted. Releases the arena's lock. */
+static inline __attribute__((always_inline)) void
 ca__give_out(ca__arena *p, ca__block *b, uint64_t size, uint32_t tag,
-             uint64_t *addr) {
-  bool stale = __builtin_expect(b->nstale, 0) && ca__red_zone_stale(b, size);
-  b->red_zone_unset = false;
+             const uint64_t *stream, uint64_t *addr) {
+  if (__builtin_expect(b->nstale | b->red_zone_unset, 0))
+    ca__hand_out_stale(p, b, size, stream);
   b->requested = size;
   b->tag = tag;
   b->seq = ca__next_seq(p);
@@ -206,7 +214,6 @@ ca__give_out(ca__arena *p, ca__block *b, uint64_t size, uint32_t tag,
   ca__stat_add(&p->stats.blocks, 1);
   *addr = b->addr;
   ca_lock_release(&p->lock);
-  return stale;
 }
 
 /* Finds or makes a free block of at least `size` bytes, out of every index
@@ -261,8 +268,7 @@ ca__alloc(ca_pool *pool, uint64_t size, uint32_t tag, const uint64_t *stream,
       return rc;
     }
   }
-  if (__builtin_expect(ca__give_out(p, b, size, tag, addr), 0))
-    ca__set_red_zone(pool, *addr, size, b->size, stream);
+  ca__give_out(p, b, size, tag, stream, addr);
   return 0;
 }
 
@@ -322,24 +328,6 @@ static CA__COLD ca__arena *ca__owner(ca_pool *pool, ca__arena *own,
     ca_lock_release(&all[i]->lock);
   }
   return NULL;
-}
-
-/* Sets the red zone of the block at `addr`, `span` bytes long and handed
- * out for `size`, to fresh_byte on the request's stream, with the rest of
- * the block past it; where it cannot, the block says so
- * (ca_live_block.red_zone_unset). */
-static CA__COLD void ca__set_red_zone(ca_pool *pool, uint64_t addr,
-                                      uint64_t size, uint64_t span,
-                                      const uint64_t *stream) {
-  const ca_backend *be = pool->backend;
-  if (be->fill(be->ctx, pool->device, addr + size, span - size, 1, 0,
-               pool->opt.fresh_byte, stream) == 0)
-    return;
-  ca__arena *p = ca__owner(pool, NULL, addr);
-  if (p) {
-    ca__live_find(p, addr)->red_zone_unset = true;
-    ca_lock_release(&p->lock);
-  }
 }
 
 static void ca__describe(const ca__arena *p, const ca__block *b,

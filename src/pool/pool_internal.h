@@ -107,12 +107,12 @@ typedef struct ca__block {
   /* While LIVE: its red zone could not be set to fresh_byte as it was
    * handed out (ca_pool_stale). */
   bool red_zone_unset;
+  uint8_t nstale; /* next to red_zone_unset: the hand-out reads both at once */
   unsigned fl, sl; /* size class, while in the bins */
   uint32_t tag;    /* the caller's, while CA__LIVE */
-  /* Where it may not hold fresh_byte: memcheck set only part of a freed
-   * block back (ca_pool_stale, stale.c); none in every block without
-   * memcheck. */
-  uint8_t nstale;
+  /* Where it may not hold fresh_byte (nstale ranges): memcheck set only
+   * part of a freed block back (ca_pool_stale, stale.c); none in every
+   * block without memcheck. */
   ca__range stale[CA__STALE_MAX];
 } ca__block;
 

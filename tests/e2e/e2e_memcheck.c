@@ -86,19 +86,31 @@ static int mode_over(size_t n) {
   return 0;
 }
 
-/* The allocator slot, as PyTorch calls it, on a stream of the program's. */
-static int mode_slot(size_t n) {
-  void *(*slot_malloc)(size_t, int, CUstream) =
-      (void *(*)(size_t, int, CUstream))dlsym(RTLD_DEFAULT, "cudalloc_stream_malloc");
-  void (*slot_free)(void *, size_t, int, CUstream) =
-      (void (*)(void *, size_t, int, CUstream))dlsym(RTLD_DEFAULT, "cudalloc_stream_free");
-  if (!slot_malloc || !slot_free)
+/* The allocator slot, as PyTorch calls it, from the preloaded library. */
+typedef struct slot_api {
+  void *(*alloc)(size_t, int, CUstream);
+  void (*release)(void *, size_t, int, CUstream);
+} slot_api;
+
+static slot_api slot_open(void) {
+  slot_api slot = {
+      .alloc = (void *(*)(size_t, int, CUstream))dlsym(RTLD_DEFAULT,
+                                                       "cudalloc_stream_malloc"),
+      .release = (void (*)(void *, size_t, int, CUstream))dlsym(
+          RTLD_DEFAULT, "cudalloc_stream_free")};
+  if (!slot.alloc || !slot.release)
     fail("dlsym(cudalloc_stream_malloc)", -1);
+  return slot;
+}
+
+/* The allocator slot on a stream of the program's. */
+static int mode_slot(size_t n) {
+  slot_api slot = slot_open();
   CUstream s = NULL;
   CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-  void *p = slot_malloc(BLOCK, 0, s); printf("alloc_line=%d\n", __LINE__);
+  void *p = slot.alloc(BLOCK, 0, s); printf("alloc_line=%d\n", __LINE__);
   kernel_store((CUdeviceptr)(uintptr_t)p + BLOCK, 0x11, n);
-  slot_free(p, BLOCK, 0, s); printf("free_line=%d\n", __LINE__);
+  slot.release(p, BLOCK, 0, s); printf("free_line=%d\n", __LINE__);
   CHECK(cuStreamSynchronize(s));
   return 0;
 }
@@ -115,20 +127,15 @@ static unsigned char read_byte(CUdeviceptr p);
  * later carved out of the bytes between still start with red zones of
  * 0xFF, and a program that writes only inside its blocks gets no finding. */
 static int mode_stale(void) {
-  void *(*slot_malloc)(size_t, int, CUstream) =
-      (void *(*)(size_t, int, CUstream))dlsym(RTLD_DEFAULT, "cudalloc_stream_malloc");
-  void (*slot_free)(void *, size_t, int, CUstream) =
-      (void (*)(void *, size_t, int, CUstream))dlsym(RTLD_DEFAULT, "cudalloc_stream_free");
-  if (!slot_malloc || !slot_free)
-    fail("dlsym(cudalloc_stream_malloc)", -1);
+  slot_api slot = slot_open();
   CUstream s = NULL;
   CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   enum { BIG = 8 << 20, N = 40, SMALL = 64 };
   CUdeviceptr first = 0;
   for (int i = 0; i < N; i++) { /* past the quarantine's 256 MiB */
-    CUdeviceptr p = (CUdeviceptr)(uintptr_t)slot_malloc(BIG, 0, s);
+    CUdeviceptr p = (CUdeviceptr)(uintptr_t)slot.alloc(BIG, 0, s);
     kernel_fill(p, 0x44, BIG);
-    slot_free((void *)(uintptr_t)p, BIG, 0, s);
+    slot.release((void *)(uintptr_t)p, BIG, 0, s);
     first = first ? first : p;
   }
   CHECK(cuStreamSynchronize(s));
@@ -138,13 +145,13 @@ static int mode_stale(void) {
   void *q[SMALL];
   for (int i = 0; i < SMALL; i++) {
     size_t size = (1u << 20) + 4096 * (size_t)(i + 1);
-    q[i] = slot_malloc(size, 0, s);
+    q[i] = slot.alloc(size, 0, s);
     CUdeviceptr p = (CUdeviceptr)(uintptr_t)q[i];
     zones += read_byte(p + size) == 0xFF && read_byte(p + size + 511) == 0xFF;
     kernel_fill(p, 0x55, size);
   }
   for (int i = 0; i < SMALL; i++)
-    slot_free(q[i], (1u << 20) + 4096 * (size_t)(i + 1), 0, s);
+    slot.release(q[i], (1u << 20) + 4096 * (size_t)(i + 1), 0, s);
   CHECK(cuStreamSynchronize(s));
   printf("zones=%d\nblocks=%d\n", zones, SMALL);
   /* Blocks freed on it still wait in the quarantine as it goes. */

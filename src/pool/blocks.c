@@ -94,10 +94,10 @@ static void ca__block_take(ca__arena *p, ca__block *b, uint64_t size) {
     r->freed_at = b->freed_at;
     r->owner = b->owner;
     r->nstale = b->nstale;
-    memcpy(r->stale, b->stale, sizeof(r->stale));
     ca__block_link_after(b, r);
     b->size = size;
-    if (__builtin_expect(b->nstale, 0)) {
+    if (__builtin_expect(b->nstale, 0)) { /* under memcheck only */
+      memcpy(r->stale, b->stale, sizeof(r->stale));
       ca__stale_clip(r);
       ca__stale_clip(b);
     }

@@ -1,7 +1,8 @@
 /*
  * The bytes of blocks, through the pool's backend (backend.h: fill, fetch,
- * host_alloc): what memcheck writes into blocks and reads back. The pool
- * only hands the calls on; it never looks at the bytes itself.
+ * host_alloc): what memcheck writes into blocks and reads back, and what
+ * it tells the pool of the bytes it left (stale.c). The pool only hands
+ * the calls on; it never looks at the bytes itself.
  */
 
 bool ca_pool_touches_bytes(const ca_pool *pool) {
@@ -44,4 +45,15 @@ int ca_pool_fetched(ca_pool *pool, uint64_t marker, bool wait) {
 void *ca_pool_host_alloc(ca_pool *pool, uint64_t size) {
   const ca_backend *be = pool->backend;
   return be->host_alloc(be->ctx, pool->device, size);
+}
+
+bool ca_pool_stale(ca_pool *pool, uint64_t addr, uint64_t lo, uint64_t hi) {
+  ca__arena *p = ca__owner(pool, NULL, addr);
+  if (!p)
+    return false;
+  ca__block *b = ca__live_find(p, addr);
+  b->nstale = 0;
+  ca__stale_add(b, lo, hi);
+  ca_lock_release(&p->lock);
+  return true;
 }

@@ -179,24 +179,6 @@ static uint64_t ca__next_seq(ca__arena *p) {
   return ++p->next_seq;
 }
 
-/* Block b, with stale bytes or a red zone left unset, handed out for
- * `size` bytes on *stream (NULL: plain): where the bytes past the request
- * (its red zone and its rounding) lie on stale ones (ca_pool_stale), they
- * are set to fresh_byte on the request's stream, or the block says they
- * could not be (ca_live_block.red_zone_unset). Under the arena's lock: a
- * rare call, under memcheck only. */
-static CA__COLD void ca__hand_out_stale(ca__arena *p, ca__block *b,
-                                        uint64_t size, const uint64_t *stream) {
-  uint64_t end = b->addr + b->size;
-  b->red_zone_unset = false;
-  if (!ca__stale_meets(b, b->addr + size, end))
-    return;
-  const ca_backend *be = p->backend;
-  b->red_zone_unset = be->fill(be->ctx, p->device, b->addr + size,
-                               b->size - size, 1, 0, p->opt.fresh_byte,
-                               stream) != 0;
-}
-
 /* Hands block b out for a request of `size` bytes on *stream: live,
  * numbered, counted. Releases the arena's lock. */
 static inline __attribute__((always_inline)) void
@@ -426,17 +408,6 @@ void ca_pool_stream_ended(ca_pool *pool, uint64_t stream) {
       }
     ca_lock_release(&p->lock);
   }
-}
-
-bool ca_pool_stale(ca_pool *pool, uint64_t addr, uint64_t lo, uint64_t hi) {
-  ca__arena *p = ca__owner(pool, NULL, addr);
-  if (!p)
-    return false;
-  ca__block *b = ca__live_find(p, addr);
-  b->nstale = 0;
-  ca__stale_add(b, lo, hi);
-  ca_lock_release(&p->lock);
-  return true;
 }
 
 int ca_pool_device(const ca_pool *pool) { return pool->device; }

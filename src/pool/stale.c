@@ -7,7 +7,9 @@
  * red zone there is set once more than needed, never once less). One
  * range each was too few: a freed block that merged with its stale
  * neighbours spanned its own red zone, which was then set at every
- * allocation of the block.
+ * allocation of the block. A block handed out with its red zone on stale
+ * bytes has it set there and then (ca__hand_out_stale); memcheck says what
+ * each free left (ca_pool_stale, bytes.c).
  *
  * Part of the pool's one compilation unit (src/pool/pool.c includes the
  * files in layer order); not compiled alone.
@@ -68,4 +70,21 @@ static bool ca__stale_meets(const ca__block *b, uint64_t lo, uint64_t hi) {
     if (b->stale[i].lo < hi && lo < b->stale[i].hi)
       return true;
   return false;
+}
+
+/* Block b, with stale bytes or a red zone left unset, handed out for
+ * `size` bytes on *stream (NULL: plain): where the bytes past the request
+ * (its red zone and its rounding) lie on stale ones (ca_pool_stale), they
+ * are set to fresh_byte on the request's stream, or the block says they
+ * could not be (ca_live_block.red_zone_unset). Under the arena's lock: a
+ * rare call, under memcheck only. */
+static CA__COLD void ca__hand_out_stale(ca__arena *p, ca__block *b,
+                                        uint64_t size, const uint64_t *stream) {
+  b->red_zone_unset = false;
+  if (!ca__stale_meets(b, b->addr + size, b->addr + b->size))
+    return;
+  const ca_backend *be = p->backend;
+  b->red_zone_unset = be->fill(be->ctx, p->device, b->addr + size,
+                               b->size - size, 1, 0, p->opt.fresh_byte,
+                               stream) != 0;
 }

@@ -26,7 +26,9 @@
  * to place allocations in; default 16 times the capacity, at least 64 GiB:
  * valgrind maps less, so the callgrind counts run with less),
  * MOCKCUDA_SHARED_MEM=FILE (every process naming FILE shares the devices'
- * memory, as the processes of one machine share its GPUs: mockcuda_gpu.c).
+ * memory, as the processes of one machine share its GPUs: mockcuda_gpu.c),
+ * MOCKCUDA_JIT=0 (cuModuleLoadData refuses: a driver that cannot compile
+ * PTX; the kernels the mock emulates: mockcuda_kernels.c).
  */
 #ifndef MOCKCUDA_H
 #define MOCKCUDA_H
@@ -67,6 +69,8 @@ typedef struct mockcuda_counters {
                                      garbage; the mock refuses) */
   uint64_t memset;                /* every cuMemset* export */
   uint64_t memcpy;                /* every cuMemcpy* export (a batch: one) */
+  uint64_t module_load;           /* cuModuleLoadData */
+  uint64_t launch_kernel;         /* cuLaunchKernel */
   uint64_t ctx_synchronize;
   uint64_t stream_synchronize;    /* cuStreamSynchronize(_ptsz) */
   uint64_t stream_is_capturing;   /* cuStreamIsCapturing(_ptsz) */

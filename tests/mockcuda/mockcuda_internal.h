@@ -5,8 +5,8 @@
  * mockcuda_copy.c the memsets and copies; mockcuda_pointer.c the pointer
  * queries (attributes, address ranges); mockcuda_ipc.c CUDA IPC;
  * mockcuda_vmm.c the virtual-memory API; mockcuda_gpu.c devices shared by
- * processes. Nothing here is exported from the
- * library.
+ * processes; mockcuda_kernels.c modules and launches. Nothing here is
+ * exported from the library.
  */
 #ifndef MOCKCUDA_INTERNAL_H
 #define MOCKCUDA_INTERNAL_H

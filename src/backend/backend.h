@@ -18,6 +18,14 @@
 /* What va_reserve and map answer when they may not now (backend.h). */
 #define CA_BACKEND_BUSY (-1)
 
+/* One copy of a block's bytes to the host (fetch): `rows` rows of `width`
+ * bytes, `pitch` apart from `addr` on, to `host` (memory from host_alloc),
+ * one after another. */
+typedef struct ca_backend_rows {
+  uint64_t addr, width, rows, pitch;
+  void *host;
+} ca_backend_rows;
+
 typedef struct ca_backend {
   void *ctx;    /* handed back to every call */
   int oom_code; /* the status meaning "out of device memory" */
@@ -105,18 +113,18 @@ typedef struct ca_backend {
    * to `byte`, as one operation. On *stream, after the work queued there,
    * when `stream` is not NULL; else after all the work queued so far on
    * every stream of `device`, and before any queued later.
-   * fetch: starts copying `rows` rows of `width` bytes, `pitch` apart from
-   * `addr` on, to `host` (memory from host_alloc), one after another, on
-   * *stream (NULL: the legacy stream); a marker made after it (mark_on, or
-   * mark for NULL) passes once it is done.
+   * fetch: starts the copies of sets[0..n) (ca_backend_rows) to the host,
+   * on *stream (NULL: the legacy stream); a marker made after them
+   * (mark_on, or mark for NULL) passes once they are done. Sets *started
+   * to how many it started, the first ones: all n when it returns 0; else
+   * it returns the code that stopped the next.
    * host_alloc: `size` bytes of host memory a copy may fill while the host
    * goes on (pinned), kept for the process's life; NULL when none. */
   int (*fill)(void *ctx, int device, uint64_t addr, uint64_t width,
               uint64_t rows, uint64_t pitch, unsigned char byte,
               const uint64_t *stream);
-  int (*fetch)(void *ctx, int device, uint64_t addr, uint64_t width,
-               uint64_t rows, uint64_t pitch, void *host,
-               const uint64_t *stream);
+  int (*fetch)(void *ctx, int device, const ca_backend_rows *sets, size_t n,
+               const uint64_t *stream, size_t *started);
   void *(*host_alloc)(void *ctx, int device, uint64_t size);
 } ca_backend;
 

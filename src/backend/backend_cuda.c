@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "backend/capture.h"
+#include "backend/gather.h"
 #include "cudalloc.h"
 #include "driver/driver.h"
 #include "backend/marks.h"
@@ -20,11 +21,12 @@
 /* Context deaths                                                            */
 
 /* Forgets what the backend kept of what died: its streams and fence
- * events, its spare events, and which of its contexts was primary; its
- * markers count as passed. */
+ * events, its spare events, its gather kernels, and which of its contexts
+ * was primary; its markers count as passed. */
 static void ca__forget_dead(const ca_grave *g) {
   ca_streams_bury(g);
   ca_marks_bury(g);
+  ca_gather_bury(g);
   ca_driver_kinds_forget(g->device);
 }
 
@@ -61,8 +63,10 @@ typedef struct ca__call {
   bool passed;         /* poll: the answer */
   const uint64_t *on;  /* fill, fetch: their stream, or NULL */
   unsigned char byte;  /* fill: the value */
-  void *host;          /* fetch: where to; host_alloc: what it got */
-  uint64_t rows, pitch; /* fill, fetch: `rows` rows of `size` bytes, pitch apart */
+  void *host;          /* host_alloc: what it got */
+  uint64_t rows, pitch; /* fill: `rows` rows of `size` bytes, pitch apart */
+  const ca_backend_rows *sets; /* fetch: its copies, n of them... */
+  size_t n, started;           /* ...and those started */
 } ca__call;
 
 enum { CA__RESERVE, CA__RELEASE, CA__MEM_INFO, CA__SYNC, CA__MARK, CA__POLL,
@@ -212,22 +216,41 @@ static CUresult ca__map(const ca_driver_api *d, ca__call *c) {
 /* ------------------------------------------------------------------------ */
 /* The bytes of blocks (memcheck)                                            */
 
-/* A copy of rows of a block's bytes to the host, on the call's stream (the
- * legacy one for none): one row plainly, more as one 2D copy. */
+/* A copy of rows of a block's bytes to the host on s: one row plainly,
+ * more as one 2D copy. */
+static CUresult ca__copy_rows(const ca_driver_api *d, const ca_backend_rows *r,
+                              CUstream s) {
+  if (r->rows == 1)
+    return d->memcpy_dtoh_async(r->host, (CUdeviceptr)r->addr,
+                                (size_t)r->width, s);
+  CUDA_MEMCPY2D m = {.srcMemoryType = CU_MEMORYTYPE_DEVICE,
+                     .srcDevice = (CUdeviceptr)r->addr,
+                     .srcPitch = (size_t)r->pitch,
+                     .dstMemoryType = CU_MEMORYTYPE_HOST,
+                     .dstHost = r->host,
+                     .dstPitch = (size_t)r->width,
+                     .WidthInBytes = (size_t)r->width,
+                     .Height = (size_t)r->rows};
+  return d->memcpy_2d_async(&m, s);
+}
+
+/* A fetch's copies, on the call's stream (the legacy one for none), in
+ * order: a batch at a time as one launch of the gather kernel where it
+ * serves them (gather.h), else one copy each. */
 static CUresult ca__fetch(const ca_driver_api *d, ca__call *c) {
   CUstream s = c->on ? (CUstream)(uintptr_t)*c->on : CU_STREAM_LEGACY;
-  if (c->rows == 1)
-    return d->memcpy_dtoh_async(c->host, (CUdeviceptr)c->addr,
-                                (size_t)c->size, s);
-  CUDA_MEMCPY2D m = {.srcMemoryType = CU_MEMORYTYPE_DEVICE,
-                     .srcDevice = (CUdeviceptr)c->addr,
-                     .srcPitch = (size_t)c->pitch,
-                     .dstMemoryType = CU_MEMORYTYPE_HOST,
-                     .dstHost = c->host,
-                     .dstPitch = (size_t)c->size,
-                     .WidthInBytes = (size_t)c->size,
-                     .Height = (size_t)c->rows};
-  return d->memcpy_2d_async(&m, s);
+  while (c->started < c->n) {
+    const ca_backend_rows *next = c->sets + c->started;
+    size_t k = ca_gather(&c->where, next, c->n - c->started, s);
+    if (k == 0) {
+      CUresult r = ca__copy_rows(d, next, s);
+      if (r != CUDA_SUCCESS)
+        return r;
+      k = 1;
+    }
+    c->started += k;
+  }
+  return CUDA_SUCCESS;
 }
 
 /* One row of the bytes to set, or rows pitch apart as one 2D memset (one
@@ -487,14 +510,13 @@ static int ca__cuda_fill(void *ctx, int device, uint64_t addr, uint64_t width,
   return (int)ca__run(ctx, device, &c);
 }
 
-static int ca__cuda_fetch(void *ctx, int device, uint64_t addr,
-                          uint64_t width, uint64_t rows, uint64_t pitch,
-                          void *host, const uint64_t *stream) {
-  if (ca_capture_seen())
-    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-  ca__call c = {.kind = CA__FETCH, .addr = addr, .size = width, .rows = rows,
-                .pitch = pitch, .host = host, .on = stream};
-  return (int)ca__run(ctx, device, &c);
+static int ca__cuda_fetch(void *ctx, int device, const ca_backend_rows *sets,
+                          size_t n, const uint64_t *stream, size_t *started) {
+  ca__call c = {.kind = CA__FETCH, .sets = sets, .n = n, .on = stream};
+  int r = ca_capture_seen() ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+                            : (int)ca__run(ctx, device, &c);
+  *started = c.started;
+  return r;
 }
 
 static void *ca__cuda_host_alloc(void *ctx, int device, uint64_t size) {

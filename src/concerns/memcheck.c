@@ -15,9 +15,10 @@
  * quarantine, live to the pool, while younger frees pass it. As it leaves,
  * its red zone and its bytes (all of a small block, the first and last
  * CA_MEMCHECK_SAMPLE of a large one) are copied back on the same stream,
- * in batches with one marker each, and compared once the marker has
- * passed: the host never waits for a copy. Only then does the block go
- * back to the pool.
+ * in batches with one marker each (a batch's copies one launch of the
+ * backend's gather kernel where it can: backend/gather.h), and compared
+ * once the marker has passed: the host never waits for a copy. Only then
+ * does the block go back to the pool.
  *
  * A large block freed on a stream is set to the fill only where it is
  * checked, its two rows, as one operation: filling all of it made the
@@ -298,13 +299,13 @@ static bool ca__finish_batch(bool wait) {
 }
 
 /* Under the lock: the copy of h's block and red zone into its slot. */
-static int ca__fetch_rows(ca__held *h) {
-  unsigned char *copy = ca__slot(h->slot);
-  uint64_t whole = h->requested + CA_MEMCHECK_RED_ZONE;
-  if (ca__whole(h))
-    return ca_pool_fetch(h->pool, h->addr, whole, 1, 0, copy, ca__stream_of(h));
-  return ca_pool_fetch(h->pool, h->addr, CA__ROW, 2,
-                       h->requested - CA_MEMCHECK_SAMPLE, copy, ca__stream_of(h));
+static ca_backend_rows ca__rows_of(const ca__held *h) {
+  ca_backend_rows r = {.addr = h->addr, .host = ca__slot(h->slot)};
+  bool whole = ca__whole(h);
+  r.width = whole ? h->requested + CA_MEMCHECK_RED_ZONE : CA__ROW;
+  r.rows = whole ? 1 : 2;
+  r.pitch = whole ? 0 : h->requested - CA_MEMCHECK_SAMPLE;
+  return r;
 }
 
 /* Under the lock: whether h may join a batch of `first`'s (a copy of its
@@ -315,17 +316,18 @@ static bool ca__same_batch(const ca__held *h, const ca__held *first) {
 }
 
 /* Under the lock: the oldest quarantined blocks start leaving, as many as
- * share the oldest's pool and stream (up to a batch): their copies, then
+ * share the oldest's pool and stream (up to a batch): their copies, asked
+ * of the backend at once (one operation in the stream where it can), then
  * one marker. A block the device will not copy now goes back unchecked. */
 static void ca__start_batch(void) {
   const ca__held first = *ca__waiting; /* the record may leave before the end */
-  ca__held *last = NULL;
   if (!ca__slots_ready(first.pool)) {
     ca__release(ca__wait_pop(), false);
     return;
   }
   ca__held *batch[CA__BATCH];
-  size_t n = 0;
+  ca_backend_rows sets[CA__BATCH];
+  size_t n = 0, started = 0;
   while (ca__waiting && n < CA__BATCH && ca__same_batch(ca__waiting, &first)) {
     while (ca__nfree_slots == 0 && ca__copying)
       ca__finish_batch(true);
@@ -335,15 +337,18 @@ static void ca__start_batch(void) {
       continue;
     }
     h->slot = ca__free_slots[--ca__nfree_slots];
-    if (ca__fetch_rows(h) != 0) {
-      ca__free_slots[ca__nfree_slots++] = h->slot;
-      ca__release(h, false);
-      continue;
-    }
-    batch[n++] = last = h;
+    sets[n] = ca__rows_of(h);
+    batch[n++] = h;
   }
-  if (n == 0)
+  if (n > 0)
+    ca_pool_fetch(first.pool, sets, n, ca__stream_of(&first), &started);
+  for (size_t i = started; i < n; i++) {
+    ca__free_slots[ca__nfree_slots++] = batch[i]->slot;
+    ca__release(batch[i], false);
+  }
+  if ((n = started) == 0)
     return;
+  ca__held *last = batch[n - 1];
   if (ca_pool_mark_after(first.pool, ca__stream_of(&first), &last->marker) !=
       0) {
     /* No marker (a capture began): the copies may land any time, so their
@@ -578,16 +583,18 @@ static bool ca__live_known(uint64_t addr) {
 }
 
 /* Under the lock: the red zones of live blocks v[0..n), n at most the free
- * slots, copied together, waited for, compared. */
+ * slots and a batch, copied together, waited for, compared. */
 static void ca__check_live(ca_pool *pool, const ca_live_block *v, size_t n) {
   const int *slots = &ca__free_slots[ca__nfree_slots - (int)n];
+  ca_backend_rows sets[CA__BATCH];
+  for (size_t i = 0; i < n; i++)
+    sets[i] = (ca_backend_rows){.addr = v[i].addr + v[i].requested,
+                                .width = CA_MEMCHECK_RED_ZONE,
+                                .rows = 1,
+                                .host = ca__slot(slots[i])};
   size_t copied = 0;
   uint64_t marker = 0;
-  while (copied < n &&
-         ca_pool_fetch(pool, v[copied].addr + v[copied].requested,
-                       CA_MEMCHECK_RED_ZONE, 1, 0, ca__slot(slots[copied]),
-                       NULL) == 0)
-    copied++;
+  ca_pool_fetch(pool, sets, n, NULL, &copied);
   if (copied == 0 || ca_pool_mark_after(pool, NULL, &marker) != 0 ||
       ca_pool_fetched(pool, marker, true) != 0)
     return;
@@ -644,6 +651,7 @@ void ca_memcheck_check_pool(ca_pool *pool) {
       ca__finish_batch(true);
     size_t n = kept - at < (size_t)ca__nfree_slots ? kept - at
                                                    : (size_t)ca__nfree_slots;
+    n = n < CA__BATCH ? n : CA__BATCH;
     if (n == 0)
       break; /* every slot lost to copies without a marker */
     ca__check_live(pool, l.v + at, n);

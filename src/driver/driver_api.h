@@ -424,8 +424,9 @@
     CA_CHECKED(ca_range_ok_3d_batch(count, ops, NULL),                         \
                memcpy_3d_batch_async_ptsz, (count, ops, flags, stream)))
 
-/* cuEventRecord and cuStreamWaitEvent, not their _ptsz twins: the backend
- * always names its stream (CU_STREAM_LEGACY or a handle). */
+/* cuEventRecord, cuStreamWaitEvent and cuLaunchKernel, not their _ptsz
+ * twins: the backend always names its stream (CU_STREAM_LEGACY or a
+ * handle). */
 #define CA_DRIVER_USED(X)                                                      \
   X(cuGetErrorName, get_error_name, (CUresult error, const char **name))       \
   X(cuCtxGetCurrent, ctx_get_current, (CUcontext * ctx))                       \
@@ -464,6 +465,14 @@
   X(cuMemSetAccess, mem_set_access,                                            \
     (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)) \
   X(cuMemHostAlloc, mem_host_alloc,                                            \
-    (void **pp, size_t size, unsigned int flags))
+    (void **pp, size_t size, unsigned int flags))                              \
+  X(cuModuleLoadData, module_load_data, (CUmodule * module, const void *image)) \
+  X(cuModuleGetFunction, module_get_function,                                  \
+    (CUfunction * fn, CUmodule module, const char *name))                      \
+  X(cuLaunchKernel, launch_kernel,                                             \
+    (CUfunction fn, unsigned int grid_x, unsigned int grid_y,                  \
+     unsigned int grid_z, unsigned int block_x, unsigned int block_y,          \
+     unsigned int block_z, unsigned int shared_bytes, CUstream stream,         \
+     void **params, void **extra))
 
 #endif /* CA_DRIVER_API_H */

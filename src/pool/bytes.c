@@ -18,11 +18,10 @@ int ca_pool_fill(ca_pool *pool, uint64_t addr, uint64_t width, uint64_t rows,
                   stream);
 }
 
-int ca_pool_fetch(ca_pool *pool, uint64_t addr, uint64_t width, uint64_t rows,
-                  uint64_t pitch, void *host, const uint64_t *stream) {
+int ca_pool_fetch(ca_pool *pool, const ca_backend_rows *sets, size_t n,
+                  const uint64_t *stream, size_t *started) {
   const ca_backend *be = pool->backend;
-  return be->fetch(be->ctx, pool->device, addr, width, rows, pitch, host,
-                   stream);
+  return be->fetch(be->ctx, pool->device, sets, n, stream, started);
 }
 
 int ca_pool_mark_after(ca_pool *pool, const uint64_t *stream,

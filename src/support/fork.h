@@ -26,6 +26,7 @@ typedef enum ca_fork_slot {
   CA_FORK_POOL,      /* the threads counted on each arena */
   CA_FORK_STREAMS,   /* the program's streams (outer lock) */
   CA_FORK_MARKS,     /* markers, spare events, fences (inner lock) */
+  CA_FORK_GATHER,    /* memcheck's gather kernel, by context */
   CA_FORK_CAPTURES,  /* the captures in progress */
   CA_FORK_DRIVER,    /* the primary contexts retained */
   CA_FORK_SITES,     /* live bytes by site, growth snapshots, the peak */

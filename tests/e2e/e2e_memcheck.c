@@ -35,6 +35,12 @@
  *   e2e_memcheck reset      two blocks written 1 byte past their end, one
  *                           freed, one live, then the primary context reset
  *                           (as the static runtime releases it at exit)
+ *   e2e_memcheck batch N    N blocks of 1000 bytes and N of 64 KiB, the
+ *                           first of each written past its end (1 and 2
+ *                           bytes), all freed: one batch leaves the
+ *                           quarantine at exit; after the library's exit
+ *                           work, what the mock was asked (launches=,
+ *                           copies=, module_loads=)
  *
  * stdout: key=value lines: preloaded=0|1, alloc_line=, free_line= (the
  * lines of the cuMemAlloc and cuMemFree calls), addr=0x..., done=MODE.
@@ -242,12 +248,41 @@ static int mode_reset(void) {
   return 0;
 }
 
+/* Registered before the library's own exit handler, so it runs after. */
+static void print_driver_calls(void) {
+  mockcuda_counters c;
+  mockcuda_get_counters(&c);
+  printf("launches=%llu\ncopies=%llu\nmodule_loads=%llu\n",
+         (unsigned long long)c.launch_kernel, (unsigned long long)c.memcpy,
+         (unsigned long long)c.module_load);
+  fflush(stdout);
+}
+
+static int mode_batch(size_t n) {
+  CUdeviceptr small[32], big[32];
+  if (n == 0 || n > 32)
+    fail("batch N: 1 to 32", -1);
+  for (size_t i = 0; i < n; i++) {
+    small[i] = make_block(BLOCK);
+    big[i] = make_block(64u << 10);
+  }
+  kernel_store(small[0] + BLOCK, 0x11, 1);
+  kernel_store(big[0] + (64u << 10), 0x11, 2);
+  for (size_t i = 0; i < n; i++) {
+    drop_block(small[i]);
+    drop_block(big[i]);
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   size_t arg = argc > 2 ? strtoul(argv[2], NULL, 0) : 0;
   printf("preloaded=%d\n", dlsym(RTLD_DEFAULT, "cudalloc_version") != NULL);
   if (!strcmp(mode, "shutdown"))
     atexit(mockcuda_shutdown);
+  if (!strcmp(mode, "batch"))
+    atexit(print_driver_calls);
   setup();
   int rc = 2;
   if (!strcmp(mode, "over") || !strcmp(mode, "shutdown"))
@@ -272,9 +307,12 @@ int main(int argc, char **argv) {
     rc = mode_clean();
   else if (!strcmp(mode, "reset"))
     rc = mode_reset();
+  else if (!strcmp(mode, "batch"))
+    rc = mode_batch(arg);
   else
     fprintf(stderr, "usage: e2e_memcheck over N|slot N|stale|live|uaf OFF|"
-                    "bigfree OFF|fills|churn|double|clean|reset|shutdown\n");
+                    "bigfree OFF|fills|churn|double|clean|reset|shutdown|"
+                    "batch N\n");
   if (rc == 0)
     printf("done=%s\n", mode);
   return rc;

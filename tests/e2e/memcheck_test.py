@@ -221,6 +221,30 @@ def check_shutdown(tmp):
     return "found before the driver went: " + m.group(0)[len("memcheck: "):60] + "..."
 
 
+def check_batch(tmp):
+    """A batch of blocks leaving the quarantine is copied back by one launch
+    of the library's gather kernel, not a copy each, and judged the same;
+    where the driver cannot load the kernel (MOCKCUDA_JIT=0), by a copy
+    each, with the same findings."""
+    n = 16
+    seen = {}
+    for jit in ("1", "0"):
+        r = lr.run("batch", CONF, str(n), prog=PROG, env_add={"MOCKCUDA_JIT": jit})
+        found, totals = findings(r)
+        addrs = [int(a, 16) for a in r.kv.get("addr", [])]
+        got = sorted((int(m.group(3), 16), int(m.group(1))) for m, _, _ in found)
+        want = sorted([(addrs[0], 1), (addrs[1], 2)])
+        expect(got == want, f"findings {got}, want {want} (MOCKCUDA_JIT={jit})", r)
+        expect(totals == (2 * n, 2, 0), f"totals {totals}, want {2 * n} checked, 2 past the end", r)
+        calls = (r.integer("launches"), r.integer("copies"), r.integer("module_loads"))
+        want_calls = (1, 0, 1) if jit == "1" else (0, 2 * n, 1)
+        expect(calls == want_calls, f"launches, copies, module loads {calls}, want {want_calls} "
+               f"(MOCKCUDA_JIT={jit})", r)
+        seen[jit] = calls
+    return (f"{2 * n} blocks: one launch (the kernel loaded once), or {seen['0'][1]} copies "
+            "without the kernel; the same two findings")
+
+
 def check_exitcode(tmp):
     """leak_exitcode:23: a finding ends the process with 23, a clean run 0."""
     run("over", "1", conf=CONF + ",leak_exitcode:23", expect_rc=23)
@@ -294,6 +318,7 @@ CHECKS = {
     "clean": check_clean,
     "reset": check_reset,
     "shutdown": check_shutdown,
+    "batch": check_batch,
     "exitcode": check_exitcode,
     "json": check_json,
     "off": check_off,

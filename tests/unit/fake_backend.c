@@ -208,19 +208,25 @@ static int ca__fake_fill(void *ctx, int device, uint64_t addr, uint64_t width,
   return 0;
 }
 
-static int ca__fake_fetch(void *ctx, int device, uint64_t addr, uint64_t width,
-                          uint64_t rows, uint64_t pitch, void *host,
-                          const uint64_t *stream) {
+static int ca__fake_fetch(void *ctx, int device, const ca_backend_rows *sets,
+                          size_t n, const uint64_t *stream, size_t *started) {
   ca_fake_backend *f = ctx;
   (void)device;
   (void)stream;
-  for (uint64_t r = 0; r < rows; r++)
-    memcpy((char *)host + r * width, (const void *)(uintptr_t)(addr + r * pitch),
-           (size_t)width);
+  size_t k = f->fetch_cap == 0 ? n
+             : f->fetch_cap < 0 ? 0
+             : n < (size_t)f->fetch_cap ? n : (size_t)f->fetch_cap;
+  for (size_t i = 0; i < k; i++)
+    for (uint64_t r = 0; r < sets[i].rows; r++)
+      memcpy((char *)sets[i].host + r * sets[i].width,
+             (const void *)(uintptr_t)(sets[i].addr + r * sets[i].pitch),
+             (size_t)sets[i].width);
   pthread_mutex_lock(&f->lock);
-  f->fetches++;
+  f->fetches += (int)k;
+  f->fetch_calls++;
   pthread_mutex_unlock(&f->lock);
-  return 0;
+  *started = k;
+  return k == n ? 0 : 1;
 }
 
 /* Kept for the process's life, as the contract says. */

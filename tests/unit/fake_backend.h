@@ -82,8 +82,13 @@ typedef struct ca_fake_backend {
    * busy_maps, maps and va_reserves answer CA_BACKEND_BUSY (a capture). */
   int fail_maps;
   bool busy_maps;
-  int fills, fetches; /* byte calls, once ca_fake_enable_bytes is called */
+  /* Byte calls, once ca_fake_enable_bytes is called: fills, the copies
+   * fetches started, and fetch calls. */
+  int fills, fetches, fetch_calls;
   bool refuse_fills;  /* fills answer 1 (refused, as during a capture) */
+  /* Positive: a fetch starts at most this many copies, then answers 1 (a
+   * launch or copy refused); negative: it starts none; 0: all. */
+  int fetch_cap;
   /* The order in which segments were released, for LRU tests. */
   uint64_t released_addrs[CA_FAKE_MAX_SEGMENTS];
 } ca_fake_backend;

@@ -252,15 +252,42 @@ static void test_blocks_leave_in_batches_while_the_device_lags(void **state) {
     a[i] = alloc(MiB);
   fake.auto_pass = false; /* no marker passes unless the pool waits */
   int marks = fake.marks + fake.marks_on, fetches = fake.fetches;
+  int calls = fake.fetch_calls;
   for (int i = 0; i < N; i++)
     release(a[i]);
   int batches = fake.marks + fake.marks_on - marks;
   int copies = fake.fetches - fetches;
   assert_true(copies >= N / 2);      /* past the bound, blocks left */
   assert_true(copies >= 32 * batches); /* and not one marker each */
+  assert_true(copies >= 32 * (fake.fetch_calls - calls)); /* one ask a batch */
   fake.auto_pass = true;
   ca_memcheck_drain();
   assert_int_equal(findings(), found);
+  assert_string_equal(take_log(), "");
+}
+
+/* Copies the backend did not start (a launch or a copy refused): their
+ * blocks go back to the pool unchecked, those it started are judged, and
+ * nothing is lost or found. */
+static void test_copies_not_started_go_back_unchecked(void **state) {
+  (void)state;
+  enum { N = 10 };
+  uint64_t a[N];
+  for (int i = 0; i < N; i++)
+    a[i] = alloc(1000);
+  ca_memcheck_drain();
+  uint64_t checked = ca_memcheck_totals_now().checked;
+  fake.fetch_cap = 3;
+  for (int i = 0; i < N; i++)
+    release(a[i]);
+  ca_memcheck_drain();
+  fake.fetch_cap = 0;
+  assert_int_equal(ca_memcheck_totals_now().checked - checked, 3);
+  for (int i = 0; i < N; i++)
+    assert_false(ca_memcheck_holds(a[i]));
+  cudalloc_device_stats s;
+  ca_pool_get_stats(pool, &s);
+  assert_int_equal(s.requested_bytes.current, 0);
   assert_string_equal(take_log(), "");
 }
 
@@ -362,6 +389,7 @@ int main(void) {
       cmocka_unit_test(test_a_block_reused_at_its_size_costs_one_fill_a_free),
       cmocka_unit_test(test_the_quarantine_holds_freed_blocks),
       cmocka_unit_test(test_blocks_leave_in_batches_while_the_device_lags),
+      cmocka_unit_test(test_copies_not_started_go_back_unchecked),
       cmocka_unit_test(test_threads_find_nothing_in_correct_blocks),
       cmocka_unit_test(test_a_racing_double_free_is_answered_once),
   };

@@ -1,0 +1,207 @@
+/*
+ * The gather kernel (see gather.h): its PTX, loaded once per context, and
+ * its launch.
+ */
+#include "backend/gather.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "driver/driver.h"
+#include "support/config.h"
+#include "support/fork.h"
+#include "support/log.h"
+#include "support/nvtx.h"
+
+/* One set, as the kernel reads it: 32 bytes. */
+typedef struct ca__set {
+  uint64_t src, dst, pitch;
+  uint32_t width, rows;
+} ca__set;
+
+/* The kernel's one parameter, passed by value: 2 KiB, within the 4 KiB
+ * every device takes. */
+typedef struct ca__args {
+  ca__set set[CA_GATHER_MAX];
+} ca__args;
+
+/* Block b of the grid copies set b: `rows` rows of `width` bytes, `pitch`
+ * apart from `src` on, to `dst`, one after another; the block's threads
+ * take a byte each in turn. PTX ISA 6.0 for sm_52 on: the driver compiles
+ * it for the device at load (any driver of CUDA 9.1 on). */
+static const char ca__ptx[] =
+    ".version 6.0\n"
+    ".target sm_52\n"
+    ".address_size 64\n"
+    ".visible .entry ca_gather(.param .align 8 .b8 args[2048])\n"
+    "{\n"
+    "  .reg .pred %p<4>;\n"
+    "  .reg .b16 %rs<2>;\n"
+    "  .reg .b32 %r<8>;\n"
+    "  .reg .b64 %rd<12>;\n"
+    "  mov.b64 %rd1, args;\n"
+    "  mov.u32 %r1, %ctaid.x;\n"
+    "  mul.wide.u32 %rd2, %r1, 32;\n"
+    "  add.s64 %rd1, %rd1, %rd2;\n"
+    "  ld.param.u64 %rd3, [%rd1];\n"    /* src */
+    "  ld.param.u64 %rd4, [%rd1+8];\n"  /* dst */
+    "  ld.param.u64 %rd5, [%rd1+16];\n" /* pitch */
+    "  ld.param.v2.u32 {%r2, %r3}, [%rd1+24];\n" /* width, rows */
+    "  cvt.u64.u32 %rd6, %r2;\n"
+    "  mov.u32 %r4, %tid.x;\n"
+    "  mov.u32 %r5, %ntid.x;\n"
+    "  mov.u32 %r6, 0;\n"
+    "ROW:\n"
+    "  setp.ge.u32 %p1, %r6, %r3;\n"
+    "  @%p1 bra DONE;\n"
+    "  mov.u32 %r7, %r4;\n"
+    "BYTE:\n"
+    "  setp.ge.u32 %p2, %r7, %r2;\n"
+    "  @%p2 bra NEXT;\n"
+    "  cvt.u64.u32 %rd7, %r7;\n"
+    "  add.s64 %rd8, %rd3, %rd7;\n"
+    "  ld.u8 %rs1, [%rd8];\n"
+    "  add.s64 %rd9, %rd4, %rd7;\n"
+    "  st.u8 [%rd9], %rs1;\n"
+    "  add.s32 %r7, %r7, %r5;\n"
+    "  bra BYTE;\n"
+    "NEXT:\n"
+    "  add.s64 %rd3, %rd3, %rd5;\n"
+    "  add.s64 %rd4, %rd4, %rd6;\n"
+    "  add.s32 %r6, %r6, 1;\n"
+    "  bra ROW;\n"
+    "DONE:\n"
+    "  ret;\n"
+    "}\n";
+
+#define CA__THREADS 256
+/* Contexts with the kernel (or known not to load it), at most; past them
+ * memcheck copies as without it. */
+#define CA__CONTEXTS 64
+
+typedef struct ca__loaded {
+  CUcontext ctx;
+  int device;
+  CUfunction fn; /* NULL: the driver would not load the kernel */
+} ca__loaded;
+
+static ca__loaded ca__loaded_in[CA__CONTEXTS];
+static size_t ca__nloaded;
+/* Guards the table; never held across a driver call. */
+static pthread_mutex_t ca__gather_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A fork while another thread holds the lock would leave the child's copy
+ * locked forever; the child owns none of the parent's contexts. */
+static void ca__gather_prepare(void) { pthread_mutex_lock(&ca__gather_lock); }
+static void ca__gather_parent(void) { pthread_mutex_unlock(&ca__gather_lock); }
+static void ca__gather_child(void) {
+  ca__nloaded = 0;
+  pthread_mutex_unlock(&ca__gather_lock);
+}
+static const ca_fork_handlers ca__gather_fork = {
+    ca__gather_prepare, ca__gather_parent, ca__gather_child};
+
+static void ca__gather_take_lock(void) {
+  ca_fork_register(CA_FORK_GATHER, &ca__gather_fork);
+  pthread_mutex_lock(&ca__gather_lock);
+}
+
+/* Under the lock: ctx's entry, or NULL. */
+static ca__loaded *ca__find(CUcontext ctx) {
+  for (size_t i = 0; i < ca__nloaded; i++)
+    if (ca__loaded_in[i].ctx == ctx)
+      return &ca__loaded_in[i];
+  return NULL;
+}
+
+/* The kernel loaded in w's context (current), or NULL, said under
+ * verbose:1 (memcheck is slower without it) and verbose:2. */
+static CUfunction ca__load(const ca_where *w) {
+  const ca_driver_api *d = ca_driver();
+  CUmodule mod = NULL;
+  CUfunction fn = NULL;
+  CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+  if (d->module_load_data && d->module_get_function &&
+      (r = d->module_load_data(&mod, ca__ptx)) == CUDA_SUCCESS)
+    r = d->module_get_function(&fn, mod, "ca_gather");
+  int verbose = ca_config_get()->verbose;
+  if (r != CUDA_SUCCESS && verbose >= 1)
+    ca_log("memcheck copies blocks back one by one on device %d: the driver "
+           "did not load the gather kernel (%s)",
+           w->device, ca_driver_error_name(r));
+  else if (r == CUDA_SUCCESS && verbose >= 2)
+    ca_log("memcheck's gather kernel loaded on device %d", w->device);
+  return r == CUDA_SUCCESS ? fn : NULL;
+}
+
+/* The kernel in w's context (current), loaded at its first use there;
+ * NULL where the driver does not load it, or the table is full. */
+static CUfunction ca__kernel(const ca_where *w) {
+  ca__gather_take_lock();
+  ca__loaded *l = ca__find(w->ctx);
+  bool known = l != NULL, room = ca__nloaded < CA__CONTEXTS;
+  CUfunction fn = known ? l->fn : NULL;
+  pthread_mutex_unlock(&ca__gather_lock);
+  if (known || !room)
+    return fn;
+  fn = ca__load(w);
+  ca__gather_take_lock();
+  if ((l = ca__find(w->ctx)) != NULL) /* another thread loaded it meanwhile */
+    fn = l->fn;
+  else if (ca__nloaded < CA__CONTEXTS)
+    ca__loaded_in[ca__nloaded++] =
+        (ca__loaded){.ctx = w->ctx, .device = w->device, .fn = fn};
+  pthread_mutex_unlock(&ca__gather_lock);
+  return fn;
+}
+
+/* Whether the sets fit the kernel's parameter: the first n. */
+static bool ca__pack(ca__args *a, const ca_backend_rows *sets, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    const ca_backend_rows *r = &sets[i];
+    if (r->width > UINT32_MAX || r->rows > UINT32_MAX)
+      return false;
+    a->set[i] = (ca__set){.src = r->addr,
+                          .dst = (uint64_t)(uintptr_t)r->host,
+                          .pitch = r->pitch,
+                          .width = (uint32_t)r->width,
+                          .rows = (uint32_t)r->rows};
+  }
+  return true;
+}
+
+size_t ca_gather(const ca_where *w, const ca_backend_rows *sets, size_t n,
+                 CUstream s) {
+  if (n < 2 || ca_nvtx_attached() || ca_driver()->launch_kernel == NULL)
+    return 0;
+  if (n > CA_GATHER_MAX)
+    n = CA_GATHER_MAX;
+  ca__args args = {0};
+  CUfunction fn;
+  if (!ca__pack(&args, sets, n) || (fn = ca__kernel(w)) == NULL)
+    return 0;
+  void *params[] = {&args};
+  CUresult r = ca_driver()->launch_kernel(fn, (unsigned int)n, 1, 1,
+                                          CA__THREADS, 1, 1, 0, s, params,
+                                          NULL);
+  return r == CUDA_SUCCESS ? n : 0;
+}
+
+/* A grave naming a device takes all of its entries, whichever contexts
+ * died: a primary context's handle is not known for one. */
+static bool ca__survives(const ca_grave *g, const ca__loaded *l) {
+  if (g->device >= 0)
+    return l->device != g->device;
+  return g->ctx != NULL && l->ctx != g->ctx;
+}
+
+void ca_gather_bury(const ca_grave *g) {
+  ca__gather_take_lock();
+  size_t j = 0;
+  for (size_t i = 0; i < ca__nloaded; i++)
+    if (ca__survives(g, &ca__loaded_in[i]))
+      ca__loaded_in[j++] = ca__loaded_in[i];
+  ca__nloaded = j;
+  pthread_mutex_unlock(&ca__gather_lock);
+}

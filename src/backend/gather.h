@@ -1,0 +1,42 @@
+/*
+ * memcheck's copies of many blocks' rows as one kernel launch (gather.c).
+ *
+ * Each copy is an operation in the program's stream, and the device runs
+ * a stream's small operations one after another, a few microseconds each
+ * whatever their bytes: GPT-2 small's training step frees some 4,400
+ * blocks, and a copy of each checked one cost its step more than the
+ * check's bytes did (docs/BENCHMARKS.md). One launch of the library's own
+ * kernel copies a batch's rows into the pinned slots instead, which the
+ * device writes directly (pinned memory is mapped at the same address on
+ * every device, with unified addressing).
+ */
+#ifndef CA_GATHER_H
+#define CA_GATHER_H
+
+#include <cuda.h>
+#include <stddef.h>
+
+#include "backend/backend.h"
+#include "backend/streams.h"
+
+/* The sets one launch copies, at most. */
+#define CA_GATHER_MAX 64
+
+/* Starts the copies of the first of sets[0..n) to the host on `s`, in w's
+ * context (current), as one launch of the gather kernel; returns how many
+ * (up to CA_GATHER_MAX), or 0, launching nothing, where the kernel does
+ * not serve them: a single set (one copy costs less than a launch), a row
+ * wider than 4 GiB, a context whose driver cannot load the kernel (tried
+ * once per context), a launch refused, or an NVTX tool attached, which
+ * checks kernels' accesses against the program's live blocks (a
+ * compute-sanitizer run) and would take the kernel's reads of freed
+ * blocks for the program's errors. */
+size_t ca_gather(const ca_where *w, const ca_backend_rows *sets, size_t n,
+                 CUstream s);
+
+/* Forgets the kernels of every context of the devices that died (a
+ * context's modules die with it; a primary context reset leaves the
+ * handle as it was, so the kernel is loaded again). */
+void ca_gather_bury(const ca_grave *g);
+
+#endif /* CA_GATHER_H */

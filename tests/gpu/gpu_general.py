@@ -246,6 +246,7 @@ MEMCHECK_FINDS = (
     ("unwritten", None, 0),
     ("clean", None, 0),
     ("stale", None, 0),
+    ("batch", None, 0),
 )
 MEMCHECK_TOTALS = r"^cudalloc: memcheck: (\d+) blocks? checked: (\d+) written past the end, (\d+) written after the free$"
 MEMCHECK_FINDING = r"^cudalloc: memcheck: (\d+ bytes? written past|write after free)"
@@ -255,6 +256,8 @@ def memcheck_problems(run, mode, want, mains):
     why = [] if run.grep(r"^memerr: %s cudaSuccess" % mode) else \
         ["memerr did not finish cleanly (exit %s)" % run.rc]
     found = run.grep(MEMCHECK_FINDING)
+    if mode == "batch":
+        return why + batch_problems(run, found)
     if want is None and found:
         why.append("a finding in a run without the error: %s" % found[0])
     if want is not None and (len(found) != 1 or not run.grep(want)):
@@ -287,6 +290,28 @@ def stale_problems(run):
     return why
 
 
+# memerr batch: the two errors among 64 blocks checked as one batch.
+BATCH_FINDS = (r"^cudalloc: memcheck: 1 byte written past the end of a block of 1000 bytes",
+               r"^cudalloc: memcheck: write after free at offset 0 of a block of 65536 bytes")
+
+
+def batch_problems(run, found):
+    """memerr batch: 64 blocks checked at exit as one batch, copied back by
+    the library's gather kernel (the run is verbose:1, where the library
+    says when the driver would not load it): the overflow and the write
+    after free found, nothing else."""
+    why = []
+    if len(found) != 2 or not all(run.grep(p) for p in BATCH_FINDS):
+        why.append("findings %s, want the overflow of a 1000-byte block and the write "
+                   "after free of a 64 KiB one" % (found or "none"))
+    m = re.match(MEMCHECK_TOTALS, (run.grep(MEMCHECK_TOTALS) or [""])[0])
+    if not m or int(m.group(1)) < 64 or (m.group(2), m.group(3)) != ("1", "1"):
+        why.append("totals %s, want 64 blocks checked or more, 1 and 1 found"
+                   % (run.grep(MEMCHECK_TOTALS) or ["none"])[0])
+    why += run.grep(r"^cudalloc: memcheck copies blocks back one by one")
+    return why
+
+
 def memcheck(check):
     """memcheck:1 finds in memerr's 1000-byte pooled block a write one byte
     past its end and one of 511 bytes (its red zone less one byte), a write
@@ -294,7 +319,9 @@ def memcheck(check):
     the free; a block never written reads 0xFF bytes; nothing is found in the
     runs without an error. Through the slot, a freed block is set to 0xFF
     where it is checked and not between, and red zones over those bytes
-    read 0xFF as handed out (memerr stale). Then 20 steps of GPT-2 small training through
+    read 0xFF as handed out (memerr stale). 64 blocks checked as one batch,
+    copied back by one launch of the library's kernel, give their two
+    errors (memerr batch). Then 20 steps of GPT-2 small training through
     PyTorch's allocator slot under memcheck:1: no finding, finite losses."""
     check.together(lambda: check.each(memcheck_one, MEMCHECK_FINDS), lambda: memcheck_gpt2(check))
 
@@ -306,7 +333,8 @@ def memcheck_one(check, mode, want, mains):
     if skip:
         check.record(row, "static", "yes", "-", "-", "FAIL", "not run: " + skip)
         return
-    run = check.run(row, [prog, mode], conf=MEMCHECK_CONF + ",backtrace_depth:16")
+    verbose = ",verbose:1" if mode == "batch" else ""
+    run = check.run(row, [prog, mode], conf=MEMCHECK_CONF + ",backtrace_depth:16" + verbose)
     why = memcheck_problems(run, mode, want, mains)
     totals = (run.grep(MEMCHECK_TOTALS) or ["-"])[0][len("cudalloc: memcheck: "):]
     found = [line[len("cudalloc: "):] for line in run.grep(MEMCHECK_FINDING)]

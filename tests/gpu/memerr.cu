@@ -15,6 +15,11 @@
 //                     zone's first and last bytes were read; prints "memerr:
 //                     stale zones Z/64 mid 0xMM head 0xHH" (red zones that
 //                     read 0xFF; a freed block's middle and first byte)
+//   memerr batch      32 blocks of 1000 bytes and 32 of 64 KiB, all freed,
+//                     which memcheck checks as one batch at exit (one
+//                     launch of its gather kernel): the byte past the sixth
+//                     small block's end written before the frees, the tenth
+//                     large block's first byte after them
 //
 // Prints the library's "pooled:" line (gpu_check.h), then "memerr: MODE
 // <the device's answer to the synchronize>", and for unwritten "memerr:
@@ -90,11 +95,32 @@ static int stale(void) {
   return 0;
 }
 
+static int batch(void) {
+  char *small[32], *big[32];
+  for (int i = 0; i < 32; i++)
+    if (cudaMalloc(&small[i], 1000) != cudaSuccess || cudaMalloc(&big[i], 64u << 10) != cudaSuccess) {
+      printf("memerr: batch cudaMalloc failed\n");
+      return 1;
+    }
+  put<<<1, 1>>>(small[5], 1000);
+  for (int i = 0; i < 32; i++) {
+    cudaFree(small[i]);
+    cudaFree(big[i]);
+  }
+  put<<<1, 1>>>(big[9], 0);
+  cudaError_t e = cudaDeviceSynchronize();
+  gc_check_stats(GC_EXPECT_ANY, 0, 64, 64);
+  printf("memerr: batch %s\n", cudaGetErrorName(e));
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "clean";
   gc_name = "memerr";
   if (!strcmp(mode, "stale"))
     return stale();
+  if (!strcmp(mode, "batch"))
+    return batch();
   char *other = nullptr, *block = nullptr;
   // A neighbour first, so that the block is not the first in its segment.
   if (cudaMalloc(&other, 4096) != cudaSuccess || cudaMalloc(&block, 1000) != cudaSuccess) {

@@ -19,11 +19,12 @@
 #define CA_BACKEND_BUSY (-1)
 
 /* One copy of a block's bytes to the host (fetch): `rows` rows of `width`
- * bytes, `pitch` apart from `addr` on, to `host` (memory from host_alloc),
- * one after another. */
+ * bytes, `pitch` apart from `addr` on, to `host`, one after another, and
+ * whether they were copied, in `*copied` (both memory from host_alloc). */
 typedef struct ca_backend_rows {
   uint64_t addr, width, rows, pitch;
   void *host;
+  unsigned char *copied;
 } ca_backend_rows;
 
 typedef struct ca_backend {
@@ -115,16 +116,19 @@ typedef struct ca_backend {
    * every stream of `device`, and before any queued later.
    * fetch: starts the copies of sets[0..n) (ca_backend_rows) to the host,
    * on *stream (NULL: the legacy stream); a marker made after them
-   * (mark_on, or mark for NULL) passes once they are done. Sets *started
-   * to how many it started, the first ones: all n when it returns 0; else
-   * it returns the code that stopped the next.
+   * (mark_on, or mark for NULL) passes once they are done. Where the
+   * device compares them first, a set whose bytes all hold `expect` is
+   * not copied: once the marker passed, each set's *copied is 1 where its
+   * rows were copied, 0 where they hold nothing but `expect`. Sets
+   * *started to how many it started, the first ones: all n when it
+   * returns 0; else it returns the code that stopped the next.
    * host_alloc: `size` bytes of host memory a copy may fill while the host
    * goes on (pinned), kept for the process's life; NULL when none. */
   int (*fill)(void *ctx, int device, uint64_t addr, uint64_t width,
               uint64_t rows, uint64_t pitch, unsigned char byte,
               const uint64_t *stream);
   int (*fetch)(void *ctx, int device, const ca_backend_rows *sets, size_t n,
-               const uint64_t *stream, size_t *started);
+               unsigned char expect, const uint64_t *stream, size_t *started);
   void *(*host_alloc)(void *ctx, int device, uint64_t size);
 } ca_backend;
 

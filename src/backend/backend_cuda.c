@@ -65,8 +65,9 @@ typedef struct ca__call {
   unsigned char byte;  /* fill: the value */
   void *host;          /* host_alloc: what it got */
   uint64_t rows, pitch; /* fill: `rows` rows of `size` bytes, pitch apart */
-  const ca_backend_rows *sets; /* fetch: its copies, n of them... */
-  size_t n, started;           /* ...and those started */
+  const ca_backend_rows *sets; /* fetch: its copies, n of them, the byte */
+  size_t n, started;           /* they may all hold, and those started */
+  unsigned char expect;
 } ca__call;
 
 enum { CA__RESERVE, CA__RELEASE, CA__MEM_INFO, CA__SYNC, CA__MARK, CA__POLL,
@@ -236,16 +237,17 @@ static CUresult ca__copy_rows(const ca_driver_api *d, const ca_backend_rows *r,
 
 /* A fetch's copies, on the call's stream (the legacy one for none), in
  * order: a batch at a time as one launch of the gather kernel where it
- * serves them (gather.h), else one copy each. */
+ * serves them (gather.h), else one copy each, said copied at once. */
 static CUresult ca__fetch(const ca_driver_api *d, ca__call *c) {
   CUstream s = c->on ? (CUstream)(uintptr_t)*c->on : CU_STREAM_LEGACY;
   while (c->started < c->n) {
     const ca_backend_rows *next = c->sets + c->started;
-    size_t k = ca_gather(&c->where, next, c->n - c->started, s);
+    size_t k = ca_gather(&c->where, next, c->n - c->started, c->expect, s);
     if (k == 0) {
       CUresult r = ca__copy_rows(d, next, s);
       if (r != CUDA_SUCCESS)
         return r;
+      *next->copied = 1;
       k = 1;
     }
     c->started += k;
@@ -511,8 +513,10 @@ static int ca__cuda_fill(void *ctx, int device, uint64_t addr, uint64_t width,
 }
 
 static int ca__cuda_fetch(void *ctx, int device, const ca_backend_rows *sets,
-                          size_t n, const uint64_t *stream, size_t *started) {
-  ca__call c = {.kind = CA__FETCH, .sets = sets, .n = n, .on = stream};
+                          size_t n, unsigned char expect,
+                          const uint64_t *stream, size_t *started) {
+  ca__call c = {.kind = CA__FETCH, .sets = sets, .n = n, .expect = expect,
+                .on = stream};
   int r = ca_capture_seen() ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
                             : (int)ca__run(ctx, device, &c);
   *started = c.started;

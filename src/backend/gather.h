@@ -6,9 +6,11 @@
  * whatever their bytes: GPT-2 small's training step frees some 4,400
  * blocks, and a copy of each checked one cost its step more than the
  * check's bytes did (docs/BENCHMARKS.md). One launch of the library's own
- * kernel copies a batch's rows into the pinned slots instead, which the
- * device writes directly (pinned memory is mapped at the same address on
- * every device, with unified addressing).
+ * kernel checks a batch's rows instead: each block of its grid compares a
+ * set's bytes with the fill, and only a set that differs (a finding, or a
+ * red zone the pool could not set) is copied into its pinned slot, which
+ * the device writes directly (pinned memory is mapped at the same address
+ * on every device, with unified addressing), its *copied set to 1.
  */
 #ifndef CA_GATHER_H
 #define CA_GATHER_H
@@ -23,7 +25,9 @@
 #define CA_GATHER_MAX 64
 
 /* Starts the copies of the first of sets[0..n) to the host on `s`, in w's
- * context (current), as one launch of the gather kernel; returns how many
+ * context (current), as one launch of the gather kernel, those whose
+ * bytes all hold `expect` left out (their *copied set to 0 first, by the
+ * host); returns how many
  * (up to CA_GATHER_MAX), or 0, launching nothing, where the kernel does
  * not serve them: a single set (one copy costs less than a launch), a row
  * wider than 4 GiB, a context whose driver cannot load the kernel (tried
@@ -32,7 +36,7 @@
  * compute-sanitizer run) and would take the kernel's reads of freed
  * blocks for the program's errors. */
 size_t ca_gather(const ca_where *w, const ca_backend_rows *sets, size_t n,
-                 CUstream s);
+                 unsigned char expect, CUstream s);
 
 /* Forgets the kernels of every context of the devices that died (a
  * context's modules die with it; a primary context reset leaves the

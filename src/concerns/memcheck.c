@@ -51,9 +51,11 @@
  * red zone. */
 #define CA__ROW (CA_MEMCHECK_SAMPLE + CA_MEMCHECK_RED_ZONE)
 #define CA__SLOT_BYTES (2 * CA__ROW)
-/* Copies in flight at once, each into a slot of pinned memory: a batch
- * that finds them all taken waits for the oldest. */
+/* Copies in flight at once, each into a slot of pinned memory, with a byte
+ * that says whether it was copied (backend.h: fetch): a batch that finds
+ * them all taken waits for the oldest. */
 #define CA__SLOTS 512
+#define CA__SLOTS_BYTES ((size_t)CA__SLOTS * (CA__SLOT_BYTES + 1))
 /* Blocks whose copies share one marker, at most. */
 #define CA__BATCH 64
 /* The quarantine's bound: once more bytes or blocks than these wait, the
@@ -165,9 +167,13 @@ static bool ca__whole(const ca__held *h) {
   return h->requested + CA_MEMCHECK_RED_ZONE <= CA__SLOT_BYTES;
 }
 
-/* Under the lock: compares what the copy of h brought back; whether it
- * found anything. */
+/* Under the lock: compares what the copy of h brought back (NULL: the
+ * device found its bytes all holding the fill, and copied nothing);
+ * whether it found anything. */
 static bool ca__judge(const ca__held *h, const unsigned char *copy) {
+  ca__totals.checked++;
+  if (copy == NULL)
+    return false;
   ca_report_finding f = {.addr = h->addr, .requested = h->requested,
                    .device = h->device, .alloc_stack = h->alloc_stack,
                    .free_stack = h->free_stack};
@@ -199,7 +205,6 @@ static bool ca__judge(const ca__held *h, const unsigned char *copy) {
     ca__found(&f);
     any = true;
   }
-  ca__totals.checked++;
   return any;
 }
 
@@ -242,9 +247,9 @@ static ca__held *ca__wait_pop(void) {
 static bool ca__slots_ready(ca_pool *pool) {
   if (ca__nfree_slots >= 0)
     return ca__slots != NULL;
-  ca__slots = ca_pool_host_alloc(pool, (uint64_t)CA__SLOTS * CA__SLOT_BYTES);
+  ca__slots = ca_pool_host_alloc(pool, CA__SLOTS_BYTES);
   if (ca__slots == NULL)
-    ca__slots = ca_meta_alloc((size_t)CA__SLOTS * CA__SLOT_BYTES);
+    ca__slots = ca_meta_alloc(CA__SLOTS_BYTES);
   ca__nfree_slots = 0;
   for (int i = CA__SLOTS - 1; ca__slots && i >= 0; i--)
     ca__free_slots[ca__nfree_slots++] = i;
@@ -253,6 +258,17 @@ static bool ca__slots_ready(ca_pool *pool) {
 
 static unsigned char *ca__slot(int slot) {
   return ca__slots + (size_t)slot * CA__SLOT_BYTES;
+}
+
+/* Whether the slot's copy was made: the byte after every slot's bytes. */
+static unsigned char *ca__copied(int slot) {
+  return ca__slots + (size_t)CA__SLOTS * CA__SLOT_BYTES + slot;
+}
+
+/* The slot's copy, or NULL where the device copied nothing: its bytes all
+ * held the fill. */
+static const unsigned char *ca__copy_in(int slot) {
+  return *ca__copied(slot) ? ca__slot(slot) : NULL;
 }
 
 /* Under the lock: h leaves the quarantine; its record is spare again (its
@@ -291,7 +307,7 @@ static bool ca__finish_batch(bool wait) {
   ca__held *h;
   do {
     h = ca__list_pop(&ca__copying, &ca__copying_tail);
-    bool written = r == 0 && ca__judge(h, ca__slot(h->slot));
+    bool written = r == 0 && ca__judge(h, ca__copy_in(h->slot));
     ca__free_slots[ca__nfree_slots++] = h->slot;
     ca__release(h, written);
   } while (h != last);
@@ -300,7 +316,8 @@ static bool ca__finish_batch(bool wait) {
 
 /* Under the lock: the copy of h's block and red zone into its slot. */
 static ca_backend_rows ca__rows_of(const ca__held *h) {
-  ca_backend_rows r = {.addr = h->addr, .host = ca__slot(h->slot)};
+  ca_backend_rows r = {.addr = h->addr, .host = ca__slot(h->slot),
+                       .copied = ca__copied(h->slot)};
   bool whole = ca__whole(h);
   r.width = whole ? h->requested + CA_MEMCHECK_RED_ZONE : CA__ROW;
   r.rows = whole ? 1 : 2;
@@ -341,7 +358,8 @@ static void ca__start_batch(void) {
     batch[n++] = h;
   }
   if (n > 0)
-    ca_pool_fetch(first.pool, sets, n, ca__stream_of(&first), &started);
+    ca_pool_fetch(first.pool, sets, n, CA_MEMCHECK_FILL, ca__stream_of(&first),
+                  &started);
   for (size_t i = started; i < n; i++) {
     ca__free_slots[ca__nfree_slots++] = batch[i]->slot;
     ca__release(batch[i], false);
@@ -591,20 +609,22 @@ static void ca__check_live(ca_pool *pool, const ca_live_block *v, size_t n) {
     sets[i] = (ca_backend_rows){.addr = v[i].addr + v[i].requested,
                                 .width = CA_MEMCHECK_RED_ZONE,
                                 .rows = 1,
-                                .host = ca__slot(slots[i])};
-  size_t copied = 0;
+                                .host = ca__slot(slots[i]),
+                                .copied = ca__copied(slots[i])};
+  size_t started = 0;
   uint64_t marker = 0;
-  ca_pool_fetch(pool, sets, n, NULL, &copied);
-  if (copied == 0 || ca_pool_mark_after(pool, NULL, &marker) != 0 ||
+  ca_pool_fetch(pool, sets, n, CA_MEMCHECK_FILL, NULL, &started);
+  if (started == 0 || ca_pool_mark_after(pool, NULL, &marker) != 0 ||
       ca_pool_fetched(pool, marker, true) != 0)
     return;
-  for (size_t i = 0; i < copied; i++) {
+  for (size_t i = 0; i < started; i++) {
     ca_report_finding f = {.kind = CA_FINDING_PAST_END_LIVE, .addr = v[i].addr,
                      .requested = v[i].requested, .device = v[i].device,
                      .alloc_stack = v[i].tag};
-    f.count = v[i].red_zone_unset ? 0
-                                  : ca__differ(ca__slot(slots[i]),
-                                               CA_MEMCHECK_RED_ZONE, &f.first);
+    const unsigned char *zone = ca__copy_in(slots[i]);
+    f.count = v[i].red_zone_unset || zone == NULL
+                  ? 0
+                  : ca__differ(zone, CA_MEMCHECK_RED_ZONE, &f.first);
     if (f.count > 0 && !ca__live_known(v[i].addr)) {
       ca__found(&f);
       if (ca__nlive_found < CA__LIVE_FOUND)

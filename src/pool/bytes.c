@@ -19,9 +19,10 @@ int ca_pool_fill(ca_pool *pool, uint64_t addr, uint64_t width, uint64_t rows,
 }
 
 int ca_pool_fetch(ca_pool *pool, const ca_backend_rows *sets, size_t n,
-                  const uint64_t *stream, size_t *started) {
+                  unsigned char expect, const uint64_t *stream,
+                  size_t *started) {
   const ca_backend *be = pool->backend;
-  return be->fetch(be->ctx, pool->device, sets, n, stream, started);
+  return be->fetch(be->ctx, pool->device, sets, n, expect, stream, started);
 }
 
 int ca_pool_mark_after(ca_pool *pool, const uint64_t *stream,

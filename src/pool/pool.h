@@ -178,16 +178,18 @@ void ca_pool_stream_ended(ca_pool *pool, uint64_t stream);
  * (backend.h): whether it can touch them at all; a fill of `rows` rows of
  * `width` bytes, `pitch` apart, with `byte` on *stream, as one operation
  * (NULL: after the work on every stream, before any queued later); the
- * copies of n sets of rows to the host (hosts from ca_pool_host_alloc) on
- * *stream (NULL: the legacy stream), *started of them started (the
- * backend's fetch); a marker after the work queued so far on *stream
+ * copies of n sets of rows to the host (from ca_pool_host_alloc) on
+ * *stream (NULL: the legacy stream), those whose bytes all hold `expect`
+ * perhaps left out, *started of them started (the backend's fetch); a
+ * marker after the work queued so far on *stream
  * (NULL: on every stream); whether it has passed (0; 1 not yet), waiting
  * for it with `wait`, the marker forgotten once passed or waited for. */
 bool ca_pool_touches_bytes(const ca_pool *pool);
 int ca_pool_fill(ca_pool *pool, uint64_t addr, uint64_t width, uint64_t rows,
                  uint64_t pitch, unsigned char byte, const uint64_t *stream);
 int ca_pool_fetch(ca_pool *pool, const ca_backend_rows *sets, size_t n,
-                  const uint64_t *stream, size_t *started);
+                  unsigned char expect, const uint64_t *stream,
+                  size_t *started);
 int ca_pool_mark_after(ca_pool *pool, const uint64_t *stream,
                        uint64_t *marker);
 int ca_pool_fetched(ca_pool *pool, uint64_t marker, bool wait);

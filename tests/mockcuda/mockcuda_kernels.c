@@ -37,22 +37,51 @@ struct CUfunc_st {
   mock_kernel_fn run;
 };
 
-/* The gather kernel's one parameter: block b copies set b's `rows` rows of
- * `width` bytes, `pitch` apart from `src` on, to the host at `dst`. */
+/* The gather kernel's one parameter: block b takes set b, `rows` rows of
+ * `width` bytes, `pitch` apart from `src` on; where any byte is not
+ * `expect`, it copies them to the host at `dst`, one after another, and
+ * sets the byte at `copied` to 1. */
 typedef struct mock_gather_set {
-  uint64_t src, dst, pitch;
+  uint64_t src, dst, pitch, copied;
   uint32_t width, rows;
 } mock_gather_set;
 
+typedef struct mock_gather_args {
+  uint32_t expect, unused;
+  mock_gather_set set[];
+} mock_gather_args;
+
+/* Whether set s's bytes all hold `expect`: 1, 0, or -1 for an access
+ * outside every live allocation. */
+static int mock_gather_all(const mock_gather_set *s, unsigned char expect) {
+  unsigned char row[65536];
+  if (s->width > sizeof row)
+    return -1;
+  for (uint32_t r = 0; r < s->rows; r++) {
+    if (mockcuda_kernel_read(s->src + r * s->pitch, row, s->width) != 0)
+      return -1;
+    for (uint32_t i = 0; i < s->width; i++)
+      if (row[i] != expect)
+        return 0;
+  }
+  return 1;
+}
+
 static int mock_gather(unsigned gx, void **params) {
-  const mock_gather_set *set = params[0];
-  for (unsigned b = 0; b < gx; b++)
-    for (uint32_t r = 0; r < set[b].rows; r++)
-      if (mockcuda_kernel_read(set[b].src + r * set[b].pitch,
-                               (unsigned char *)(uintptr_t)set[b].dst +
-                                   (uint64_t)r * set[b].width,
-                               set[b].width) != 0)
+  const mock_gather_args *a = params[0];
+  for (unsigned b = 0; b < gx; b++) {
+    const mock_gather_set *s = &a->set[b];
+    int all = mock_gather_all(s, (unsigned char)a->expect);
+    if (all < 0)
+      return -1;
+    for (uint32_t r = 0; r < s->rows && !all; r++)
+      if (mockcuda_kernel_read(s->src + r * s->pitch,
+                               (unsigned char *)(uintptr_t)s->dst + (uint64_t)r * s->width,
+                               s->width) != 0)
         return -1;
+    if (!all)
+      *(unsigned char *)(uintptr_t)s->copied = 1;
+  }
   return 0;
 }
 

@@ -208,22 +208,42 @@ static int ca__fake_fill(void *ctx, int device, uint64_t addr, uint64_t width,
   return 0;
 }
 
+/* Whether n bytes at p all hold `expect`. */
+static bool ca__fake_all(const unsigned char *p, uint64_t n, unsigned char expect) {
+  for (uint64_t i = 0; i < n; i++)
+    if (p[i] != expect)
+      return false;
+  return true;
+}
+
+/* As the CUDA backend's kernel does: a set whose bytes all hold `expect`
+ * is not copied. */
 static int ca__fake_fetch(void *ctx, int device, const ca_backend_rows *sets,
-                          size_t n, const uint64_t *stream, size_t *started) {
+                          size_t n, unsigned char expect,
+                          const uint64_t *stream, size_t *started) {
   ca_fake_backend *f = ctx;
   (void)device;
   (void)stream;
   size_t k = f->fetch_cap == 0 ? n
              : f->fetch_cap < 0 ? 0
              : n < (size_t)f->fetch_cap ? n : (size_t)f->fetch_cap;
-  for (size_t i = 0; i < k; i++)
-    for (uint64_t r = 0; r < sets[i].rows; r++)
-      memcpy((char *)sets[i].host + r * sets[i].width,
-             (const void *)(uintptr_t)(sets[i].addr + r * sets[i].pitch),
-             (size_t)sets[i].width);
+  int copies = 0;
+  for (size_t i = 0; i < k; i++) {
+    const ca_backend_rows *s = &sets[i];
+    bool all = true;
+    for (uint64_t r = 0; r < s->rows && all; r++)
+      all = ca__fake_all((const unsigned char *)(uintptr_t)(s->addr + r * s->pitch),
+                         s->width, expect);
+    for (uint64_t r = 0; r < s->rows && !all; r++)
+      memcpy((char *)s->host + r * s->width,
+             (const void *)(uintptr_t)(s->addr + r * s->pitch), (size_t)s->width);
+    *s->copied = !all;
+    copies += !all;
+  }
   pthread_mutex_lock(&f->lock);
   f->fetches += (int)k;
   f->fetch_calls++;
+  f->fetch_copies += copies;
   pthread_mutex_unlock(&f->lock);
   *started = k;
   return k == n ? 0 : 1;

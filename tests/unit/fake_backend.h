@@ -83,8 +83,9 @@ typedef struct ca_fake_backend {
   int fail_maps;
   bool busy_maps;
   /* Byte calls, once ca_fake_enable_bytes is called: fills, the copies
-   * fetches started, and fetch calls. */
-  int fills, fetches, fetch_calls;
+   * fetches started, fetch calls, and the copies made (those whose bytes
+   * did not all hold the byte expected). */
+  int fills, fetches, fetch_calls, fetch_copies;
   bool refuse_fills;  /* fills answer 1 (refused, as during a capture) */
   /* Positive: a fetch starts at most this many copies, then answers 1 (a
    * launch or copy refused); negative: it starts none; 0: all. */
@@ -112,7 +113,9 @@ void ca_fake_enable_ranges(ca_fake_backend *f);
 
 /* Gives a host-backed fake the backend's byte calls (fill, fetch,
  * host_alloc: memcheck's), done at once on the host memory behind the
- * addresses; streams play no part. Counted in fills and fetches. */
+ * addresses; streams play no part. A fetch compares as the CUDA backend's
+ * kernel does, copying only sets that differ. Counted in fills and
+ * fetches. */
 void ca_fake_enable_bytes(ca_fake_backend *f);
 
 /* Frees host memory still held by a host-backed fake. */

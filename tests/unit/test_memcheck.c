@@ -266,6 +266,30 @@ static void test_blocks_leave_in_batches_while_the_device_lags(void **state) {
   assert_string_equal(take_log(), "");
 }
 
+/* The backend compares a batch's rows with the fill where they lie and
+ * copies back only those that differ: of ten blocks, the one written past
+ * its end; all ten are checked. */
+static void test_only_blocks_that_differ_are_copied_back(void **state) {
+  (void)state;
+  enum { N = 10 };
+  uint64_t a[N];
+  for (int i = 0; i < N; i++)
+    a[i] = alloc(1000 + 4096 * (uint64_t)i);
+  ca_memcheck_drain();
+  uint64_t checked = ca_memcheck_totals_now().checked;
+  uint64_t over = ca_memcheck_totals_now().overflows;
+  int copies = fake.fetch_copies;
+  bytes(a[7] + 1000 + 4096 * 7)[2] = 0x11;
+  for (int i = 0; i < N; i++)
+    release(a[i]);
+  ca_memcheck_drain();
+  assert_int_equal(ca_memcheck_totals_now().checked - checked, N);
+  assert_int_equal(ca_memcheck_totals_now().overflows - over, 1);
+  assert_int_equal(fake.fetch_copies - copies, 1);
+  assert_non_null(strstr(take_log(), "1 byte written past the end of a block "
+                                     "of 29672 bytes"));
+}
+
 /* Copies the backend did not start (a launch or a copy refused): their
  * blocks go back to the pool unchecked, those it started are judged, and
  * nothing is lost or found. */
@@ -389,6 +413,7 @@ int main(void) {
       cmocka_unit_test(test_a_block_reused_at_its_size_costs_one_fill_a_free),
       cmocka_unit_test(test_the_quarantine_holds_freed_blocks),
       cmocka_unit_test(test_blocks_leave_in_batches_while_the_device_lags),
+      cmocka_unit_test(test_only_blocks_that_differ_are_copied_back),
       cmocka_unit_test(test_copies_not_started_go_back_unchecked),
       cmocka_unit_test(test_threads_find_nothing_in_correct_blocks),
       cmocka_unit_test(test_a_racing_double_free_is_answered_once),

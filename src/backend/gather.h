@@ -21,15 +21,11 @@
 #include "backend/backend.h"
 #include "backend/streams.h"
 
-/* The sets one launch copies, at most. */
-#define CA_GATHER_MAX 64
-
 /* Starts the copies of the first of sets[0..n) to the host on `s`, in w's
  * context (current), as one launch of the gather kernel, those whose
  * bytes all hold `expect` left out (their *copied set to 0 first, by the
- * host); returns how many
- * (up to CA_GATHER_MAX), or 0, launching nothing, where the kernel does
- * not serve them: a single set (one copy costs less than a launch), a row
+ * host); returns how many (up to CA_GATHER_MAX, gather_kernel.h), or 0,
+ * launching nothing, where the kernel does not serve them: a single set (one copy costs less than a launch), a row
  * wider than 4 GiB, a context whose driver cannot load the kernel (tried
  * once per context), a launch refused, or an NVTX tool attached, which
  * checks kernels' accesses against the program's live blocks (a

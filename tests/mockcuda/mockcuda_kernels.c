@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/gather_kernel.h"
 #include "mockcuda_internal.h"
 
 #define MOCK_MAX_MODULES 64
@@ -37,23 +38,14 @@ struct CUfunc_st {
   mock_kernel_fn run;
 };
 
-/* The gather kernel's one parameter: block b takes set b, `rows` rows of
- * `width` bytes, `pitch` apart from `src` on; where any byte is not
- * `expect`, it copies them to the host at `dst`, one after another, and
- * sets the byte at `copied` to 1. */
-typedef struct mock_gather_set {
-  uint64_t src, dst, pitch, copied;
-  uint32_t width, rows;
-} mock_gather_set;
-
-typedef struct mock_gather_args {
-  uint32_t expect, unused;
-  mock_gather_set set[];
-} mock_gather_args;
+/* The library's gather kernel (its parameter: backend/gather_kernel.h):
+ * block b takes set b, `rows` rows of `width` bytes, `pitch` apart from
+ * `src` on; where any byte is not `expect`, it copies them to the host at
+ * `dst`, one after another, and sets the byte at `copied` to 1. */
 
 /* Whether set s's bytes all hold `expect`: 1, 0, or -1 for an access
  * outside every live allocation. */
-static int mock_gather_all(const mock_gather_set *s, unsigned char expect) {
+static int mock_gather_all(const ca_gather_set *s, unsigned char expect) {
   unsigned char row[65536];
   if (s->width > sizeof row)
     return -1;
@@ -68,9 +60,9 @@ static int mock_gather_all(const mock_gather_set *s, unsigned char expect) {
 }
 
 static int mock_gather(unsigned gx, void **params) {
-  const mock_gather_args *a = params[0];
+  const ca_gather_args *a = params[0];
   for (unsigned b = 0; b < gx; b++) {
-    const mock_gather_set *s = &a->set[b];
+    const ca_gather_set *s = &a->set[b];
     int all = mock_gather_all(s, (unsigned char)a->expect);
     if (all < 0)
       return -1;

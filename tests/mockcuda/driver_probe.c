@@ -7,7 +7,7 @@
  * semantics are the measured driver's and not our guesses.
  *
  * Build on a GPU machine: cc -std=c11 -D_GNU_SOURCE -I<cuda>/include
- *   driver_probe.c driver_probe_ipc.c -o driver_probe -lcuda -ldl -lpthread
+ *   -I../../src driver_probe*.c -o driver_probe -lcuda -ldl -lpthread
  */
 #define __CUDA_API_VERSION_INTERNAL 1 /* declares the _ptsz / legacy names */
 #include <cuda.h>
@@ -398,6 +398,7 @@ int main(int argc, char **argv) {
   probe_ipc(argv[0]);
   probe_free_memory();
   probe_vmm();
+  probe_kernels();
 
   /* The primary context's last release frees its memory. */
   Q("cuMemAlloc before release", cuMemAlloc_v2(&p, 4096));

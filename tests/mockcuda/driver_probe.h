@@ -1,4 +1,4 @@
-/* driver_probe's parts (driver_probe.c, driver_probe_ipc.c). */
+/* driver_probe's parts (driver_probe*.c). */
 #ifndef DRIVER_PROBE_H
 #define DRIVER_PROBE_H
 
@@ -26,5 +26,7 @@ void probe_vmm(void);
 /* Memsets and copies that leave their allocation, frees during a capture of
  * what is no allocation, and the alignment of allocations by size. */
 void probe_ranges(CUcontext ctx);
+/* Modules and launches: the library's gather kernel loaded and run. */
+void probe_kernels(void);
 
 #endif /* DRIVER_PROBE_H */

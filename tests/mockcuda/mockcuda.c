@@ -1220,6 +1220,16 @@ CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags) {
   return rc;
 }
 
+/* What cuMemHostAlloc gave back to the host. */
+CUresult cuMemFreeHost(void *p) {
+  mock_lock();
+  CUresult rc = mock_need_init();
+  mock_unlock();
+  if (rc == CUDA_SUCCESS)
+    free(p);
+  return rc;
+}
+
 /* Stream-ordered calls act at once: the mock's streams have no pending work.
  * They are legal during a capture (the driver records graph nodes). */
 static CUresult mock_alloc_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,

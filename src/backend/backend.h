@@ -20,7 +20,8 @@
 
 /* One copy of a block's bytes to the host (fetch): `rows` rows of `width`
  * bytes, `pitch` apart from `addr` on, to `host`, one after another, and
- * whether they were copied, in `*copied` (both memory from host_alloc). */
+ * whether they were copied, in `*copied` (both memory from host_alloc; in
+ * a fetch of one set alone, any host memory). */
 typedef struct ca_backend_rows {
   uint64_t addr, width, rows, pitch;
   void *host;

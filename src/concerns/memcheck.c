@@ -104,6 +104,7 @@ static uint64_t ca__waiting_bytes, ca__waiting_count; /* those waiting */
  * empty table. */
 static _Atomic uint64_t ca__nheld;
 static unsigned char *ca__slots;
+static bool ca__slots_pinned; /* from the backend's host_alloc */
 static int ca__free_slots[CA__SLOTS], ca__nfree_slots = -1;
 static ca_report_finding ca__pending[CA__PENDING];
 static size_t ca__npending, ca__unprinted;
@@ -248,6 +249,7 @@ static bool ca__slots_ready(ca_pool *pool) {
   if (ca__nfree_slots >= 0)
     return ca__slots != NULL;
   ca__slots = ca_pool_host_alloc(pool, CA__SLOTS_BYTES);
+  ca__slots_pinned = ca__slots != NULL;
   if (ca__slots == NULL)
     ca__slots = ca_meta_alloc(CA__SLOTS_BYTES);
   ca__nfree_slots = 0;
@@ -325,6 +327,22 @@ static ca_backend_rows ca__rows_of(const ca__held *h) {
   return r;
 }
 
+/* Under the lock: the copies of sets[0..n) on *stream, asked of the
+ * backend at once; one at a time into pageable slots, which only a copy
+ * may fill (the backend's kernel writes only memory from host_alloc). */
+static size_t ca__fetch(ca_pool *pool, const ca_backend_rows *sets, size_t n,
+                        const uint64_t *stream) {
+  size_t started = 0, one = 0;
+  if (ca__slots_pinned) {
+    ca_pool_fetch(pool, sets, n, CA_MEMCHECK_FILL, stream, &started);
+    return started;
+  }
+  while (started < n &&
+         ca_pool_fetch(pool, sets + started, 1, CA_MEMCHECK_FILL, stream, &one) == 0)
+    started++;
+  return started;
+}
+
 /* Under the lock: whether h may join a batch of `first`'s (a copy of its
  * record): the same pool and stream, so that one marker covers both. */
 static bool ca__same_batch(const ca__held *h, const ca__held *first) {
@@ -344,7 +362,7 @@ static void ca__start_batch(void) {
   }
   ca__held *batch[CA__BATCH];
   ca_backend_rows sets[CA__BATCH];
-  size_t n = 0, started = 0;
+  size_t n = 0;
   while (ca__waiting && n < CA__BATCH && ca__same_batch(ca__waiting, &first)) {
     while (ca__nfree_slots == 0 && ca__copying)
       ca__finish_batch(true);
@@ -357,9 +375,7 @@ static void ca__start_batch(void) {
     sets[n] = ca__rows_of(h);
     batch[n++] = h;
   }
-  if (n > 0)
-    ca_pool_fetch(first.pool, sets, n, CA_MEMCHECK_FILL, ca__stream_of(&first),
-                  &started);
+  size_t started = n > 0 ? ca__fetch(first.pool, sets, n, ca__stream_of(&first)) : 0;
   for (size_t i = started; i < n; i++) {
     ca__free_slots[ca__nfree_slots++] = batch[i]->slot;
     ca__release(batch[i], false);
@@ -611,9 +627,8 @@ static void ca__check_live(ca_pool *pool, const ca_live_block *v, size_t n) {
                                 .rows = 1,
                                 .host = ca__slot(slots[i]),
                                 .copied = ca__copied(slots[i])};
-  size_t started = 0;
+  size_t started = ca__fetch(pool, sets, n, NULL);
   uint64_t marker = 0;
-  ca_pool_fetch(pool, sets, n, CA_MEMCHECK_FILL, NULL, &started);
   if (started == 0 || ca_pool_mark_after(pool, NULL, &marker) != 0 ||
       ca_pool_fetched(pool, marker, true) != 0)
     return;

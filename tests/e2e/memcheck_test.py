@@ -222,27 +222,28 @@ def check_shutdown(tmp):
 
 
 def check_batch(tmp):
-    """A batch of blocks leaving the quarantine is copied back by one launch
-    of the library's gather kernel, not a copy each, and judged the same;
-    where the driver cannot load the kernel (MOCKCUDA_JIT=0), by a copy
-    each, with the same findings."""
+    """A batch of blocks leaving the quarantine is checked by one launch of
+    the library's gather kernel, not a copy each, and judged the same;
+    where the driver cannot load the kernel (MOCKCUDA_JIT=0), or no pinned
+    memory is to be had for the copies (MOCKCUDA_PINNED=0: the kernel
+    writes only pinned memory), by a copy each, with the same findings."""
     n = 16
-    seen = {}
-    for jit in ("1", "0"):
-        r = lr.run("batch", CONF, str(n), prog=PROG, env_add={"MOCKCUDA_JIT": jit})
+    # (environment, launches, copies, module loads)
+    cases = (({}, 1, 0, 1), ({"MOCKCUDA_JIT": "0"}, 0, 2 * n, 1),
+             ({"MOCKCUDA_PINNED": "0"}, 0, 2 * n, 0))
+    for env_add, *want_calls in cases:
+        r = lr.run("batch", CONF, str(n), prog=PROG, env_add=env_add)
         found, totals = findings(r)
         addrs = [int(a, 16) for a in r.kv.get("addr", [])]
         got = sorted((int(m.group(3), 16), int(m.group(1))) for m, _, _ in found)
         want = sorted([(addrs[0], 1), (addrs[1], 2)])
-        expect(got == want, f"findings {got}, want {want} (MOCKCUDA_JIT={jit})", r)
+        expect(got == want, f"findings {got}, want {want} ({env_add})", r)
         expect(totals == (2 * n, 2, 0), f"totals {totals}, want {2 * n} checked, 2 past the end", r)
-        calls = (r.integer("launches"), r.integer("copies"), r.integer("module_loads"))
-        want_calls = (1, 0, 1) if jit == "1" else (0, 2 * n, 1)
+        calls = [r.integer("launches"), r.integer("copies"), r.integer("module_loads")]
         expect(calls == want_calls, f"launches, copies, module loads {calls}, want {want_calls} "
-               f"(MOCKCUDA_JIT={jit})", r)
-        seen[jit] = calls
-    return (f"{2 * n} blocks: one launch (the kernel loaded once), or {seen['0'][1]} copies "
-            "without the kernel; the same two findings")
+               f"({env_add})", r)
+    return (f"{2 * n} blocks: one launch (the kernel loaded once); {2 * n} copies without the "
+            "kernel or without pinned memory; the same two findings")
 
 
 def check_exitcode(tmp):

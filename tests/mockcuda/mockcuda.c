@@ -1215,6 +1215,9 @@ CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags) {
   mock_unlock();
   if (rc == CUDA_SUCCESS && (pp == NULL || bytesize == 0 || (flags & ~0xFu)))
     rc = CUDA_ERROR_INVALID_VALUE;
+  const char *pinned = getenv("MOCKCUDA_PINNED");
+  if (rc == CUDA_SUCCESS && pinned && strcmp(pinned, "0") == 0)
+    rc = CUDA_ERROR_OUT_OF_MEMORY; /* no page can be locked */
   if (rc == CUDA_SUCCESS && (*pp = calloc(1, bytesize)) == NULL)
     rc = CUDA_ERROR_OUT_OF_MEMORY;
   return rc;

@@ -28,7 +28,8 @@
  * MOCKCUDA_SHARED_MEM=FILE (every process naming FILE shares the devices'
  * memory, as the processes of one machine share its GPUs: mockcuda_gpu.c),
  * MOCKCUDA_JIT=0 (cuModuleLoadData refuses: a driver that cannot compile
- * PTX; the kernels the mock emulates: mockcuda_kernels.c).
+ * PTX; the kernels the mock emulates: mockcuda_kernels.c), MOCKCUDA_PINNED=0
+ * (cuMemHostAlloc refuses for memory: no page can be locked).
  */
 #ifndef MOCKCUDA_H
 #define MOCKCUDA_H

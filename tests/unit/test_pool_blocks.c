@@ -315,6 +315,38 @@ static void red_zones_on_stale_bytes_are_set_as_handed_out(void **state) {
   fixture_free(fx);
 }
 
+/* A block keeps four stale ranges; a fifth joins the two closest, taking
+ * in the bytes between them: five freed neighbours, each with its middle
+ * stale, merge into one block whose red zone costs a fill in the gap
+ * joined and none in a gap kept. */
+static void the_two_closest_stale_ranges_join_past_four(void **state) {
+  (void)state;
+  fixture *fx = bytes_fixture();
+  const uint64_t size = 2 * MiB, span = 2 * MiB + 512; /* a block, red zone in */
+  const uint64_t tail_gap[5] = {8192, 8192, 1024, 8192, 8192};
+  uint64_t b[5];
+  for (int i = 0; i < 5; i++) {
+    b[i] = must_alloc(fx, size);
+    assert_int_equal(b[i], b[0] + (uint64_t)i * span);
+  }
+  /* Ranges [b + 4608, b + span - tail_gap): the gaps between them are
+   * 4608 + tail_gap, the least between the third and the fourth. */
+  for (int i = 0; i < 5; i++)
+    assert_true(ca_pool_stale(fx->pool, b[i], b[i] + 4608, b[i] + span - tail_gap[i]));
+  for (int i = 0; i < 5; i++)
+    assert_true(ca_pool_free(fx->pool, b[i], NULL));
+  int fills = fx->fake.fills;
+  /* A red zone in the gap kept, between the first two ranges. */
+  assert_int_equal(must_alloc(fx, span - 512), b[0]);
+  assert_int_equal(fx->fake.fills, fills);
+  assert_true(ca_pool_free(fx->pool, b[0], NULL));
+  /* A red zone in the gap joined, between the third and the fourth. */
+  assert_int_equal(must_alloc(fx, 3 * span - 512), b[0]);
+  assert_int_equal(fx->fake.fills, fills + 1);
+  assert_true(ca_pool_free(fx->pool, b[0], NULL));
+  fixture_free(fx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(rounds_requests_to_the_granule),
@@ -328,6 +360,7 @@ int main(void) {
       cmocka_unit_test(honours_max_split_size),
       cmocka_unit_test(large_blocks_merge_at_once),
       cmocka_unit_test(red_zones_on_stale_bytes_are_set_as_handed_out),
+      cmocka_unit_test(the_two_closest_stale_ranges_join_past_four),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -65,9 +65,9 @@ typedef struct ca__call {
   unsigned char byte;  /* fill: the value */
   void *host;          /* host_alloc: what it got */
   uint64_t rows, pitch; /* fill: `rows` rows of `size` bytes, pitch apart */
-  const ca_backend_rows *sets; /* fetch: its copies, n of them, the byte */
-  size_t n, started;           /* they may all hold, and those started */
-  unsigned char expect;
+  const ca_backend_rows *sets; /* fetch: its copies, n of them, */
+  size_t n, started;           /* those started, */
+  unsigned char expect;        /* and the byte they may all hold */
 } ca__call;
 
 enum { CA__RESERVE, CA__RELEASE, CA__MEM_INFO, CA__SYNC, CA__MARK, CA__POLL,

@@ -87,7 +87,7 @@ static CUfunction ca__kernel(const ca_where *w) {
     return fn;
   fn = ca__load_kernel(w);
   ca__gather_take_lock();
-  if ((l = ca__loaded_for(w->ctx)) != NULL) /* another thread loaded it meanwhile */
+  if ((l = ca__loaded_for(w->ctx)) != NULL) /* loaded meanwhile, elsewhere */
     fn = l->fn;
   else if (ca__nloaded < CA__CONTEXTS)
     ca__loaded_in[ca__nloaded++] =
@@ -103,11 +103,11 @@ static bool ca__pack(ca_gather_args *a, const ca_backend_rows *sets, size_t n) {
     if (r->width > UINT32_MAX || r->rows > UINT32_MAX)
       return false;
     a->set[i] = (ca_gather_set){.src = r->addr,
-                          .dst = (uint64_t)(uintptr_t)r->host,
-                          .pitch = r->pitch,
-                          .copied = (uint64_t)(uintptr_t)r->copied,
-                          .width = (uint32_t)r->width,
-                          .rows = (uint32_t)r->rows};
+                                .dst = (uint64_t)(uintptr_t)r->host,
+                                .pitch = r->pitch,
+                                .copied = (uint64_t)(uintptr_t)r->copied,
+                                .width = (uint32_t)r->width,
+                                .rows = (uint32_t)r->rows};
   }
   return true;
 }
@@ -122,8 +122,8 @@ size_t ca_gather(const ca_where *w, const ca_backend_rows *sets, size_t n,
   CUfunction fn;
   if (!ca__pack(&args, sets, n) || (fn = ca__kernel(w)) == NULL)
     return 0;
-  for (size_t i = 0; i < n; i++)
-    *sets[i].copied = 0; /* before the launch: the device sets those it copies */
+  for (size_t i = 0; i < n; i++) /* the device sets those it copies */
+    *sets[i].copied = 0;
   void *params[] = {&args};
   CUresult r = ca_driver()->launch_kernel(fn, (unsigned int)n, 1, 1,
                                           CA__THREADS, 1, 1, 0, s, params,
@@ -132,7 +132,7 @@ size_t ca_gather(const ca_where *w, const ca_backend_rows *sets, size_t n,
 }
 
 /* A grave naming a device takes all of its entries, whichever contexts
- * died: a primary context's handle is not known for one. */
+ * died: which handle its primary context had is not known. */
 static bool ca__survives(const ca_grave *g, const ca__loaded *l) {
   if (g->device >= 0)
     return l->device != g->device;

@@ -1,5 +1,5 @@
 /*
- * memcheck's copies of many blocks' rows as one kernel launch (gather.c).
+ * memcheck's check of many blocks' rows as one kernel launch (gather.c).
  *
  * Each copy is an operation in the program's stream, and the device runs
  * a stream's small operations one after another, a few microseconds each
@@ -25,18 +25,20 @@
  * context (current), as one launch of the gather kernel, those whose
  * bytes all hold `expect` left out (their *copied set to 0 first, by the
  * host); returns how many (up to CA_GATHER_MAX, gather_kernel.h), or 0,
- * launching nothing, where the kernel does not serve them: a single set (one copy costs less than a launch), a row
- * wider than 4 GiB, a context whose driver cannot load the kernel (tried
- * once per context), a launch refused, or an NVTX tool attached, which
- * checks kernels' accesses against the program's live blocks (a
- * compute-sanitizer run) and would take the kernel's reads of freed
- * blocks for the program's errors. */
+ * launching nothing, where the kernel does not serve them: a single set
+ * (one copy costs less than a launch), a row wider than 4 GiB, a context
+ * whose driver cannot load the kernel (tried once per context), a launch
+ * refused, or an NVTX tool attached, which checks kernels' accesses
+ * against the program's live blocks (a compute-sanitizer run) and would
+ * take the kernel's reads of freed blocks for the program's errors. The
+ * hosts must be memory from the backend's host_alloc: the device writes
+ * them. */
 size_t ca_gather(const ca_where *w, const ca_backend_rows *sets, size_t n,
                  unsigned char expect, CUstream s);
 
-/* Forgets the kernels of every context of the devices that died (a
- * context's modules die with it; a primary context reset leaves the
- * handle as it was, so the kernel is loaded again). */
+/* Forgets the kernels of what died (a context's modules die with it), to
+ * be loaded again at their next use: of a context, or of every context of
+ * a device whose primary context went (which handle it had is not known). */
 void ca_gather_bury(const ca_grave *g);
 
 #endif /* CA_GATHER_H */

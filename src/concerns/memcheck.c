@@ -15,10 +15,11 @@
  * quarantine, live to the pool, while younger frees pass it. As it leaves,
  * its red zone and its bytes (all of a small block, the first and last
  * CA_MEMCHECK_SAMPLE of a large one) are copied back on the same stream,
- * in batches with one marker each (a batch's copies one launch of the
- * backend's gather kernel where it can: backend/gather.h), and compared
- * once the marker has passed: the host never waits for a copy. Only then
- * does the block go back to the pool.
+ * in batches with one marker each (a batch as one launch of the backend's
+ * gather kernel where it can, which copies back only the blocks that
+ * differ from the fill: backend/gather.h), and compared once the marker
+ * has passed: the host never waits for a copy. Only then does the block go
+ * back to the pool.
  *
  * A large block freed on a stream is set to the fill only where it is
  * checked, its two rows, as one operation: filling all of it made the
@@ -163,7 +164,7 @@ static uint64_t ca__differ(const unsigned char *got, uint64_t n,
   return count;
 }
 
-/* Whether h is copied whole, or as two rows (ca__fetch_rows). */
+/* Whether h is copied whole, or as two rows (ca__rows_of). */
 static bool ca__whole(const ca__held *h) {
   return h->requested + CA_MEMCHECK_RED_ZONE <= CA__SLOT_BYTES;
 }
@@ -330,15 +331,15 @@ static ca_backend_rows ca__rows_of(const ca__held *h) {
 /* Under the lock: the copies of sets[0..n) on *stream, asked of the
  * backend at once; one at a time into pageable slots, which only a copy
  * may fill (the backend's kernel writes only memory from host_alloc). */
-static size_t ca__fetch(ca_pool *pool, const ca_backend_rows *sets, size_t n,
-                        const uint64_t *stream) {
+static size_t ca__fetch_sets(ca_pool *pool, const ca_backend_rows *sets,
+                             size_t n, const uint64_t *stream) {
   size_t started = 0, one = 0;
   if (ca__slots_pinned) {
     ca_pool_fetch(pool, sets, n, CA_MEMCHECK_FILL, stream, &started);
     return started;
   }
-  while (started < n &&
-         ca_pool_fetch(pool, sets + started, 1, CA_MEMCHECK_FILL, stream, &one) == 0)
+  while (started < n && ca_pool_fetch(pool, sets + started, 1,
+                                      CA_MEMCHECK_FILL, stream, &one) == 0)
     started++;
   return started;
 }
@@ -375,7 +376,8 @@ static void ca__start_batch(void) {
     sets[n] = ca__rows_of(h);
     batch[n++] = h;
   }
-  size_t started = n > 0 ? ca__fetch(first.pool, sets, n, ca__stream_of(&first)) : 0;
+  size_t started =
+      n > 0 ? ca__fetch_sets(first.pool, sets, n, ca__stream_of(&first)) : 0;
   for (size_t i = started; i < n; i++) {
     ca__free_slots[ca__nfree_slots++] = batch[i]->slot;
     ca__release(batch[i], false);
@@ -627,7 +629,7 @@ static void ca__check_live(ca_pool *pool, const ca_live_block *v, size_t n) {
                                 .rows = 1,
                                 .host = ca__slot(slots[i]),
                                 .copied = ca__copied(slots[i])};
-  size_t started = ca__fetch(pool, sets, n, NULL);
+  size_t started = ca__fetch_sets(pool, sets, n, NULL);
   uint64_t marker = 0;
   if (started == 0 || ca_pool_mark_after(pool, NULL, &marker) != 0 ||
       ca_pool_fetched(pool, marker, true) != 0)

@@ -76,7 +76,9 @@ static CUfunction ca__load_kernel(const ca_where *w) {
 }
 
 /* The kernel in w's context (current), loaded at its first use there;
- * NULL where the driver does not load it, or the table is full. */
+ * NULL where the driver does not load it, or the table is full. Two
+ * threads loading it at once would each keep an entry, the first found
+ * serving both: memcheck asks under its own lock, so they do not. */
 static CUfunction ca__kernel(const ca_where *w) {
   ca__gather_take_lock();
   ca__loaded *l = ca__loaded_for(w->ctx);
@@ -87,9 +89,7 @@ static CUfunction ca__kernel(const ca_where *w) {
     return fn;
   fn = ca__load_kernel(w);
   ca__gather_take_lock();
-  if ((l = ca__loaded_for(w->ctx)) != NULL) /* loaded meanwhile, elsewhere */
-    fn = l->fn;
-  else if (ca__nloaded < CA__CONTEXTS)
+  if (ca__nloaded < CA__CONTEXTS)
     ca__loaded_in[ca__nloaded++] =
         (ca__loaded){.ctx = w->ctx, .device = w->device, .fn = fn};
   pthread_mutex_unlock(&ca__gather_lock);

@@ -330,17 +330,17 @@ static ca_backend_rows ca__rows_of(const ca__held *h) {
 
 /* Under the lock: the copies of sets[0..n) on *stream, asked of the
  * backend at once; one at a time into pageable slots, which only a copy
- * may fill (the backend's kernel writes only memory from host_alloc). */
+ * may fill (the backend's kernel writes only memory from host_alloc).
+ * Returns how many started. */
 static size_t ca__fetch_sets(ca_pool *pool, const ca_backend_rows *sets,
                              size_t n, const uint64_t *stream) {
-  size_t started = 0, one = 0;
-  if (ca__slots_pinned) {
-    ca_pool_fetch(pool, sets, n, CA_MEMCHECK_FILL, stream, &started);
-    return started;
+  size_t started = 0, step = ca__slots_pinned ? n : 1;
+  for (int r = 0; r == 0 && started < n;) {
+    size_t got = 0;
+    r = ca_pool_fetch(pool, sets + started, step, CA_MEMCHECK_FILL, stream,
+                      &got);
+    started += got;
   }
-  while (started < n && ca_pool_fetch(pool, sets + started, 1,
-                                      CA_MEMCHECK_FILL, stream, &one) == 0)
-    started++;
   return started;
 }
 

@@ -30,7 +30,8 @@
 # -j, the process slots the checks share (default: the cores).
 # Build folder: BUILD (default ./build-gpu, RelWithDebInfo).
 # Writes into OUT: env.txt (the machine, the tree), build.log, ctest.log,
-# logs/*.log (one per run), results/<check>.tsv (the rows) and
+# logs/*.log (one per run), work/<check>/ (what a check's programs wrote
+# for it to judge, emptied as the check starts), results/<check>.tsv (the rows) and
 # <check>.fail.md (the last lines of a failed row's logs), results.tsv (all
 # rows, in order), summary.md (the table printed at the end, each failed
 # row's log tail, each check's time), gpu-check.log (everything printed).

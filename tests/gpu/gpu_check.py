@@ -11,7 +11,10 @@ its "pooled:" line, the hooks the library logs under verbose:2, the report.
 
 Each check writes its rows (check, runtime, preloaded, interception path,
 pooled allocs/backend allocs, result, notes) to OUT/results/CHECK.tsv, each
-run's output to OUT/logs/<row>.log, and prints one line per row. RESULT:
+run's output to OUT/logs/<row>.log, what its programs write for it to judge
+(results, logs, files to wait on) to OUT/work/CHECK/, emptied as the check
+starts, so that a check run again into the same OUT never judges what its
+last run left, and prints one line per row. RESULT:
 PASS, FAIL (the exit status is 1), INFO (informative: compute-sanitizer,
 hazard under immediate reuse) or SKIP: without a GPU a check writes one SKIP
 row saying why and exits 77, which ctest reports as skipped
@@ -36,6 +39,7 @@ import ctypes
 import functools
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -140,6 +144,9 @@ class Check:
         self.logs = os.path.join(self.out, "logs")
         os.makedirs(self.logs, exist_ok=True)
         os.makedirs(os.path.join(self.out, "results"), exist_ok=True)
+        self.work = os.path.join(self.out, "work", name)
+        shutil.rmtree(self.work, ignore_errors=True)
+        os.makedirs(self.work)
         self.results = os.path.join(self.out, "results", name + ".tsv")
         self.tails = os.path.join(self.out, "results", name + ".fail.md")
         for path in (self.results, self.tails):

@@ -3,7 +3,8 @@
 Why: scripts/gpu-check.sh runs the checks at once and each check runs its
 cases at once (Check.together); the table must still list every row in the
 order the code gives, a failed row must carry the last lines of the logs it
-judged, and a case that breaks must leave a failed row, not vanish. This
+judged, a case that breaks must leave a failed row, not vanish, and a
+check run again into the same OUT must judge only its own run's files. This
 drives gpu_check.Check with short shell programs as the runs, in CI. With
 the build folder, it also reads the configured checks (ctest's JSON): a
 check that takes the device's free memory runs alone (on the H200 one run
@@ -32,10 +33,13 @@ def fail(why):
     sys.exit(1)
 
 
-def new_check(out, jobs):
-    args = argparse.Namespace(root=out, lib=os.path.join(out, "no-library.so"), bin=out,
+def new_check_args(out, jobs=1):
+    return argparse.Namespace(root=out, lib=os.path.join(out, "no-library.so"), bin=out,
                               examples=out, out=out, jobs=jobs)
-    return gpu_check.Check("demo", args)
+
+
+def new_check(out, jobs):
+    return gpu_check.Check("demo", new_check_args(out, jobs))
 
 
 def shell(check, row, script):
@@ -127,6 +131,34 @@ def failures_keep_their_logs(out):
         fail("the failures' tails are not in the rows' order")
 
 
+def work_starts_empty(out):
+    """A check run again into the same OUT must not judge what its last run
+    left: its work folder starts empty (a rerun once found the last run's
+    rank logs and ready files there, and failed rows that had passed), while
+    another check's, which may be running beside it, is left alone. And no
+    check writes its programs' files straight into OUT."""
+    first = new_check(out, jobs=1)
+    with open(os.path.join(first.work, "rank0.json"), "w") as f:
+        f.write("{}")
+    other = gpu_check.Check("other", new_check_args(out))
+    with open(os.path.join(other.work, "kept"), "w") as f:
+        f.write("mine")
+    again = new_check(out, jobs=1)
+    if again.work != first.work or not os.path.isdir(again.work):
+        fail("work folders %s then %s" % (first.work, again.work))
+    if os.listdir(again.work):
+        fail("a check run again found its last run's files: %s" % os.listdir(again.work))
+    if not os.path.exists(os.path.join(other.work, "kept")):
+        fail("a check emptied another check's work folder")
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in sorted(os.listdir(here)):
+        if name.startswith("gpu_") and name.endswith(".py") and name != "gpu_check.py" \
+                and name != os.path.basename(__file__):
+            with open(os.path.join(here, name)) as f:
+                if "check.out" in f.read():
+                    fail("%s writes into OUT itself, not its work folder" % name)
+
+
 # The checks whose programs allocate what cudaMemGetInfo calls free, or count
 # the free memory: anything beside them fails or misleads them.
 FILLS_DEVICE = {
@@ -156,7 +188,7 @@ def configured_checks(build):
 
 
 def main():
-    for test in (ordered_and_concurrent, failures_keep_their_logs):
+    for test in (ordered_and_concurrent, failures_keep_their_logs, work_starts_empty):
         with tempfile.TemporaryDirectory() as out:
             test(out)
     if len(sys.argv) > 1:

@@ -121,7 +121,7 @@ def three_modes(name, runtime, tag):
 def torch_cnn(check):
     env = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
     modes = (("plain", "plain"), ("pool", "pooled"), ("expandable", "pooled"))
-    files = {mode: os.path.join(check.out, "torch_%s.json" % mode) for mode, _ in modes}
+    files = {mode: os.path.join(check.work, "torch_%s.json" % mode) for mode, _ in modes}
 
     def one(check, mode, expect):
         if os.path.exists(files[mode]):

@@ -111,9 +111,9 @@ def shared_limit(check):
     two pairs at once, each in a group of its own."""
     plain, solo = check.together(
         lambda: run_solo(check, "shared_limit_plain", None,
-                         os.path.join(check.out, "group_plain.json")),
+                         os.path.join(check.work, "group_plain.json")),
         lambda: run_solo(check, "shared_limit_solo", "",
-                         os.path.join(check.out, "group_solo.json")))
+                         os.path.join(check.work, "group_solo.json")))
     if plain is None or solo is None:
         for row in ("shared_limit_give_back", "shared_limit_full"):
             check.record(row, "torch", "-", "-", "-", "FAIL", "not run: a training alone failed")
@@ -134,7 +134,7 @@ def shared_limit(check):
 
 
 def give_back(check, conf, pre, plain, peak, cap_mib):
-    folder = os.path.join(check.out, "group_give_back")
+    folder = os.path.join(check.work, "group_give_back")
     run, first, second, why = run_pair(check, "shared_limit_give_back", conf, folder, False)
     if run is None:
         return
@@ -164,7 +164,7 @@ def give_back(check, conf, pre, plain, peak, cap_mib):
 
 
 def full(check, conf, pre, plain, group):
-    folder = os.path.join(check.out, "group_full")
+    folder = os.path.join(check.work, "group_full")
     run, first, second, why = run_pair(check, "shared_limit_full", conf, folder, True)
     if run is None:
         return
@@ -277,7 +277,7 @@ def ddp_job(check, row, folder, slot, plain):
 
 
 def ddp_plain(check):
-    folder = os.path.join(check.out, "ddp_plain")
+    folder = os.path.join(check.work, "ddp_plain")
     os.makedirs(folder, exist_ok=True)
     run = check.run("torchrun_plain", DDP + ["--nproc_per_node=2", "tests/gpu/torch_ddp.py",
                                              folder], env=ENV, limit=240)
@@ -291,7 +291,7 @@ def ddp_plain(check):
 
 
 def ddp_nccl(check):
-    folder = os.path.join(check.out, "ddp_nccl")
+    folder = os.path.join(check.work, "ddp_nccl")
     os.makedirs(folder, exist_ok=True)
     cmd = [check.path("scripts/cudalloc"), "run", "--conf",
            "log_path:%s/nccl.%%p.log" % folder, "--"] + DDP + [
@@ -327,8 +327,8 @@ def torchrun(check):
         ddp_nccl(check)
         return
     check.together(
-        lambda: ddp_job(check, "torchrun_run", os.path.join(check.out, "ddp_run"), False, plain),
-        lambda: ddp_job(check, "torchrun_slot", os.path.join(check.out, "ddp_slot"), True, plain),
+        lambda: ddp_job(check, "torchrun_run", os.path.join(check.work, "ddp_run"), False, plain),
+        lambda: ddp_job(check, "torchrun_slot", os.path.join(check.work, "ddp_slot"), True, plain),
         lambda: ddp_nccl(check))
 
 

@@ -11,7 +11,7 @@ driver about its memory gets the answer it would get without the pool.
   driver_facts  driver_probe (tests/mockcuda) against the real driver: its
                 output must be tests/mockcuda/driver_facts.txt, which the mock
                 is diffed against in CI (the new output is kept as
-                OUT/driver_facts.txt); preloaded, every answer must be the
+                OUT/work/driver_facts/driver_facts.txt); preloaded, every answer must be the
                 same, or the difference docs/COMPATIBILITY.md documents
                 (tests/probe_compare.py, which CI runs on the mock)
   torch_ipc     torch.multiprocessing, PyTorch's caching allocator on and
@@ -44,7 +44,7 @@ def driver_facts(check):
     if not os.access(probe, os.X_OK):
         check.record("driver_facts", "driver", "no", "-", "-", "FAIL", "driver_probe not built")
         return
-    facts_file = os.path.join(check.out, "driver_facts.txt")
+    facts_file = os.path.join(check.work, "driver_facts.txt")
     env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "CUDALLOC_CONF")}
     plain = subprocess.run([probe], capture_output=True, text=True, timeout=120, env=env)
     with open(facts_file, "w") as f:

@@ -151,7 +151,7 @@ def oom_limit(check):
 def torch_streams(check):
     env = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
     modes = (("plain", None), ("pool", ""), ("expandable", "expandable_segments:1"))
-    files = {mode: os.path.join(check.out, "torch_streams_%s.json" % mode) for mode, _ in modes}
+    files = {mode: os.path.join(check.work, "torch_streams_%s.json" % mode) for mode, _ in modes}
 
     def one(check, mode, conf):
         if os.path.exists(files[mode]):

@@ -76,7 +76,7 @@ def slot_torch(check, prefix="slot", **how):
                          result="INFO", **how),
         lambda: slot_row(check, prefix + "_graph", ["graph"], **how),
         lambda: slot_row(check, prefix + "_history",
-                         ["history", os.path.join(check.out, prefix + "_history.pickle")],
+                         ["history", os.path.join(check.work, prefix + "_history.pickle")],
                          **how))
 
 
@@ -88,7 +88,7 @@ def slot_wheel(check):
     only be the wheel's (wheel_install says where they were found); then
     uninstalled, leaving the environment as it was."""
     row = "wheel_install"
-    wheels = os.path.join(check.out, "wheel")
+    wheels = os.path.join(check.work, "wheel")
     pip = [sys.executable, "-m", "pip"]
     where = "import cudalloc; print('wheel_install:', cudalloc.__file__, cudalloc.library_path())"
     bare = {"PYTHONPATH": "", "CUDALLOC_LIBRARY": ""}
@@ -120,7 +120,7 @@ def slot_wheel(check):
 def slot_train(check, model):
     """One model's training under PyTorch's allocator and through the slot,
     at once, then their losses compared."""
-    files = {mode: os.path.join(check.out, "slot_%s_%s.json" % (model, mode))
+    files = {mode: os.path.join(check.work, "slot_%s_%s.json" % (model, mode))
              for mode in ("native", "slot")}
 
     def one(mode):

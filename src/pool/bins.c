@@ -176,12 +176,13 @@ static ca__block *ca__find(ca__arena *p, uint64_t size) {
 /* ---- Quick lists ---------------------------------------------------------- */
 
 /* Parks a freed block, unmerged, where a request of its exact size finds it
- * first. */
-static void ca__quick_push(ca__arena *p, ca__block *b) {
+ * first; `listed`: still in the live table and the address index. */
+static void ca__quick_push(ca__arena *p, ca__block *b, bool listed) {
   ca__heap *h = b->seg->heap;
   unsigned fl, sl;
   ca__class_of(b->size, &fl, &sl);
   b->state = CA__QUICK;
+  b->listed = listed;
   b->fl = fl;
   b->sl = sl;
   b->link_next = h->quick[fl][sl];
@@ -224,7 +225,10 @@ static void ca__heap_flush(ca__arena *p, ca__heap *h) {
   while (h->quick_fl_bitmap) {
     unsigned fl = (unsigned)__builtin_ctzll(h->quick_fl_bitmap);
     unsigned sl = (unsigned)__builtin_ctz(h->quick_sl_bitmap[fl]);
-    ca__block_make_free(p, ca__quick_pop(p, h, fl, sl));
+    ca__block *b = ca__quick_pop(p, h, fl, sl);
+    if (b->listed)
+      ca__delist(p, b);
+    ca__block_make_free(p, b);
   }
 }
 

@@ -116,5 +116,5 @@ static void ca__cache(ca__arena *p, ca__block *b) {
   else if (b->seg->heap->large)
     ca__block_make_free(p, b);
   else
-    ca__quick_push(p, b);
+    ca__quick_push(p, b, false);
 }

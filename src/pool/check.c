@@ -63,7 +63,7 @@ static bool ca__count_indexes(const ca__arena *p, size_t *n) {
 static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
   uint64_t reserved = 0, live = 0, free_bytes = 0, held = 0, quick = 0;
   uint64_t gone = 0, heads = 0;
-  size_t nfree = 0, nlive = 0, nseg = 0, nlost = 0, nexp = 0;
+  size_t nfree = 0, nlive = 0, nlisted = 0, nseg = 0, nlost = 0, nexp = 0;
   for (ca__segment *s = p->segments; s; s = s->next, nseg++) {
     uint64_t at = s->addr + s->head, unmapped = 0;
     CA__CHECK(s->first && !s->first->prev, "segment %#llx: bad first block",
@@ -99,6 +99,15 @@ static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
         live += b->size;
         nlive++;
       } else if (b->state == CA__QUICK) {
+        const ca__live_slot *slot = ca__live_slot_of(&p->live, b->addr);
+        CA__CHECK(b->listed ? slot && slot->block == b && slot->requested == 0
+                            : !slot,
+                  "quick block %#llx %s the live table",
+                  (unsigned long long)b->addr, b->listed ? "listed but not in" : "not listed but in");
+        CA__CHECK(!s->chunks || ca__where_block(p, s, b->addr) == NULL,
+                  "quick block %#llx found by the address index",
+                  (unsigned long long)b->addr);
+        nlisted += b->listed;
         quick += b->size;
       } else if (b->state == CA__UNMAPPED) {
         CA__CHECK(s->expandable && b->addr % ca__page_size(p) == 0 &&
@@ -147,8 +156,8 @@ static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
   size_t indexed = 0;
   CA__CHECK(ca__count_indexes(p, &indexed), "a stream's bytes disagree");
   CA__CHECK(nfree == indexed, "index holds blocks that are not free");
-  CA__CHECK(nlive == p->live.count, "live table size %llu != %zu",
-            (unsigned long long)p->live.count, nlive);
+  CA__CHECK(nlive + nlisted == p->live.count, "live table size %llu != %zu",
+            (unsigned long long)p->live.count, nlive + nlisted);
   CA__CHECK(held == p->held_bytes, "held bytes disagree");
   CA__CHECK(quick == p->quick_bytes, "parked bytes disagree");
   CA__CHECK(reserved == p->stats.reserved_bytes.current,

@@ -180,16 +180,20 @@ static uint64_t ca__next_seq(ca__arena *p) {
 }
 
 /* Hands block b out for a request of `size` bytes on *stream: live,
- * numbered, counted. Releases the arena's lock. */
+ * numbered, counted. A listed quick block's slot and index marks are there
+ * already: its slot is given the bytes asked. Releases the arena's lock. */
 static inline __attribute__((always_inline)) void
-ca__give_out(ca__arena *p, ca__block *b, uint64_t size, uint32_t tag,
-             const uint64_t *stream, uint64_t *addr) {
+ca__give_out(ca__arena *p, ca__block *b, bool listed, uint64_t size,
+             uint32_t tag, const uint64_t *stream, uint64_t *addr) {
   if (__builtin_expect(b->nstale | b->red_zone_unset, 0))
     ca__hand_out_stale(p, b, size, stream);
   b->requested = size;
   b->tag = tag;
   b->seq = ca__next_seq(p);
-  ca__set_live(p, b, true);
+  if (listed)
+    ca__live_slot_of(&p->live, b->addr)->requested = size;
+  else
+    ca__set_live(p, b, true);
   p->stats.allocs++;
   ca__stat_add(&p->stats.requested_bytes, size);
   ca__stat_add(&p->stats.allocated_bytes, b->size);
@@ -235,9 +239,11 @@ ca__alloc(ca_pool *pool, uint64_t size, uint32_t tag, const uint64_t *stream,
   }
   ca__want(p, stream);
   ca__block *b = stream ? NULL : ca__quick_take(p, rounded);
+  bool listed = false;
   if (b) {
     p->stats.cache_hits++;
     b->state = CA__LIVE;
+    listed = b->listed;
   } else {
     int rc = ca__obtain(p, rounded, stream != NULL, &b);
     if (rc == p->backend->oom_code) {
@@ -250,7 +256,7 @@ ca__alloc(ca_pool *pool, uint64_t size, uint32_t tag, const uint64_t *stream,
       return rc;
     }
   }
-  ca__give_out(p, b, size, tag, stream, addr);
+  ca__give_out(p, b, listed, size, tag, stream, addr);
   return 0;
 }
 
@@ -263,18 +269,45 @@ int ca_pool_alloc_on(ca_pool *pool, uint64_t size, uint32_t tag,
   return ca__alloc(pool, size, tag, &stream, addr);
 }
 
-static ca__block *ca__live_find(ca__arena *p, uint64_t addr) {
-  return addr != 0 ? ca__live_get(&p->live, addr) : NULL;
+/* The live table's slot of the live block starting at addr, or NULL (a
+ * quick block is not live). */
+static inline ca__live_slot *ca__live_at(ca__arena *p, uint64_t addr) {
+  ca__live_slot *s = addr != 0 ? ca__live_slot_of(&p->live, addr) : NULL;
+  return s && s->block->state == CA__LIVE ? s : NULL;
 }
 
-/* A freed block's way back to the cache, by policy. device_sync waits
- * under the lock: it is a debugging policy, and cudaFree itself stalls
- * the whole device. */
+/* The live block starting at addr, or NULL. */
+static ca__block *ca__live_find(ca__arena *p, uint64_t addr) {
+  ca__live_slot *s = ca__live_at(p, addr);
+  return s ? s->block : NULL;
+}
+
+/* Parks block b, just freed and reusable at once, in its quick list without
+ * taking it out of the live table (its slot, at `slot`, asks for no bytes
+ * now) or the address index: the next request of its size takes it back
+ * with neither changed, and only a merge (ca__heap_flush) delists it. A
+ * large block merges at once instead, a kept-out one never comes back. */
+static inline bool ca__park(ca__arena *p, ca__block *b, ca__live_slot *slot) {
+  if (__builtin_expect(b->keep_out, 0) || b->seg->heap->large)
+    return false;
+  slot->requested = 0;
+  b->owner = NULL;
+  ca__quick_push(p, b, true);
+  return true;
+}
+
+/* A freed block's way back to the cache, by policy (`slot`: its live
+ * table slot). device_sync waits under the lock: it is a debugging policy,
+ * and cudaFree itself stalls the whole device. */
 static inline __attribute__((always_inline)) void
-ca__retire(ca__arena *p, ca__block *b) {
-  if (p->opt.reuse == CA_REUSE_IMMEDIATE ||
-      (p->opt.reuse == CA_REUSE_DEVICE_SYNC &&
-       p->backend->synchronize(p->backend->ctx, p->device) == 0))
+ca__retire(ca__arena *p, ca__block *b, ca__live_slot *slot) {
+  bool now = p->opt.reuse == CA_REUSE_IMMEDIATE ||
+             (p->opt.reuse == CA_REUSE_DEVICE_SYNC &&
+              p->backend->synchronize(p->backend->ctx, p->device) == 0);
+  if (now && ca__park(p, b, slot))
+    return;
+  ca__delist(p, b);
+  if (now)
     ca__cache(p, b);
   else
     ca__hold(p, b);
@@ -331,39 +364,45 @@ static void ca__describe(const ca__arena *p, const ca__block *b,
  * index to be had for the stream (or no markers to share its blocks
  * with), among the ordinary pending frees (a fence or a marker over every
  * stream covers it too). */
-static void ca__retire_on(ca__arena *p, ca__block *b, uint64_t stream) {
+static void ca__retire_on(ca__arena *p, ca__block *b, uint64_t stream,
+                          ca__live_slot *slot) {
   ca__sfree *s = b->keep_out || !p->backend->mark
                      ? NULL
                      : ca__sfree_of(p, stream, true);
   if (!s) {
-    ca__retire(p, b);
+    ca__retire(p, b, slot);
     return;
   }
+  ca__delist(p, b);
   s->used = p->free_tick;
   b->owner = s;
   ca__block_make_free(p, b);
 }
 
 /* Takes the live block at `addr` out of use, its arena locked on return
- * (NULL, nothing locked, when no arena holds it). The thread's own arena
- * is asked first: threads mostly free what they allocated. */
+ * (NULL, nothing locked, when no arena holds it); the caller takes it out
+ * of the live table (*slot) and the address index, or parks it there. The
+ * thread's own arena is asked first: threads mostly free what they
+ * allocated. */
 static inline __attribute__((always_inline)) ca__arena *
 ca__take_back(ca_pool *pool, uint64_t addr, ca_live_block *freed,
-              ca__block **out) {
+              ca__block **out, ca__live_slot **slot) {
   ca__arena *p = ca__arena_at(pool, ca__thread_arena);
-  ca__block *b = NULL;
+  ca__live_slot *at = NULL;
   if (p) {
     ca__enter_own(p);
-    b = ca__live_find(p, addr);
+    at = ca__live_at(p, addr);
   }
-  if (!b) {
+  if (!at) {
     if (!(p = ca__owner(pool, p, addr)))
       return NULL;
-    b = ca__live_find(p, addr);
+    at = ca__live_at(p, addr);
   }
+  ca__block *b = at->block;
   if (freed)
     ca__describe(p, b, freed);
-  ca__set_live(p, b, false);
+  ca__where_removed(p);
+  *slot = at;
   b->seg->last_free = ++p->free_tick;
   p->stats.frees++;
   ca__stat_sub(&p->stats.requested_bytes, b->requested);
@@ -375,10 +414,11 @@ ca__take_back(ca_pool *pool, uint64_t addr, ca_live_block *freed,
 
 bool ca_pool_free(ca_pool *pool, uint64_t addr, ca_live_block *freed) {
   ca__block *b;
-  ca__arena *p = ca__take_back(pool, addr, freed, &b);
+  ca__live_slot *slot;
+  ca__arena *p = ca__take_back(pool, addr, freed, &b, &slot);
   if (!p)
     return false;
-  ca__retire(p, b);
+  ca__retire(p, b, slot);
   ca_lock_release(&p->lock);
   return true;
 }
@@ -386,10 +426,11 @@ bool ca_pool_free(ca_pool *pool, uint64_t addr, ca_live_block *freed) {
 bool ca_pool_free_on(ca_pool *pool, uint64_t addr, uint64_t stream,
                      ca_live_block *freed) {
   ca__block *b;
-  ca__arena *p = ca__take_back(pool, addr, freed, &b);
+  ca__live_slot *slot;
+  ca__arena *p = ca__take_back(pool, addr, freed, &b, &slot);
   if (!p)
     return false;
-  ca__retire_on(p, b, stream);
+  ca__retire_on(p, b, stream, slot);
   ca_lock_release(&p->lock);
   return true;
 }
@@ -715,7 +756,10 @@ static size_t ca__walk_live(ca__arena *p, void *arg) {
   const ca__live_visit *v = arg;
   size_t n = 0;
   uint64_t at = 0;
-  for (ca__block *b; (b = ca__live_next(&p->live, &at)); n++) {
+  for (ca__block *b; (b = ca__live_next(&p->live, &at));) {
+    if (b->state != CA__LIVE) /* a quick block, still listed */
+      continue;
+    n++;
     ca_live_block info;
     ca__describe(p, b, &info);
     v->fn(&info, v->arg);

@@ -5,24 +5,26 @@
  * A radix table over 2 MiB chunks of the address space names the segment
  * that holds each chunk; it is read without a lock. Each segment keeps one
  * record per chunk it spans: a bitmap of the granules where a live block
- * starts (with a summary word over it), and the start of the live block
- * that covers the chunk's first byte. The block holding an address is then
- * the nearest live start at or below it in its chunk, or the block
- * covering the chunk: found in constant time, whatever the segment holds.
+ * starts (with a summary word over it), and the start of the live block that
+ * covers the chunk's first byte. The block holding an address is then the
+ * nearest live start at or below it in its chunk, or the block covering the
+ * chunk: found in constant time, whatever the segment holds.
  *
  * The records are written under the segment's arena lock, the table by
  * atomic operations (segments of different arenas come and go at once). A
  * reader loads the segment from the table, locks its arena and checks the
  * table still names the segment and the segment holds the address (segment
- * records are never unmapped while the pool lives, so a stale one is safe
- * to read). The newest segment over a chunk is the one named: the driver
- * handing out addresses that a pool still lists means that pool's segment
- * is gone (its context is being destroyed, or a library freed it behind
- * the pool's back), and the pool about to forget it must not answer for
- * them. Each chunk counts the segments over it; one that two live segments
- * share (only a backend whose segments are not 2 MiB-aligned makes one)
- * answers for the newest, and for any other address says it cannot tell:
- * then each pool is asked, the old way.
+ * records are never unmapped while the pool lives, so a stale one is safe to
+ * read). A small block freed for reuse at once stays marked in its quick
+ * list (entry.c's ca__park): the look-up that finds it checks its state. The
+ * newest segment over a chunk is the one named: the driver handing out
+ * addresses that a pool still lists means that pool's segment is gone (its
+ * context is being destroyed, or a library freed it behind the pool's back),
+ * and the pool about to forget it must not answer for them. Each chunk
+ * counts the segments over it; one that two live segments share (only a
+ * backend whose segments are not 2 MiB-aligned makes one) answers for the
+ * newest, and for any other address says it cannot tell: then each pool is
+ * asked, the old way.
  */
 
 #define CA__CHUNK_SHIFT 21u
@@ -151,15 +153,14 @@ static inline void ca__where_removed(ca__arena *p) {
       memory_order_release);
 }
 
-/* Records that block b of arena p became live, or stopped being: its
- * start's bit, and, made live, the covering start of every chunk it runs
- * over. A covering start is never cleared: a look-up checks the block it
- * names is live and holds the address, and only a live block over the
- * chunk's first byte writes it, so a stale one names no block. */
-static inline void ca__where_mark(ca__arena *p, const ca__block *b,
-                                  bool live) {
-  if (!live)
-    ca__where_removed(p);
+/* Records that block b became live, or left the index: its start's bit,
+ * and, made live, the covering start of every chunk it runs over. A
+ * covering start is never cleared: a look-up checks the block it names is
+ * live and holds the address, and only a live block over the chunk's first
+ * byte writes it, so a stale one names no block. A block parked listed
+ * keeps its bit and its covering starts: no other block can start within
+ * it. */
+static inline void ca__where_mark(const ca__block *b, bool live) {
   ca__chunk *chunks = b->seg->chunks;
   if (!chunks)
     return;
@@ -180,16 +181,26 @@ static inline void ca__where_mark(ca__arena *p, const ca__block *b,
     chunks[j - first].covers = b->addr;
 }
 
+/* Block b of arena p, out of use already (ca__where_removed counted it),
+ * leaves the live table and the address index: freed, or a listed quick block
+ * merging (bins.c). Under its lock. */
+static inline void ca__delist(ca__arena *p, const ca__block *b) {
+  ca__live_remove(&p->live, b);
+  ca__where_mark(b, false);
+}
+
 /* Block b of arena p became live, or stopped being: in the arena's live
  * table and in the address index, which answer together. Under its lock;
  * inlined whole, so that each caller keeps only its own half. */
 static inline __attribute__((always_inline)) void
 ca__set_live(ca__arena *p, ca__block *b, bool live) {
-  if (live)
+  if (live) {
     ca__live_add(&p->live, b);
-  else
-    ca__live_remove(&p->live, b);
-  ca__where_mark(p, b, live);
+    ca__where_mark(b, true);
+  } else {
+    ca__where_removed(p);
+    ca__delist(p, b);
+  }
 }
 
 static unsigned ca__top_bit(uint64_t x) { return 63u - (unsigned)__builtin_clzll(x); }
@@ -252,12 +263,15 @@ static ca__segment *ca__where_lock(uint64_t addr, ca__arena **arena) {
 }
 
 /* The live block of s holding addr (within its rounded size), or NULL.
- * Under the arena's lock. */
+ * Under the arena's lock. The nearest start may be a quick block's,
+ * which holds no live bytes (entry.c's ca__park). */
 static ca__block *ca__where_block(ca__arena *p, const ca__segment *s,
                                   uint64_t addr) {
   uint64_t start = ca__where_start(s, addr);
   ca__block *b = start ? ca__live_get(&p->live, start) : NULL;
-  return b && b->seg == s && addr - b->addr < b->size ? b : NULL;
+  return b && b->state == CA__LIVE && b->seg == s && addr - b->addr < b->size
+             ? b
+             : NULL;
 }
 
 /* Whether addr lies in the live block the calling thread found last, and
@@ -288,8 +302,8 @@ static void ca__where_remember(ca__arena *p, uint64_t lo, uint64_t requested) {
 }
 
 /* The requested bytes of the live block of s holding addr, by its slot
- * alone (no block record read): true with [*lo, *hi) set, else false.
- * Under the arena's lock; s is indexed. */
+ * alone (no block record read; a quick block's slot asks for none): true
+ * with [*lo, *hi) set, else false. Under the arena's lock; s is indexed. */
 static bool ca__where_bounds(ca__arena *p, const ca__segment *s, uint64_t addr,
                              uint64_t *lo, uint64_t *hi) {
   uint64_t start = ca__where_start(s, addr);

@@ -132,6 +132,66 @@ static void count_live(const ca_live_block *b, void *arg) {
   (*(size_t *)arg)++;
 }
 
+/* The bytes of [start, end) that the range checks' look-up gives addr. */
+static void bounds_of(uint64_t addr, uint64_t *start, uint64_t *end) {
+  *start = *end = 1;
+  assert_int_equal(ca_pool_bounds(addr, start, end), CA_POOL_FOUND);
+}
+
+/* Under immediate reuse a freed small block parks in its quick list still
+ * in the live table and the address index (entry.c's ca__park), so that
+ * the next request of its size takes it back with neither changed. Parked,
+ * it answers as freed to every look-up: no live block starts or lies
+ * there, a second free is refused, a walk of the live blocks skips it;
+ * handed out again, it answers as live. Merged with a parked neighbour, it
+ * leaves both: the merged block, handed out, is found from every byte,
+ * the parked block's old start included. */
+static void a_parked_block_answers_as_freed(void **state) {
+  (void)state;
+  ca_pool_options opt = default_options();
+  opt.reuse = CA_REUSE_IMMEDIATE;
+  fixture *fx = fixture_new(1024 * MiB, opt, false);
+  uint64_t x = must_alloc(fx, 4096), a = must_alloc(fx, 4096);
+  uint64_t y = must_alloc(fx, 4096), start, end;
+  assert_int_equal(a, x + 4096);
+  assert_true(ca_pool_free(fx->pool, a, NULL));
+  assert_consistent(fx);
+  assert_false(ca_pool_lookup(fx->pool, a, NULL));
+  assert_false(ca_pool_free(fx->pool, a, NULL));
+  assert_in_no_block(fx, a);
+  assert_in_no_block(fx, a + 10);
+  bounds_of(a + 10, &start, &end);
+  assert_int_equal(end - start, 0);
+  size_t live = 0;
+  assert_int_equal(ca_pool_foreach_live(fx->pool, count_live, &live), 2);
+  assert_int_equal(live, 2);
+  assert_int_equal(stats_of(fx).allocated_bytes.current, 8192);
+
+  assert_int_equal(must_alloc(fx, 4096), a); /* the parked block, again */
+  assert_consistent(fx);
+  assert_true(ca_pool_lookup(fx->pool, a, NULL));
+  assert_in_block(fx, a + 10, a, 4096);
+  bounds_of(a + 10, &start, &end);
+  assert_int_equal(start, a);
+  assert_int_equal(end, a + 4096);
+
+  assert_true(ca_pool_free(fx->pool, a, NULL));
+  assert_true(ca_pool_free(fx->pool, x, NULL));
+  (void)stats_of(fx); /* statistics merge the parked blocks */
+  assert_consistent(fx);
+  assert_in_no_block(fx, a + 10);
+  uint64_t z = must_alloc(fx, 8192);
+  assert_consistent(fx);
+  assert_int_equal(z, x);
+  assert_in_block(fx, a + 10, z, 8192);
+  bounds_of(a + 10, &start, &end);
+  assert_int_equal(start, z);
+  assert_int_equal(end, z + 8192);
+  assert_true(ca_pool_free(fx->pool, z, NULL));
+  assert_true(ca_pool_free(fx->pool, y, NULL));
+  fixture_free(fx);
+}
+
 /* The live table (open addressing, pool/live.c) holds every live block
  * through its growth from 64 slots and through removals in any order,
  * which move later entries back into the gap: each live block is found by
@@ -437,6 +497,7 @@ int main(void) {
       cmocka_unit_test(finds_the_block_holding_an_address),
       cmocka_unit_test(locates_blocks_in_every_chunk),
       cmocka_unit_test(live_table_keeps_every_block_through_growth_and_removal),
+      cmocka_unit_test(a_parked_block_answers_as_freed),
       cmocka_unit_test(pools_sharing_addresses_are_asked_one_by_one),
       cmocka_unit_test(remembered_block_goes_when_freed),
       cmocka_unit_test(shared_block_never_comes_back),

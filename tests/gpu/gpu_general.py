@@ -124,8 +124,6 @@ def torch_cnn(check):
     files = {mode: os.path.join(check.work, "torch_%s.json" % mode) for mode, _ in modes}
 
     def one(check, mode, expect):
-        if os.path.exists(files[mode]):
-            os.unlink(files[mode])
         return run_check(check, "torch_cnn_" + mode, "torch", mode,
                          "recorded" if mode == "plain" else "required", "torch_cnn",
                          [sys.executable, "tests/gpu/torch_cnn.py", files[mode], "--expect",

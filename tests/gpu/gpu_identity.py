@@ -11,8 +11,9 @@ driver about its memory gets the answer it would get without the pool.
   driver_facts  driver_probe (tests/mockcuda) against the real driver: its
                 output must be tests/mockcuda/driver_facts.txt, which the mock
                 is diffed against in CI (the new output is kept as
-                OUT/work/driver_facts/driver_facts.txt); preloaded, every answer must be the
-                same, or the difference docs/COMPATIBILITY.md documents
+                OUT/work/driver_facts/driver_facts.txt); preloaded, every
+                answer must be the same, or the difference
+                docs/COMPATIBILITY.md documents
                 (tests/probe_compare.py, which CI runs on the mock)
   torch_ipc     torch.multiprocessing, PyTorch's caching allocator on and
                 off: the run with the library ends as the run without it

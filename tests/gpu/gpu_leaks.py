@@ -114,9 +114,9 @@ class LeakRun:
 
     def verdict(self, passed, facts=""):
         """The row: PASS when nothing was found wrong; FACTS either way."""
-        logs = self.check.logs
+        work = self.check.work
         pre = "no" if self.conf is None else "yes" + (
-            ", " + self.conf.replace(logs, "logs") if self.conf else "")
+            ", " + self.conf.replace(work, "work") if self.conf else "")
         if self.skipped or self.why:
             note = "; ".join(([facts] if facts else []) + self.why)
             self.check.record(self.row, self.runtime, pre, "-", "-", "FAIL", note)
@@ -195,26 +195,24 @@ def leak_nostack(check, row, runtime, prog):
 
 def leak_json(check, row, runtime, prog):
     """The JSON report, in the log_path file, one document per line."""
-    conf = "%s,report_format:json,log_path:%s/leak.%%p.json" % (STACKS, check.logs)
-    if "," in check.logs:  # CUDALLOC_CONF items are split at commas
+    conf = "%s,report_format:json,log_path:%s/leak.%%p.json" % (STACKS, check.work)
+    if "," in check.work:  # CUDALLOC_CONF items are split at commas
         check.record(row, runtime, "yes", "-", "-", "FAIL",
                      "not run: the path of OUT contains a comma")
         return
-    for old in glob.glob(check.logs + "/leak.*.json"):
-        os.unlink(old)
     r = LeakRun(check, row, runtime, conf, [prog])
     if r.skipped:
         return
     if r.run.library_lines():
         r.why.append("library output on stderr despite log_path")
-    bad, facts = json_problems(check.logs, marker_line(check))
+    bad, facts = json_problems(check.work, marker_line(check))
     r.why += bad
     r.verdict(facts)
 
 
-def json_problems(logs, marker):
+def json_problems(folder, marker):
     """What the leak.<pid>.json files get wrong, and what they show."""
-    files = sorted(glob.glob(logs + "/leak.*.json"))
+    files = sorted(glob.glob(folder + "/leak.*.json"))
     bad, docs = [], []
     for name in files:
         with open(name) as f:
@@ -226,7 +224,7 @@ def json_problems(logs, marker):
                         bad.append("%s line %d is not JSON (%s)" % (os.path.basename(name), n, e))
     exits = [d for d in docs if isinstance(d, dict) and d.get("event") == "exit"]
     if not files:
-        return ["no logs/leak.<pid>.json written"], ""
+        return ["no work/leak.<pid>.json written"], ""
     if len(exits) != 1:
         return bad + ["%d documents with event exit in %d file(s), want 1"
                       % (len(exits), len(files))], ""
@@ -401,7 +399,7 @@ def torch_snapshot(check):
     fetch flamegraph.pl from the web); the memory stacks must name the line
     of train() that made the outputs."""
     row = "leak_torch_snapshot"
-    trace = os.path.join(check.logs, row + ".trace.json")
+    trace = os.path.join(check.work, row + ".trace.json")
     cmd = [sys.executable, "examples/torch_leak.py", "--steps", str(TORCH_STEPS)]
     r = LeakRun(check, row, "torch", STACKS + ",trace_path:" + trace, cmd)
     if r.skipped:
@@ -412,7 +410,7 @@ def torch_snapshot(check):
         return
     with open(trace) as f:
         lines = f.read().split("\n")
-    cut, snap = os.path.join(check.logs, row + ".cut.json"), os.path.join(check.logs, row + ".pickle")
+    cut, snap = os.path.join(check.work, row + ".cut.json"), os.path.join(check.work, row + ".pickle")
     with open(cut, "w") as f:
         f.write("\n".join(lines[: len(lines) // 2]).rstrip().rstrip(","))
     with open(check.path("examples/torch_leak.py")) as f:
@@ -442,9 +440,9 @@ def torch_snapshot_pair(check):
     beyond those allocated: the pool's segments, no longer only its live
     blocks). The row's note puts their segments and bytes side by side."""
     row = "leak_torch_snapshot_pair"
-    theirs = os.path.join(check.logs, row + ".pytorch.pickle")
-    trace = os.path.join(check.logs, row + ".trace.json")
-    ours = os.path.join(check.logs, row + ".cudalloc.pickle")
+    theirs = os.path.join(check.work, row + ".pytorch.pickle")
+    trace = os.path.join(check.work, row + ".trace.json")
+    ours = os.path.join(check.work, row + ".cudalloc.pickle")
     script = [sys.executable, "tests/gpu/torch_snapshot_pair.py"]
     facts = ""
     r = LeakRun(check, row, "torch", "trace_path:" + trace, script + ["train"])
@@ -489,8 +487,8 @@ def torch_oom(check, row, slot):
     make_activations 512 MiB, each at its line) and the limit as what would
     help; oom_snapshot's file is read by PyTorch's _memory_viz, its memory
     stacks naming load_weights' line."""
-    doc_path = os.path.join(check.logs, row + ".json")
-    snap = os.path.join(check.logs, row + ".pickle")
+    doc_path = os.path.join(check.work, row + ".json")
+    snap = os.path.join(check.work, row + ".pickle")
     conf = "memory_limit_mb:2048,%s,oom_snapshot:%s" % (STACKS, snap)
     cmd = [sys.executable, "tests/gpu/torch_oom.py", doc_path]
     if slot:

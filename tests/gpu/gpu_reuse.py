@@ -154,8 +154,6 @@ def torch_streams(check):
     files = {mode: os.path.join(check.work, "torch_streams_%s.json" % mode) for mode, _ in modes}
 
     def one(check, mode, conf):
-        if os.path.exists(files[mode]):
-            os.unlink(files[mode])
         row = "torch_streams_" + mode
         outcome = reuse_run(check, row, "torch", conf, 60, "torch_streams",
                             [sys.executable, "tests/gpu/torch_streams.py", files[mode],

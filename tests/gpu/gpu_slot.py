@@ -124,8 +124,6 @@ def slot_train(check, model):
              for mode in ("native", "slot")}
 
     def one(mode):
-        if os.path.exists(files[mode]):
-            os.unlink(files[mode])
         args = ["train", model, files[mode]] + (["--native"] if mode == "native" else [])
         return slot_row(check, "slot_train_%s_%s" % (model, mode), args, limit=180)
 

@@ -103,7 +103,8 @@ static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
         CA__CHECK(b->listed ? slot && slot->block == b && slot->requested == 0
                             : !slot,
                   "quick block %#llx %s the live table",
-                  (unsigned long long)b->addr, b->listed ? "listed but not in" : "not listed but in");
+                  (unsigned long long)b->addr,
+                  b->listed ? "listed but not in" : "not listed but in");
         CA__CHECK(!s->chunks || ca__where_block(p, s, b->addr) == NULL,
                   "quick block %#llx found by the address index",
                   (unsigned long long)b->addr);

@@ -5,10 +5,10 @@
  * A radix table over 2 MiB chunks of the address space names the segment
  * that holds each chunk; it is read without a lock. Each segment keeps one
  * record per chunk it spans: a bitmap of the granules where a live block
- * starts (with a summary word over it), and the start of the live block that
- * covers the chunk's first byte. The block holding an address is then the
- * nearest live start at or below it in its chunk, or the block covering the
- * chunk: found in constant time, whatever the segment holds.
+ * starts (with a summary word over it), and the start of the live block
+ * that covers the chunk's first byte. The block holding an address is then
+ * the nearest live start at or below it in its chunk, or the block
+ * covering the chunk: found in constant time, whatever the segment holds.
  *
  * The records are written under the segment's arena lock, the table by
  * atomic operations (segments of different arenas come and go at once). A

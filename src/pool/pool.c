@@ -21,5 +21,6 @@
 #include "pool/expandable.c"
 #include "pool/arenas.c"
 #include "pool/entry.c"
+#include "pool/views.c"
 #include "pool/check.c"
 #include "pool/bytes.c"

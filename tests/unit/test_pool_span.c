@@ -138,6 +138,17 @@ static void bounds_of(uint64_t addr, uint64_t *start, uint64_t *end) {
   assert_int_equal(ca_pool_bounds(addr, start, end), CA_POOL_FOUND);
 }
 
+/* addr lies in the live block of `requested` bytes at `block`, to the
+ * pointer queries and to the range checks alike. */
+static void assert_live_at(fixture *fx, uint64_t addr, uint64_t block,
+                           uint64_t requested) {
+  uint64_t start, end;
+  assert_in_block(fx, addr, block, requested);
+  bounds_of(addr, &start, &end);
+  assert_int_equal(start, block);
+  assert_int_equal(end, block + requested);
+}
+
 /* Under immediate reuse a freed small block parks in its quick list still
  * in the live table and the address index (entry.c's ca__park), so that
  * the next request of its size takes it back with neither changed. Parked,
@@ -170,10 +181,7 @@ static void a_parked_block_answers_as_freed(void **state) {
   assert_int_equal(must_alloc(fx, 4096), a); /* the parked block, again */
   assert_consistent(fx);
   assert_true(ca_pool_lookup(fx->pool, a, NULL));
-  assert_in_block(fx, a + 10, a, 4096);
-  bounds_of(a + 10, &start, &end);
-  assert_int_equal(start, a);
-  assert_int_equal(end, a + 4096);
+  assert_live_at(fx, a + 10, a, 4096);
 
   assert_true(ca_pool_free(fx->pool, a, NULL));
   assert_true(ca_pool_free(fx->pool, x, NULL));
@@ -183,10 +191,7 @@ static void a_parked_block_answers_as_freed(void **state) {
   uint64_t z = must_alloc(fx, 8192);
   assert_consistent(fx);
   assert_int_equal(z, x);
-  assert_in_block(fx, a + 10, z, 8192);
-  bounds_of(a + 10, &start, &end);
-  assert_int_equal(start, z);
-  assert_int_equal(end, z + 8192);
+  assert_live_at(fx, a + 10, z, 8192);
   assert_true(ca_pool_free(fx->pool, z, NULL));
   assert_true(ca_pool_free(fx->pool, y, NULL));
   fixture_free(fx);

@@ -192,8 +192,8 @@ static void ca__quick_push(ca__arena *p, ca__block *b, bool listed) {
   p->quick_bytes += b->size;
 }
 
-static ca__block *ca__quick_pop(ca__arena *p, ca__heap *h, unsigned fl,
-                                unsigned sl) {
+static inline __attribute__((always_inline)) ca__block *
+ca__quick_pop(ca__arena *p, ca__heap *h, unsigned fl, unsigned sl) {
   ca__block *b = h->quick[fl][sl];
   h->quick[fl][sl] = b->link_next;
   b->link_next = NULL;
@@ -208,7 +208,8 @@ static ca__block *ca__quick_pop(ca__arena *p, ca__heap *h, unsigned fl,
 
 /* The most recently freed block of exactly `size` bytes, if it heads its
  * class's quick list. Oversize requests never get here. */
-static ca__block *ca__quick_take(ca__arena *p, uint64_t size) {
+static inline __attribute__((always_inline)) ca__block *
+ca__quick_take(ca__arena *p, uint64_t size) {
   ca__heap *h = ca__heap_for(p, size);
   unsigned fl, sl;
   ca__class_of(size, &fl, &sl);

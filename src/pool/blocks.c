@@ -107,6 +107,16 @@ static void ca__block_take(ca__arena *p, ca__block *b, uint64_t size) {
   b->owner = NULL;
 }
 
+/* Takes a cached block for a request of `size` bytes: a parked one (of
+ * that very size, from its quick list) as it is, a free one out of its
+ * bins, split. */
+static void ca__take_cached(ca__arena *p, ca__block *b, uint64_t size) {
+  if (b->state == CA__QUICK)
+    b->state = CA__LIVE;
+  else
+    ca__block_take(p, b, size);
+}
+
 /* A freed block that any stream may reuse now: small ones park in the
  * quick lists, large ones merge with their free neighbours at once. */
 static void ca__cache(ca__arena *p, ca__block *b) {

@@ -99,6 +99,10 @@ static ca__block *ca__find_cached(ca__arena *p, uint64_t size) {
   }
   if (!b && (p->held_head || p->batch_head || ca__sfree_held(p)) &&
       (ca__fence_pending(p) || ca__recover_pending(p))) {
+    /* A block of this very size that came back is taken as it is,
+     * unmerged, as under immediate reuse (ca__take_cached). */
+    if ((b = ca__quick_take(p, size)))
+      return b;
     ca__heap_flush(p, h);
     b = ca__find(p, size);
   }
@@ -154,7 +158,7 @@ static CA__COLD ca__arena *ca__obtain_elsewhere(ca__arena *p, uint64_t size,
         (*out = stream ? ca__find_cached_on(o, size)
                        : ca__find_cached(o, size))) {
       o->stats.cache_hits++;
-      ca__block_take(o, *out, size);
+      ca__take_cached(o, *out, size);
       return o;
     }
     ca_lock_release(&o->lock);
@@ -210,7 +214,7 @@ ca__obtain(ca__arena *p, uint64_t size, bool ordered, ca__block **out) {
                          : ca__find_cached(p, size);
   if (b) {
     p->stats.cache_hits++;
-    ca__block_take(p, b, size);
+    ca__take_cached(p, b, size);
     *out = b;
     return 0;
   }

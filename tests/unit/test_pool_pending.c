@@ -30,6 +30,26 @@ static void safe_reuses_after_marker_passes(void **state) {
   fixture_free(fx);
 }
 
+/* A block that comes back of the very size asked is handed out as it is,
+ * as under immediate reuse: the most recently freed first, unmerged with
+ * its free neighbour, which waits parked for the next such request. */
+static void a_block_back_of_the_size_asked_is_reused_as_it_is(void **state) {
+  (void)state;
+  fixture *fx = safe_fixture(1024 * MiB, default_options());
+  uint64_t a[4];
+  fill_small_segment(fx, a);
+  assert_true(ca_pool_free(fx->pool, a[0], NULL));
+  assert_true(ca_pool_free(fx->pool, a[1], NULL));
+  fx->fake.auto_pass = true;
+  assert_int_equal(must_alloc(fx, 512 * KiB), a[1]); /* merged: a[0] */
+  assert_int_equal(fx->fake.marks, 1);
+  assert_int_equal(must_alloc(fx, 512 * KiB), a[0]);
+  assert_int_equal(fx->fake.marks, 1);
+  assert_int_equal(fx->fake.reserves, 1);
+  assert_consistent(fx);
+  fixture_free(fx);
+}
+
 /* However many frees came before, one miss makes one marker for all. */
 static void one_marker_per_batch(void **state) {
   (void)state;
@@ -295,6 +315,7 @@ static void drop_all_forgets_pending_markers(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(safe_reuses_after_marker_passes),
+      cmocka_unit_test(a_block_back_of_the_size_asked_is_reused_as_it_is),
       cmocka_unit_test(one_marker_per_batch),
       cmocka_unit_test(waits_for_pending_frees_before_growing),
       cmocka_unit_test(fence_hands_pending_blocks_back_at_once),

@@ -102,7 +102,9 @@ echo "== what the library adds to a cached cuMemAlloc and cuMemFree (callgrind, 
 # toggles off inside them); valgrind cannot map the mock's default 64 GiB
 # of addresses, hence MOCKCUDA_SPAN_MB. "own" leaves out what the driver's
 # cuCtxGetCurrent costs inside them: the library asks it once per
-# allocation, its cost is the driver's, and the mock's takes a lock. The
+# allocation, its cost is the driver's, and the mock's takes a lock. Under
+# reuse_policy:safe (the default) a 4 KiB request takes back a block freed
+# many requests ago, behind a fence the mock makes at once. The
 # layers composed around the pool are the defaults' unless the settings
 # name more (concerns/compose.c).
 hook_counts() { # conf, function -> "all own" instructions per call
@@ -115,7 +117,7 @@ hook_counts() { # conf, function -> "all own" instructions per call
   awk -v t="$total" -v d="${driver:-0}" 'BEGIN { printf "%.0f %.0f", t / 100000, (t - d) / 100000 }'
 }
 mock_dir="$(dirname "$(find build/tests/mockcuda -name 'libcuda.so.1' | head -1)")"
-for conf in reuse_policy:immediate reuse_policy:immediate,backtrace_depth:8 enabled:0; do
+for conf in reuse_policy:immediate reuse_policy:safe reuse_policy:immediate,backtrace_depth:8 enabled:0; do
   for fn in cuMemAlloc_v2 cuMemFree_v2; do
     read -r all own <<<"$(hook_counts "$conf" "$fn")"
     printf '%-40s %-14s %4s instructions per call, %4s own\n' "$conf" "$fn" "$all" "$own"

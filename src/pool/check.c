@@ -98,18 +98,22 @@ static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
                   (unsigned long long)b->addr);
         live += b->size;
         nlive++;
-      } else if (b->state == CA__QUICK) {
+      } else if (b->state == CA__QUICK || b->state == CA__HELD) {
+        const char *what = b->state == CA__QUICK ? "quick" : "pending";
         const ca__live_slot *slot = ca__live_slot_of(&p->live, b->addr);
         CA__CHECK(b->listed ? slot && slot->block == b && slot->requested == 0
                             : !slot,
-                  "quick block %#llx %s the live table",
+                  "%s block %#llx %s the live table", what,
                   (unsigned long long)b->addr,
                   b->listed ? "listed but not in" : "not listed but in");
         CA__CHECK(!s->chunks || ca__where_block(p, s, b->addr) == NULL,
-                  "quick block %#llx found by the address index",
+                  "%s block %#llx found by the address index", what,
                   (unsigned long long)b->addr);
         nlisted += b->listed;
-        quick += b->size;
+        if (b->state == CA__QUICK)
+          quick += b->size;
+        else
+          held += b->size;
       } else if (b->state == CA__UNMAPPED) {
         CA__CHECK(s->expandable && b->addr % ca__page_size(p) == 0 &&
                       b->size % ca__page_size(p) == 0 &&
@@ -121,10 +125,10 @@ static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
                   "two unmapped neighbours at %#llx were not merged",
                   (unsigned long long)b->addr);
         unmapped += b->size;
-      } else if (b->state == CA__GONE) {
-        gone += b->size;
       } else {
-        held += b->size;
+        CA__CHECK(b->state == CA__GONE, "block %#llx in no known state",
+                  (unsigned long long)b->addr);
+        gone += b->size;
       }
       CA__CHECK(!b->keep_out || b->state != CA__FREE,
                 "kept-out block %#llx went back to the cache",

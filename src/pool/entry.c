@@ -243,11 +243,9 @@ ca__alloc(ca_pool *pool, uint64_t size, uint32_t tag, const uint64_t *stream,
   }
   ca__want(p, stream);
   ca__block *b = stream ? NULL : ca__quick_take(p, rounded);
-  bool listed = false;
   if (b) {
     p->stats.cache_hits++;
     b->state = CA__LIVE;
-    listed = b->listed;
   } else {
     int rc = ca__obtain(p, rounded, stream != NULL, &b);
     if (rc == p->backend->oom_code) {
@@ -260,7 +258,7 @@ ca__alloc(ca_pool *pool, uint64_t size, uint32_t tag, const uint64_t *stream,
       return rc;
     }
   }
-  ca__give_out(p, b, listed, size, tag, stream, addr);
+  ca__give_out(p, b, b->listed, size, tag, stream, addr);
   return 0;
 }
 
@@ -286,17 +284,17 @@ static ca__block *ca__live_find(ca__arena *p, uint64_t addr) {
   return s ? s->block : NULL;
 }
 
-/* Parks block b, just freed and reusable at once, in its quick list without
- * taking it out of the live table (its slot, at `slot`, asks for no bytes
- * now) or the address index: the next request of its size takes it back
- * with neither changed, and only a merge (ca__heap_flush) delists it. A
- * large block merges at once instead, a kept-out one never comes back. */
-static inline bool ca__park(ca__arena *p, ca__block *b, ca__live_slot *slot) {
+/* Keeps small block b, just freed, in the live table (its slot, at
+ * `slot`, asks for no bytes now) and the address index: parked in its
+ * quick list, or pending and then parked, the next request of its size
+ * takes it back with neither changed, and only a merge (ca__heap_flush)
+ * delists it. A large block merges as it comes back instead, a kept-out
+ * one never comes back. */
+static inline bool ca__stay_listed(ca__block *b, ca__live_slot *slot) {
   if (__builtin_expect(b->keep_out, 0) || b->seg->heap->large)
     return false;
   slot->requested = 0;
   b->owner = NULL;
-  ca__quick_push(p, b, true);
   return true;
 }
 
@@ -308,13 +306,18 @@ ca__retire(ca__arena *p, ca__block *b, ca__live_slot *slot) {
   bool now = p->opt.reuse == CA_REUSE_IMMEDIATE ||
              (p->opt.reuse == CA_REUSE_DEVICE_SYNC &&
               p->backend->synchronize(p->backend->ctx, p->device) == 0);
-  if (now && ca__park(p, b, slot))
+  if (ca__stay_listed(b, slot)) {
+    if (now)
+      ca__quick_push(p, b, true);
+    else
+      ca__hold(p, b, true);
     return;
+  }
   ca__delist(p, b);
   if (now)
     ca__cache(p, b);
   else
-    ca__hold(p, b);
+    ca__hold(p, b, false);
 }
 
 /* The arena that holds the live block at `addr`, locked; NULL when none
@@ -449,7 +452,7 @@ void ca_pool_stream_ended(ca_pool *pool, uint64_t stream) {
     if (s && !ca__sfree_close(p, s))
       for (ca__block *b; (b = ca__sfree_pop(s));) {
         ca__lru_remove(p, b->seg);
-        ca__hold(p, b);
+        ca__hold(p, b, false);
       }
     ca_lock_release(&p->lock);
   }

@@ -129,7 +129,7 @@ static size_t ca__walk_live(ca__arena *p, void *arg) {
   size_t n = 0;
   uint64_t at = 0;
   for (ca__block *b; (b = ca__live_next(&p->live, &at));) {
-    if (b->state != CA__LIVE) /* a quick block, still listed */
+    if (b->state != CA__LIVE) /* parked or pending, still listed */
       continue;
     n++;
     ca_live_block info;

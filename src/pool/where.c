@@ -182,11 +182,12 @@ static inline void ca__where_mark(const ca__block *b, bool live) {
 }
 
 /* Block b of arena p, out of use already (ca__where_removed counted it),
- * leaves the live table and the address index: freed, or a listed quick block
- * merging (bins.c). Under its lock. */
-static inline void ca__delist(ca__arena *p, const ca__block *b) {
+ * leaves the live table and the address index: freed, or a listed block
+ * merging (bins.c) or coming back kept out (blocks.c). Under its lock. */
+static inline void ca__delist(ca__arena *p, ca__block *b) {
   ca__live_remove(&p->live, b);
   ca__where_mark(b, false);
+  b->listed = false;
 }
 
 /* Block b of arena p became live, or stopped being: in the arena's live

@@ -197,6 +197,44 @@ static void a_parked_block_answers_as_freed(void **state) {
   fixture_free(fx);
 }
 
+/* Under safe reuse a freed small block waits for the device listed too,
+ * asking for no bytes: until it comes back it answers as freed to every
+ * look-up; taken again, as live. One whose segment was lost meanwhile
+ * leaves the live table and the address index as it comes back. */
+static void a_pending_block_answers_as_freed(void **state) {
+  (void)state;
+  fixture *fx = safe_fixture(1024 * MiB, default_options());
+  uint64_t a[4], start, end;
+  fill_small_segment(fx, a);
+  assert_true(ca_pool_free(fx->pool, a[1], NULL));
+  assert_consistent(fx);
+  assert_int_equal(stats_of(fx).pending_free_bytes, 512 * KiB);
+  assert_false(ca_pool_lookup(fx->pool, a[1], NULL));
+  assert_false(ca_pool_free(fx->pool, a[1], NULL));
+  assert_in_no_block(fx, a[1] + 10);
+  bounds_of(a[1] + 10, &start, &end);
+  assert_int_equal(end - start, 0);
+  size_t live = 0;
+  assert_int_equal(ca_pool_foreach_live(fx->pool, count_live, &live), 3);
+
+  fx->fake.auto_pass = true; /* a miss: its marker passes, it comes back */
+  assert_int_equal(must_alloc(fx, 512 * KiB), a[1]);
+  assert_consistent(fx);
+  assert_true(ca_pool_lookup(fx->pool, a[1], NULL));
+  assert_live_at(fx, a[1] + 10, a[1], 512 * KiB);
+
+  fx->fake.auto_pass = false;
+  assert_true(ca_pool_free(fx->pool, a[1], NULL));
+  uint64_t seg = span_of(fx, a[0]).segment;
+  assert_true(ca_pool_segment_lost(fx->pool, a[0]));
+  ca_fake_free_behind(&fx->fake, 0, seg); /* the driver's now */
+  fx->fake.auto_pass = true;
+  must_alloc(fx, 512 * KiB); /* a miss: a[1] comes back, to be buried */
+  assert_consistent(fx);
+  assert_false(ca_pool_lookup(fx->pool, a[1], NULL));
+  fixture_free(fx);
+}
+
 /* The live table (open addressing, pool/live.c) holds every live block
  * through its growth from 64 slots and through removals in any order,
  * which move later entries back into the gap: each live block is found by
@@ -503,6 +541,7 @@ int main(void) {
       cmocka_unit_test(locates_blocks_in_every_chunk),
       cmocka_unit_test(live_table_keeps_every_block_through_growth_and_removal),
       cmocka_unit_test(a_parked_block_answers_as_freed),
+      cmocka_unit_test(a_pending_block_answers_as_freed),
       cmocka_unit_test(pools_sharing_addresses_are_asked_one_by_one),
       cmocka_unit_test(remembered_block_goes_when_freed),
       cmocka_unit_test(shared_block_never_comes_back),

@@ -177,7 +177,8 @@ static ca__block *ca__find(ca__arena *p, uint64_t size) {
 
 /* Parks a freed block, unmerged, where a request of its exact size finds it
  * first; `listed`: still in the live table and the address index. */
-static void ca__quick_push(ca__arena *p, ca__block *b, bool listed) {
+static inline __attribute__((always_inline)) void
+ca__quick_push(ca__arena *p, ca__block *b, bool listed) {
   ca__heap *h = b->seg->heap;
   unsigned fl, sl;
   ca__class_of(b->size, &fl, &sl);

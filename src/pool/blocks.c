@@ -120,17 +120,13 @@ static void ca__take_cached(ca__arena *p, ca__block *b, uint64_t size) {
 
 /* A freed block that any stream may reuse now: small ones park in the
  * quick lists (still listed if they were), large ones merge with their
- * free neighbours at once. A pending block kept out since (its segment
- * lost) leaves the live table and the address index first. */
+ * free neighbours at once. */
 static void ca__cache(ca__arena *p, ca__block *b) {
   b->owner = NULL;
-  if (__builtin_expect(b->keep_out, 0)) {
-    if (b->listed)
-      ca__delist(p, b);
+  if (__builtin_expect(b->keep_out, 0))
     ca__retire_gone(p, b);
-  } else if (b->seg->heap->large) {
+  else if (b->seg->heap->large)
     ca__block_make_free(p, b);
-  } else {
+  else
     ca__quick_push(p, b, b->listed);
-  }
 }

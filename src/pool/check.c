@@ -102,7 +102,7 @@ static bool ca__check_locked(ca__arena *p, char *why, size_t why_len) {
         const char *what = b->state == CA__QUICK ? "quick" : "pending";
         const ca__live_slot *slot = ca__live_slot_of(&p->live, b->addr);
         CA__CHECK(b->listed ? slot && slot->block == b && slot->requested == 0
-                            : !slot,
+                            : !slot || slot->block != b,
                   "%s block %#llx %s the live table", what,
                   (unsigned long long)b->addr,
                   b->listed ? "listed but not in" : "not listed but in");

@@ -269,8 +269,10 @@ static void ca__segment_lose(ca__arena *p, ca__segment *s) {
       ca__bury(p, b);
     } else if (b->state == CA__LIVE) {
       ca__forget_live(p, b);
-    } else {
-      b->keep_out = true; /* pending: GONE when it comes back */
+    } else { /* pending: GONE when it comes back */
+      if (b->listed) /* its address may soon start a new segment's block */
+        ca__delist(p, b);
+      b->keep_out = true;
     }
   }
   if (p->opt.warn) {

@@ -183,7 +183,7 @@ static inline void ca__where_mark(const ca__block *b, bool live) {
 
 /* Block b of arena p, out of use already (ca__where_removed counted it),
  * leaves the live table and the address index: freed, or a listed block
- * merging (bins.c) or coming back kept out (blocks.c). Under its lock. */
+ * merging (bins.c) or in a lost segment (segments.c). Under its lock. */
 static inline void ca__delist(ca__arena *p, ca__block *b) {
   ca__live_remove(&p->live, b);
   ca__where_mark(b, false);

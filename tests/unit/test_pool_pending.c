@@ -40,8 +40,8 @@ static void a_block_back_of_the_size_asked_is_reused_as_it_is(void **state) {
   fill_small_segment(fx, a);
   assert_true(ca_pool_free(fx->pool, a[0], NULL));
   assert_true(ca_pool_free(fx->pool, a[1], NULL));
-  fx->fake.auto_pass = true;
-  assert_int_equal(must_alloc(fx, 512 * KiB), a[1]); /* merged: a[0] */
+  fx->fake.auto_pass = true; /* merged, the two would serve from a[0] */
+  assert_int_equal(must_alloc(fx, 512 * KiB), a[1]);
   assert_int_equal(fx->fake.marks, 1);
   assert_int_equal(must_alloc(fx, 512 * KiB), a[0]);
   assert_int_equal(fx->fake.marks, 1);

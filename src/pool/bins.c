@@ -176,14 +176,13 @@ static ca__block *ca__find(ca__arena *p, uint64_t size) {
 /* ---- Quick lists ---------------------------------------------------------- */
 
 /* Parks a freed block, unmerged, where a request of its exact size finds it
- * first; `listed`: still in the live table and the address index. */
+ * first (still in the live table and the address index if b->listed). */
 static inline __attribute__((always_inline)) void
-ca__quick_push(ca__arena *p, ca__block *b, bool listed) {
+ca__quick_push(ca__arena *p, ca__block *b) {
   ca__heap *h = b->seg->heap;
   unsigned fl, sl;
   ca__class_of(b->size, &fl, &sl);
   b->state = CA__QUICK;
-  b->listed = listed;
   b->fl = fl;
   b->sl = sl;
   b->link_next = h->quick[fl][sl];

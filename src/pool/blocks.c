@@ -90,7 +90,7 @@ static void ca__block_take(ca__arena *p, ca__block *b, uint64_t size) {
     r->size = rest;
     r->seg = b->seg;
     r->state = CA__FREE;
-    r->keep_out = false; /* slab records come uninitialized */
+    r->keep_out = r->listed = false; /* slab records come uninitialized */
     r->freed_at = b->freed_at;
     r->owner = b->owner;
     r->nstale = b->nstale;
@@ -104,7 +104,6 @@ static void ca__block_take(ca__arena *p, ca__block *b, uint64_t size) {
     ca__index_insert(r);
   }
   b->state = CA__LIVE;
-  b->listed = false;
   b->owner = NULL;
 }
 
@@ -121,12 +120,13 @@ static void ca__take_cached(ca__arena *p, ca__block *b, uint64_t size) {
 /* A freed block that any stream may reuse now: small ones park in the
  * quick lists (still listed if they were), large ones merge with their
  * free neighbours at once. */
-static void ca__cache(ca__arena *p, ca__block *b) {
+static inline __attribute__((always_inline)) void
+ca__cache(ca__arena *p, ca__block *b) {
   b->owner = NULL;
   if (__builtin_expect(b->keep_out, 0))
     ca__retire_gone(p, b);
   else if (b->seg->heap->large)
     ca__block_make_free(p, b);
   else
-    ca__quick_push(p, b, b->listed);
+    ca__quick_push(p, b);
 }

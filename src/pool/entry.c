@@ -184,7 +184,7 @@ static uint64_t ca__next_seq(ca__arena *p) {
 }
 
 /* Hands block b out for a request of `size` bytes on *stream: live,
- * numbered, counted. A listed quick block's slot and index marks are there
+ * numbered, counted. A listed block's slot and index marks are there
  * already: its slot is given the bytes asked. Releases the arena's lock. */
 static inline __attribute__((always_inline)) void
 ca__give_out(ca__arena *p, ca__block *b, bool listed, uint64_t size,
@@ -272,7 +272,7 @@ int ca_pool_alloc_on(ca_pool *pool, uint64_t size, uint32_t tag,
 }
 
 /* The live table's slot of the live block starting at addr, or NULL (a
- * quick block is not live). */
+ * listed freed block is not live). */
 static inline ca__live_slot *ca__live_at(ca__arena *p, uint64_t addr) {
   ca__live_slot *s = addr != 0 ? ca__live_slot_of(&p->live, addr) : NULL;
   return s && s->block->state == CA__LIVE ? s : NULL;
@@ -295,6 +295,7 @@ static inline bool ca__stay_listed(ca__block *b, ca__live_slot *slot) {
     return false;
   slot->requested = 0;
   b->owner = NULL;
+  b->listed = true;
   return true;
 }
 
@@ -306,18 +307,12 @@ ca__retire(ca__arena *p, ca__block *b, ca__live_slot *slot) {
   bool now = p->opt.reuse == CA_REUSE_IMMEDIATE ||
              (p->opt.reuse == CA_REUSE_DEVICE_SYNC &&
               p->backend->synchronize(p->backend->ctx, p->device) == 0);
-  if (ca__stay_listed(b, slot)) {
-    if (now)
-      ca__quick_push(p, b, true);
-    else
-      ca__hold(p, b, true);
-    return;
-  }
-  ca__delist(p, b);
+  if (!ca__stay_listed(b, slot))
+    ca__delist(p, b);
   if (now)
     ca__cache(p, b);
   else
-    ca__hold(p, b, false);
+    ca__hold(p, b);
 }
 
 /* The arena that holds the live block at `addr`, locked; NULL when none
@@ -452,7 +447,7 @@ void ca_pool_stream_ended(ca_pool *pool, uint64_t stream) {
     if (s && !ca__sfree_close(p, s))
       for (ca__block *b; (b = ca__sfree_pop(s));) {
         ca__lru_remove(p, b->seg);
-        ca__hold(p, b, false);
+        ca__hold(p, b);
       }
     ca_lock_release(&p->lock);
   }

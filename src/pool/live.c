@@ -8,8 +8,8 @@
  * a look-up spent most of its time walking chains, docs/BENCHMARKS.md.)
  * A removal moves the entries after it back into the gap, so no slot is
  * ever a tombstone and the table never needs cleaning. A small block freed
- * for reuse at once keeps its slot in its quick list, its requested bytes 0
- * (entry.c's ca__park): callers that want live blocks check the state.
+ * keeps its slot, pending or in its quick list, its requested bytes 0
+ * (entry.c's ca__stay_listed): callers that want live blocks check the state.
  *
  * Written and read under the arena's lock. Its memory is the library's own
  * (the leak scan leaves it out, meta.h).
@@ -47,8 +47,8 @@ static void ca__live_clear(ca__live_table *t) {
   t->count = 0;
 }
 
-/* The slot of the block starting at addr, or NULL: a live one, or one
- * in a quick list, with 0 bytes requested (entry.c's ca__park). */
+/* The slot of the block starting at addr, or NULL: a live one, or a
+ * listed one, pending or parked, with 0 bytes requested. */
 static inline ca__live_slot *ca__live_slot_of(const ca__live_table *t,
                                               uint64_t addr) {
   uint64_t mask = ca__live_mask(t);
@@ -59,7 +59,7 @@ static inline ca__live_slot *ca__live_slot_of(const ca__live_table *t,
   }
 }
 
-/* The block starting at addr, live or in a quick list, or NULL. */
+/* The block starting at addr, live or listed, or NULL. */
 static inline ca__block *ca__live_get(const ca__live_table *t, uint64_t addr) {
   const ca__live_slot *s = ca__live_slot_of(t, addr);
   return s ? s->block : NULL;

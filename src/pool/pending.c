@@ -7,11 +7,9 @@
  */
 /* ---- Frees waiting for the device ---------------------------------------- */
 
-/* Puts a freed block in the open batch (CA__HELD until its marker passes);
- * `listed`: still in the live table and the address index. */
-static void ca__hold(ca__arena *p, ca__block *b, bool listed) {
+/* Puts a freed block in the open batch (CA__HELD until its marker passes). */
+static void ca__hold(ca__arena *p, ca__block *b) {
   b->state = CA__HELD;
-  b->listed = listed;
   b->link_next = NULL;
   b->link_prev = p->held_tail;
   if (p->held_tail)

@@ -104,9 +104,10 @@ typedef struct ca__block {
   /* GONE when freed: shared with another process, or pending in a lost
    * segment (one flag, so a free checks one byte it already has). */
   bool keep_out;
-  /* While QUICK: parked as it was freed (entry.c's ca__park), so still in
-   * the live table, with no bytes to answer for, and in the address index:
-   * a request of its size takes it back with neither changed. */
+  /* While QUICK or HELD: kept as it was freed (entry.c's ca__stay_listed),
+   * so still in the live table, with no bytes to answer for, and in the
+   * address index: a request of its size takes it back with neither
+   * changed. False in every other state. */
   bool listed;
   /* While LIVE: its red zone could not be set to fresh_byte as it was
    * handed out (ca_pool_stale). */

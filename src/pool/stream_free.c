@@ -63,7 +63,6 @@ static bool ca__sfree_close(ca__arena *p, ca__sfree *s) {
   for (ca__block *b; (b = ca__sfree_pop(s));) {
     ca__lru_remove(p, b->seg);
     b->state = CA__HELD;
-    b->listed = false;
     b->link_next = batch->head;
     batch->head = b;
     if (!batch->tail)

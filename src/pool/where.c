@@ -15,8 +15,8 @@
  * reader loads the segment from the table, locks its arena and checks the
  * table still names the segment and the segment holds the address (segment
  * records are never unmapped while the pool lives, so a stale one is safe to
- * read). A small block freed for reuse at once stays marked in its quick
- * list (entry.c's ca__park): the look-up that finds it checks its state. The
+ * read). A small block freed stays marked, pending or in its quick list
+ * (entry.c's ca__stay_listed): the look-up that finds it checks its state. The
  * newest segment over a chunk is the one named: the driver handing out
  * addresses that a pool still lists means that pool's segment is gone (its
  * context is being destroyed, or a library freed it behind the pool's back),
@@ -157,7 +157,7 @@ static inline void ca__where_removed(ca__arena *p) {
  * and, made live, the covering start of every chunk it runs over. A
  * covering start is never cleared: a look-up checks the block it names is
  * live and holds the address, and only a live block over the chunk's first
- * byte writes it, so a stale one names no block. A block parked listed
+ * byte writes it, so a stale one names no block. A freed block kept listed
  * keeps its bit and its covering starts: no other block can start within
  * it. */
 static inline void ca__where_mark(const ca__block *b, bool live) {
@@ -264,8 +264,8 @@ static ca__segment *ca__where_lock(uint64_t addr, ca__arena **arena) {
 }
 
 /* The live block of s holding addr (within its rounded size), or NULL.
- * Under the arena's lock. The nearest start may be a quick block's,
- * which holds no live bytes (entry.c's ca__park). */
+ * Under the arena's lock. The nearest start may be a listed freed
+ * block's, which holds no live bytes. */
 static ca__block *ca__where_block(ca__arena *p, const ca__segment *s,
                                   uint64_t addr) {
   uint64_t start = ca__where_start(s, addr);
@@ -303,7 +303,7 @@ static void ca__where_remember(ca__arena *p, uint64_t lo, uint64_t requested) {
 }
 
 /* The requested bytes of the live block of s holding addr, by its slot
- * alone (no block record read; a quick block's slot asks for none): true
+ * alone (no block record read; a listed freed block's slot asks for none): true
  * with [*lo, *hi) set, else false. Under the arena's lock; s is indexed. */
 static bool ca__where_bounds(ca__arena *p, const ca__segment *s, uint64_t addr,
                              uint64_t *lo, uint64_t *hi) {

@@ -6,11 +6,11 @@
  * reaches the driver's own allocation, so what is counted is the hooks,
  * the policy and the pool).
  *
- *   bench_hooks [PAIRS]
+ *   bench_hooks [PAIRS [BYTES]]
  *
- * Allocates and frees one 4 KiB block PAIRS times (default 100000) after a
- * warm-up, so every request but the first is served from the cache; prints
- * the pairs made.
+ * Allocates and frees one block of BYTES (default 4096) PAIRS times
+ * (default 100000) after a warm-up, so every request but the first is
+ * served from the cache; prints the pairs made.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cuda.h>
@@ -26,6 +26,11 @@ static void check(CUresult r, const char *what) {
 
 int main(int argc, char **argv) {
   long pairs = argc > 1 ? atol(argv[1]) : 100000;
+  size_t bytes = argc > 2 ? strtoull(argv[2], NULL, 10) : 4096;
+  if (pairs <= 0 || bytes == 0) {
+    fprintf(stderr, "usage: bench_hooks [PAIRS [BYTES]]\n");
+    return 2;
+  }
   CUdevice dev;
   CUcontext ctx;
   check(cuInit(0), "cuInit");
@@ -34,11 +39,11 @@ int main(int argc, char **argv) {
   check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
   CUdeviceptr p;
   for (int i = 0; i < 16; i++) { /* the pool's segment, and the thread's state */
-    check(cuMemAlloc(&p, 4096), "cuMemAlloc");
+    check(cuMemAlloc(&p, bytes), "cuMemAlloc");
     check(cuMemFree(p), "cuMemFree");
   }
   for (long i = 0; i < pairs; i++) {
-    check(cuMemAlloc(&p, 4096), "cuMemAlloc");
+    check(cuMemAlloc(&p, bytes), "cuMemAlloc");
     check(cuMemFree(p), "cuMemFree");
   }
   printf("bench_hooks: %ld pairs\n", pairs);

@@ -104,14 +104,17 @@ echo "== what the library adds to a cached cuMemAlloc and cuMemFree (callgrind, 
 # cuCtxGetCurrent costs inside them: the library asks it once per
 # allocation, its cost is the driver's, and the mock's takes a lock. Under
 # reuse_policy:safe (the default) a 4 KiB request takes back a block freed
-# many requests ago, behind a fence the mock makes at once. The
-# layers composed around the pool are the defaults' unless the settings
+# many requests ago, behind a fence the mock makes at once; a 16 MiB one
+# is counted too: a large block merges as it comes back, so its way back
+# is not the small one's, and a change can cost one and not the other.
+# The layers composed around the pool are the defaults' unless the settings
 # name more (concerns/compose.c).
-hook_counts() { # conf, function -> "all own" instructions per call
+hook_counts() { # conf, function[, bytes] -> "all own" instructions per call
   local out=/tmp/cudalloc_bench_hooks.$$ total driver
   total=$(MOCKCUDA_SPAN_MB=8192 LD_LIBRARY_PATH="$mock_dir" CUDALLOC_CONF="$1" \
     LD_PRELOAD="$root/build/libcudalloc.so" valgrind --tool=callgrind --callgrind-out-file="$out" \
-    --toggle-collect="$2" build/tests/bench/bench_hooks 100000 2>&1 | sed -n 's/.*Collected : *//p')
+    --toggle-collect="$2" build/tests/bench/bench_hooks 100000 "${3:-4096}" 2>&1 |
+    sed -n 's/.*Collected : *//p')
   driver=$(callgrind_annotate --inclusive=yes --auto=no "$out" 2>/dev/null | awk '/:cuCtxGetCurrent /{gsub(",", "", $1); print $1; exit}')
   rm -f "$out"
   awk -v t="$total" -v d="${driver:-0}" 'BEGIN { printf "%.0f %.0f", t / 100000, (t - d) / 100000 }'
@@ -122,6 +125,10 @@ for conf in reuse_policy:immediate reuse_policy:safe reuse_policy:immediate,back
     read -r all own <<<"$(hook_counts "$conf" "$fn")"
     printf '%-40s %-14s %4s instructions per call, %4s own\n' "$conf" "$fn" "$all" "$own"
   done
+done
+for fn in cuMemAlloc_v2 cuMemFree_v2; do
+  read -r all own <<<"$(hook_counts reuse_policy:safe "$fn" $((16 << 20)))"
+  printf '%-40s %-14s %4s instructions per call, %4s own\n' "reuse_policy:safe, 16 MiB" "$fn" "$all" "$own"
 done
 
 echo

@@ -100,8 +100,9 @@ static ca__block *ca__find_cached(ca__arena *p, uint64_t size) {
   if (!b && (p->held_head || p->batch_head || ca__sfree_held(p)) &&
       (ca__fence_pending(p) || ca__recover_pending(p))) {
     /* A block of this very size that came back is taken as it is,
-     * unmerged, as under immediate reuse (ca__take_cached). */
-    if ((b = ca__quick_take(p, size)))
+     * unmerged, as under immediate reuse (ca__take_cached). Large blocks
+     * merge as they come back: their heap's quick lists stay empty. */
+    if (h->quick_fl_bitmap && (b = ca__quick_take(p, size)))
       return b;
     ca__heap_flush(p, h);
     b = ca__find(p, size);

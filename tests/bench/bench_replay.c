@@ -39,8 +39,11 @@
  * record_stream lines; the peaks of the bytes the program held
  * (requested), the pool's blocks (allocated) and the pool's segments
  * (reserved), the overhead
- * (reserved over requested, at their peaks), and the driver calls the pool
- * made: segments reserved and released, markers made and waited for; the
+ * (reserved over requested, at their peaks); the growth that set the
+ * reserved peak: the request, what the program held, and the cache it
+ * found (free bytes, the largest block, pending bytes); the driver calls
+ * the pool made: segments reserved and released, markers made and waited
+ * for; the
  * least any placement could reserve that started every block over 1 MiB
  * on a 2 MiB boundary, as the driver does (docs/COMPATIBILITY.md); then
  * the segments reserved and released in each sixth of the trace (the
@@ -133,6 +136,7 @@ static void die(const char *what) {
 }
 
 static double gib(uint64_t bytes) { return (double)bytes / (1u << 30); }
+static double mib(uint64_t bytes) { return (double)bytes / (1u << 20); }
 
 /* Stream numbers seen (below MAX_STREAMS), for the summary. */
 #define MAX_STREAMS 1024
@@ -292,6 +296,45 @@ static void replay_op(ca_pool *pool, const trace_op *op) {
   }
 }
 
+/* The moment the pool reserved the most: the request that made it grow
+ * there, and the cache as that request found it. It tells a peak made by
+ * packing (much free, no block large enough) from one made by the program
+ * holding more. */
+typedef struct peak_moment {
+  size_t op;
+  uint64_t size, reserved, requested, free_cached, pending, largest;
+} peak_moment;
+
+/* The pool's figures now. */
+static cudalloc_device_stats pool_stats(ca_pool *pool) {
+  cudalloc_device_stats s = {0};
+  ca_pool_get_stats(pool, &s);
+  return s;
+}
+
+/* Replays op i, noting in *peak the cache it found if it made the pool
+ * grow (a segment reserved or pages mapped) to a new reserved peak. */
+static void replay_noting_peak(ca_pool *pool, const trace_op *op, size_t i,
+                               const ca_fake_backend *fake, peak_moment *peak) {
+  int calls = fake->reserves + fake->maps;
+  cudalloc_device_stats before = {0};
+  if (op->kind == 'a')
+    before = pool_stats(pool);
+  replay_op(pool, op);
+  if (op->kind != 'a' || fake->reserves + fake->maps == calls)
+    return;
+  uint64_t reserved = pool_stats(pool).reserved_bytes.current;
+  if (reserved <= peak->reserved)
+    return;
+  *peak = (peak_moment){.op = i,
+                        .size = op->size,
+                        .reserved = reserved,
+                        .requested = before.requested_bytes.current,
+                        .free_cached = before.free_cached_bytes,
+                        .pending = before.pending_free_bytes,
+                        .largest = before.largest_free_block};
+}
+
 /* Prints one count per sixth of the trace, slash-separated. */
 static void print_sixths(const char *what, const int *counts) {
   printf("%s", what);
@@ -338,6 +381,7 @@ int main(int argc, char **argv) {
   /* Segments reserved and released; pages mapped and unmapped count as
    * such calls too. */
   int reserves[SIXTHS] = {0}, releases[SIXTHS] = {0};
+  peak_moment peak = {0};
   uint64_t mapped[SIXTHS] = {0};
   for (size_t i = 0; i < count; i++) {
     if (trace[i].kind == 'r') { /* no operation of the pool's: no time */
@@ -349,7 +393,7 @@ int main(int argc, char **argv) {
     int releases_before = fake.releases + fake.unmaps;
     uint64_t mapped_before = fake.mapped_total;
     release_held(pool);
-    replay_op(pool, &trace[i]);
+    replay_noting_peak(pool, &trace[i], i, &fake, &peak);
     mapped[sixth] += fake.mapped_total - mapped_before;
     reserves[sixth] += fake.reserves + fake.maps - reserves_before;
     releases[sixth] += fake.releases + fake.unmaps - releases_before;
@@ -388,6 +432,15 @@ int main(int argc, char **argv) {
   printf("bench_replay: overhead %.1f%% (reserved over requested, at peaks)\n",
          100.0 * ((double)s.reserved_bytes.peak / (double)s.requested_bytes.peak -
                   1.0));
+  printf("bench_replay: the reserved peak came at operation %zu of %zu (sixth "
+         "%zu), growing the pool for a request of %.3f MiB: the program held "
+         "%.3f GiB, %.1f MiB sat free in the cache, ",
+         peak.op + 1, count, peak.op * SIXTHS / count + 1, mib(peak.size),
+         gib(peak.requested), mib(peak.free_cached));
+  printf("its largest block %.3f MiB", mib(peak.largest));
+  if (peak.largest < peak.size && peak.size - peak.largest < (1u << 20))
+    printf(" (%.1f KiB short)", (double)(peak.size - peak.largest) / 1024);
+  printf(", %.1f MiB pending\n", mib(peak.pending));
   printf("bench_replay: blocks over 1 MiB on 2 MiB boundaries, as the "
          "driver places them, would need at least %.3f GiB reserved "
          "(any placement)\n",

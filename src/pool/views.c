@@ -20,10 +20,51 @@ static uint64_t ca__bins_largest(const ca__bins *x, uint64_t largest) {
   return largest;
 }
 
-/* The largest free block, shared or a stream's. */
+/* Whether b belongs to the free run a parked block merges into: parked
+ * itself, or free and shared (parked blocks are shared: ca__mergeable). */
+static bool ca__in_parked_run(const ca__block *b) {
+  return b && (b->state == CA__QUICK || (b->state == CA__FREE && !b->owner));
+}
+
+/* The bytes of parked block b's run, counted once: from its first parked
+ * block (0 from the others). The way back is short: two free shared
+ * neighbours would have merged, so parked blocks of a run lie at most one
+ * free block apart. */
+static uint64_t ca__parked_run(const ca__block *b) {
+  const ca__block *first = b;
+  while (ca__in_parked_run(first->prev)) {
+    first = first->prev;
+    if (first->state == CA__QUICK)
+      return 0;
+  }
+  uint64_t run = 0;
+  for (const ca__block *x = first; ca__in_parked_run(x); x = x->next)
+    run += x->size;
+  return run;
+}
+
+/* The largest block heap h's parked blocks would make merged with their
+ * free neighbours, or `largest` if that is larger: what a flush of the
+ * quick lists would put in the bins, found without moving a block. */
+static uint64_t ca__parked_largest(const ca__heap *h, uint64_t largest) {
+  for (uint64_t fls = h->quick_fl_bitmap; fls; fls &= fls - 1) {
+    unsigned fl = (unsigned)__builtin_ctzll(fls);
+    for (uint32_t sls = h->quick_sl_bitmap[fl]; sls; sls &= sls - 1)
+      for (const ca__block *b = h->quick[fl][__builtin_ctz(sls)]; b;
+           b = b->link_next) {
+        uint64_t run = ca__parked_run(b);
+        largest = run > largest ? run : largest;
+      }
+  }
+  return largest;
+}
+
+/* The largest free block, shared or a stream's, parked ones as merged. */
 static uint64_t ca__largest_free(const ca__arena *p) {
   uint64_t largest = ca__bins_largest(&p->small.free, 0);
   largest = ca__bins_largest(&p->large.free, largest);
+  largest = ca__parked_largest(&p->small, largest);
+  largest = ca__parked_largest(&p->large, largest);
   for (unsigned i = 0; i < p->nstreams; i++)
     for (unsigned j = 0; j < 2; j++)
       largest = ca__bins_largest(&p->streams[i]->bins[j], largest);
@@ -48,10 +89,9 @@ void ca_pool_stats_add(cudalloc_device_stats *sum,
 #undef CA__MAX
 }
 
-/* One arena's figures, under its lock. */
+/* One arena's figures, under its lock. Reading them moves no block. */
 static void ca__arena_stats(ca__arena *p, cudalloc_device_stats *out) {
   ca_lock_acquire(&p->lock);
-  ca__quick_flush(p);
   *out = p->stats;
   out->pending_free_bytes = p->held_bytes;
   out->free_cached_bytes = p->stats.reserved_bytes.current -
@@ -89,7 +129,6 @@ void ca_pool_reset_peaks(ca_pool *pool) {
   for (unsigned i = 0; i < n; i++) {
     ca__arena *p = all[i];
     ca_lock_acquire(&p->lock);
-    ca__quick_flush(p);
     CA_STATS_TRIPLES(CA__PEAK_TO_CURRENT)
     ca_lock_release(&p->lock);
   }

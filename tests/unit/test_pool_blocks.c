@@ -157,6 +157,34 @@ static void reuses_exact_sizes_between_class_boundaries(void **state) {
   fixture_free(fx);
 }
 
+/* Reading the statistics moves no block: parked blocks are counted as
+ * the free block they would merge into, and stay parked, so the next
+ * request of their size takes the one freed last, as it would have. */
+static void statistics_leave_parked_blocks_where_they_are(void **state) {
+  (void)state;
+  fixture *fx = fixture_new(1024 * MiB, default_options(), false);
+  uint64_t a = must_alloc(fx, 512 * KiB);
+  uint64_t b = must_alloc(fx, 512 * KiB);
+  uint64_t c = must_alloc(fx, 512 * KiB);
+  uint64_t d = must_alloc(fx, 512 * KiB); /* the segment is full */
+  assert_int_equal(fx->fake.reserves, 1);
+  assert_true(ca_pool_free(fx->pool, a, NULL));
+  assert_true(ca_pool_free(fx->pool, b, NULL)); /* parked last: taken first */
+  cudalloc_device_stats s = stats_of(fx);
+  assert_int_equal(s.largest_free_block, 1 * MiB); /* a and b, merged */
+  assert_int_equal(s.free_cached_bytes, 1 * MiB);
+  assert_true(s.fragmentation == 0.0);
+  assert_int_equal(must_alloc(fx, 512 * KiB), b);
+  assert_int_equal(must_alloc(fx, 512 * KiB), a);
+  assert_true(ca_pool_free(fx->pool, a, NULL));
+  assert_true(ca_pool_free(fx->pool, b, NULL));
+  assert_true(ca_pool_free(fx->pool, c, NULL));
+  assert_true(ca_pool_free(fx->pool, d, NULL));
+  assert_int_equal(stats_of(fx).largest_free_block, 2 * MiB);
+  assert_consistent(fx);
+  fixture_free(fx);
+}
+
 /* Freed blocks merge with free neighbours; a fully free segment is one
  * block again. */
 static void splits_and_merges_within_a_segment(void **state) {
@@ -355,6 +383,7 @@ int main(void) {
       cmocka_unit_test(segment_head_never_costs_a_request),
       cmocka_unit_test(serves_repeat_requests_from_the_cache),
       cmocka_unit_test(reuses_exact_sizes_between_class_boundaries),
+      cmocka_unit_test(statistics_leave_parked_blocks_where_they_are),
       cmocka_unit_test(splits_and_merges_within_a_segment),
       cmocka_unit_test(large_blocks_split_only_for_a_worthwhile_rest),
       cmocka_unit_test(honours_max_split_size),

@@ -59,12 +59,12 @@ static uint64_t ca__parked_largest(const ca__heap *h, uint64_t largest) {
   return largest;
 }
 
-/* The largest free block, shared or a stream's, parked ones as merged. */
+/* The largest free block, shared or a stream's, parked ones as merged
+ * (only small blocks park: ca__cache). */
 static uint64_t ca__largest_free(const ca__arena *p) {
   uint64_t largest = ca__bins_largest(&p->small.free, 0);
   largest = ca__bins_largest(&p->large.free, largest);
   largest = ca__parked_largest(&p->small, largest);
-  largest = ca__parked_largest(&p->large, largest);
   for (unsigned i = 0; i < p->nstreams; i++)
     for (unsigned j = 0; j < 2; j++)
       largest = ca__bins_largest(&p->streams[i]->bins[j], largest);
